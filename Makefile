@@ -1,0 +1,36 @@
+# fitsum front door. `make demo` and `make test` are the two commands of the README's quick start.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+.PHONY: deps build test test-all demo bench clean
+
+deps:
+	bash scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The default run: everything except the tests labelled slow or gpu.
+test: deps
+	$(MAKE) build
+	cd $(BUILD_DIR) && ctest --output-on-failure -LE "slow|gpu" -j $(JOBS) $(CTEST_FLAGS)
+
+test-all: deps
+	$(MAKE) build
+	cd $(BUILD_DIR) && ctest --output-on-failure -LE gpu -j $(JOBS) $(CTEST_FLAGS)
+
+demo: deps
+	$(MAKE) build
+	bash scripts/demo.sh $(BUILD_DIR)
+
+bench: deps
+	$(MAKE) build
+	bash scripts/bench.sh $(BUILD_DIR)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that fitsum's build, tests, demo and benchmarks need. Idempotent: packages that
+# are already installed are left alone. Runs as root (CI) or through sudo.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config ninja-build
+  libtorch-dev            # LibTorch 1.13.1, CPU
+  libopenblas0-pthread    # without it Debian's reference BLAS runs matmuls ~35x slower
+  libsentencepiece-dev
+  nlohmann-json3-dev
+  libcli11-dev
+  libgtest-dev
+  libbenchmark-dev
+)
+# The eager-PyTorch baseline of the benchmarks (bench/) runs on Debian's python3-torch.
+if [[ "${FITSUM_WITH_PYTHON_BASELINE:-0}" == 1 ]]; then
+  packages+=(python3-torch python3-numpy)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

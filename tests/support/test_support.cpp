@@ -1,0 +1,45 @@
+#include "test_support.h"
+
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+namespace fitsum::test {
+
+fs::path shared_dir() { return FITSUM_SHARED_DIR; }
+fs::path source_dir() { return FITSUM_SOURCE_DIR; }
+fs::path fitsum_binary() { return FITSUM_BINARY; }
+
+fs::path temp_dir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string unique = name;
+  if (info != nullptr) {
+    unique = std::string(info->test_suite_name()) + "." + info->name() + "." + name;
+  }
+  const fs::path dir = fs::temp_directory_path() / ("fitsum-test-" + std::to_string(::getpid())) / unique;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+CommandResult run_command(const std::string& command_line) {
+  CommandResult result;
+  const std::string full = command_line + " 2>&1";
+  FILE* pipe = ::popen(full.c_str(), "r");
+  if (pipe == nullptr) {
+    result.exit_code = -1;
+    return result;
+  }
+  std::array<char, 4096> buffer{};
+  std::size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+}  // namespace fitsum::test

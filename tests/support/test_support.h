@@ -1,0 +1,36 @@
+// Helpers shared by the test binaries: where the reference material is, and sampled-tensor comparisons in the
+// format of ../shared/fixtures (index/value pairs into a flattened tensor).
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace fitsum::test {
+
+namespace fs = std::filesystem;
+
+// ../shared beside the project (reference fixtures and full data; present in development and CI).
+fs::path shared_dir();
+// The project's source folder.
+fs::path source_dir();
+// The fitsum binary under test.
+fs::path fitsum_binary();
+// A fresh, empty temporary folder unique to the calling test.
+fs::path temp_dir(const std::string& name);
+
+struct CommandResult {
+  int exit_code = 0;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command line and captures its output and exit status.
+CommandResult run_command(const std::string& command_line);
+
+}  // namespace fitsum::test
+
+// Skips the calling test when ../shared is not present (a user's checkout); CI and development always have it.
+#define FITSUM_REQUIRE_SHARED()                                                          \
+  do {                                                                                  \
+    if (!std::filesystem::exists(::fitsum::test::shared_dir() / "fixtures")) {           \
+      GTEST_SKIP() << "reference material not found at " << ::fitsum::test::shared_dir(); \
+    }                                                                                   \
+  } while (0)

@@ -1,0 +1,11 @@
+// The fitsum subcommands. Each one lives in its own file (info.cpp, tokenize.cpp, ...), declares its typed options
+// on the CLI11 app here and runs library code in its callback. Library code throws; main() catches and reports.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fitsum::cli {
+
+// (subcommands are declared here as they land)
+
+}  // namespace fitsum::cli

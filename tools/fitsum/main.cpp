@@ -1,0 +1,29 @@
+// fitsum: fine-tune encoder-decoder summarizers in the memory you have.
+// One thin front end over the library: subcommands register themselves (commands.h), errors from the library
+// arrive as exceptions and leave with a message and a non-zero status.
+#include <iostream>
+#include <stdexcept>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "fitsum: fine-tune PEGASUS-style summarizers so that training fits the memory you have.\n"
+      "Reads and writes Hugging Face checkpoint folders and speaks TrainingArguments names."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("fitsum 0.1.0"));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "fitsum: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "fitsum: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
