@@ -1,0 +1,82 @@
+// The architecture of an encoder-decoder transformer, independent of any file format. One implementation
+// (seq2seq.h) covers the model families through these switches: PEGASUS is pre-LayerNorm with sinusoidal positions
+// and final LayerNorms; BART is post-LayerNorm with learned positions and `layernorm_embedding`. Reading
+// Hugging Face config.json files into this struct lives in io/hf_config.h.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace fitsum::model {
+
+enum class Activation { relu, gelu, gelu_new, silu };
+
+enum class PositionEmbedding {
+  sinusoidal,  // PEGASUS: fixed table, sin in the first half of the features, cos in the second; not trained
+  learned,     // BART: a trained table indexed by position + learned_position_offset
+};
+
+struct ModelConfig {
+  std::string model_type = "pegasus";
+
+  std::int64_t vocab_size = 96103;
+  std::int64_t d_model = 1024;
+  std::int64_t encoder_layers = 16;
+  std::int64_t decoder_layers = 16;
+  std::int64_t encoder_attention_heads = 16;
+  std::int64_t decoder_attention_heads = 16;
+  std::int64_t encoder_ffn_dim = 4096;
+  std::int64_t decoder_ffn_dim = 4096;
+  std::int64_t max_position_embeddings = 1024;
+  Activation activation_function = Activation::relu;
+
+  double dropout = 0.1;             // after attention blocks, feed-forward blocks and the embeddings
+  double attention_dropout = 0.0;   // on the attention probabilities
+  double activation_dropout = 0.0;  // after the feed-forward activation
+
+  bool scale_embedding = true;          // multiply token embeddings by sqrt(d_model)
+  bool normalize_before = true;         // pre-LayerNorm layers (PEGASUS) or post-LayerNorm (BART)
+  bool final_layer_norm = true;         // LayerNorm after the last encoder and decoder layer (PEGASUS)
+  bool layernorm_embedding = false;     // LayerNorm right after the embeddings (BART)
+  PositionEmbedding position_embedding = PositionEmbedding::sinusoidal;
+  std::int64_t learned_position_offset = 2;  // BART's learned tables start at index 2
+  bool tie_word_embeddings = true;      // LM head shares the token embedding (model.shared)
+  double layer_norm_eps = 1e-5;
+  double init_std = 0.02;
+
+  std::int64_t pad_token_id = 0;
+  std::int64_t eos_token_id = 1;
+  std::int64_t bos_token_id = 0;
+  std::int64_t decoder_start_token_id = 0;
+  std::int64_t forced_eos_token_id = 1;  // -1: none
+
+  // The token-embedding row whose lookups get no gradient (torch's Embedding padding_idx). HF builds model.shared
+  // with padding_idx = pad_token_id, so the pad row learns only through the tied LM head; -1 turns that off (the
+  // plain reference in ../shared/reference does, for instance).
+  std::int64_t embedding_padding_idx = 0;
+
+  // Throws std::invalid_argument naming the field when the combination cannot be built.
+  void validate() const;
+
+  std::int64_t encoder_head_dim() const { return d_model / encoder_attention_heads; }
+  std::int64_t decoder_head_dim() const { return d_model / decoder_attention_heads; }
+};
+
+const char* to_string(Activation activation);
+// Throws std::invalid_argument listing the supported names.
+Activation activation_from_string(const std::string& name);
+
+// Parameter counts computed from the config alone (no tensors allocated), as a model built from it would report.
+struct ParameterCounts {
+  std::int64_t trainable = 0;      // everything the optimizer updates
+  std::int64_t frozen = 0;         // buffers stored in checkpoints: final_logits_bias, sinusoidal position tables
+  std::int64_t total() const { return trainable + frozen; }
+  // For memory estimates: elements of trainable matrices (≥ 2-D) and their rows + columns (Adafactor's factored
+  // second moment), and elements of trainable vectors (Adafactor keeps a full second moment for those).
+  std::int64_t matrix_elements = 0;
+  std::int64_t matrix_rows_plus_cols = 0;
+  std::int64_t vector_elements = 0;
+};
+ParameterCounts count_parameters(const ModelConfig& config);
+
+}  // namespace fitsum::model

@@ -1,0 +1,242 @@
+// One encoder-decoder transformer for conditional generation, switched by ModelConfig (model/config.h).
+// Matches Hugging Face's PegasusForConditionalGeneration (and, through the config switches, the BART layout):
+// module and parameter names equal the HF checkpoint keys, so `named_parameters()` plus `named_buffers()` is the
+// checkpoint map ("model.encoder.layers.0.self_attn.q_proj.weight", "final_logits_bias", ...).
+//
+// The model knows nothing of files, flags or tokenizers: token ids in; encoder states, decoder states, logits and
+// the loss out. `encode` and `decode` are separate so that generation runs the encoder once and decodes
+// incrementally with a key/value cache (DecoderCache).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include "fitsum/model/config.h"
+
+namespace fitsum::model {
+
+// Additive attention masks, as HF builds them: 0 where attending is allowed, the dtype's lowest finite value
+// where it is not (so a fully padded row never produces NaN).
+// attention_mask (B, S) of 0/1  ->  (B, 1, 1, S)
+torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
+// Query i (at absolute position past_length + i) may see keys 0 .. past_length + i  ->  (1, 1, T, past_length + T)
+torch::Tensor causal_mask(std::int64_t query_length, std::int64_t past_length, torch::ScalarType dtype,
+                          torch::Device device);
+
+// The sinusoidal table of PEGASUS (HF PegasusSinusoidalPositionalEmbedding): computed in double precision,
+// sin(pos / 10000^(2j/dim)) in the first half of the features and the matching cos in the second.  (n, dim)
+torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim);
+
+// Keys and values of one attention block kept between decoding steps.  (B, heads, S, head_dim) each.
+struct AttentionCache {
+  torch::Tensor key;
+  torch::Tensor value;
+  bool empty() const { return !key.defined(); }
+};
+
+// The key/value cache of a whole decoder: self-attention grows by one position per step; cross-attention
+// keys/values are computed once from the encoder states and reused.
+struct DecoderCache {
+  std::vector<AttentionCache> self_attention;
+  std::vector<AttentionCache> cross_attention;
+  std::int64_t length = 0;  // decoder positions already processed
+
+  // Keeps batch rows `index` (B') in that order, e.g. when beam search reorders or drops hypotheses.
+  void select(const torch::Tensor& index);
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout);
+
+  // x (B, T, D) attends over kv (B, S, D); mask is additive, broadcastable to (B, heads, T, S), or undefined.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask);
+  // Self-attention over the cache plus x: appends x's keys/values to `cache`.
+  torch::Tensor forward_self_cached(const torch::Tensor& x, const torch::Tensor& mask, AttentionCache& cache);
+  // Cross-attention: fills `cache` from `kv` on the first call, reuses it afterwards.
+  torch::Tensor forward_cross_cached(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask,
+                                     AttentionCache& cache);
+
+  torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};
+
+ private:
+  torch::Tensor split_heads(const torch::Tensor& x) const;  // (B, T, D) -> (B, heads, T, head_dim)
+  torch::Tensor attend(const torch::Tensor& x, const torch::Tensor& key, const torch::Tensor& value,
+                       const torch::Tensor& mask);
+
+  std::int64_t heads_;
+  std::int64_t head_dim_;
+  double scaling_;
+  double dropout_;
+};
+TORCH_MODULE(Attention);
+
+// Shared by both layer kinds: the activation and dropout settings of one stack.
+struct LayerSettings {
+  Activation activation = Activation::relu;
+  double dropout = 0.0;
+  double activation_dropout = 0.0;
+  bool normalize_before = true;
+};
+
+class EncoderLayerImpl : public torch::nn::Module {
+ public:
+  EncoderLayerImpl(const ModelConfig& config);
+  // hidden (B, S, D), mask (B, 1, 1, S) -> (B, S, D)
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
+
+  Attention self_attn{nullptr};
+  torch::nn::LayerNorm self_attn_layer_norm{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::LayerNorm final_layer_norm{nullptr};
+
+ private:
+  LayerSettings settings_;
+};
+TORCH_MODULE(EncoderLayer);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ModelConfig& config);
+  // hidden (B, T, D), self_mask (1|B, 1, T, T'), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
+  // With caches, T' = cached positions + T and the caches are updated.
+  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                        const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                        AttentionCache* self_cache = nullptr, AttentionCache* cross_cache = nullptr);
+
+  Attention self_attn{nullptr};
+  torch::nn::LayerNorm self_attn_layer_norm{nullptr};
+  Attention encoder_attn{nullptr};
+  torch::nn::LayerNorm encoder_attn_layer_norm{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::LayerNorm final_layer_norm{nullptr};
+
+ private:
+  LayerSettings settings_;
+};
+TORCH_MODULE(DecoderLayer);
+
+// Position embeddings of one stack. Sinusoidal tables are buffers (kept in checkpoints, never trained); learned
+// tables are parameters. Either way the tensor is called "weight", as in HF.
+class PositionalEmbeddingImpl : public torch::nn::Module {
+ public:
+  PositionalEmbeddingImpl(const ModelConfig& config);
+  // Embeddings of positions past_length .. past_length + length - 1  ->  (length, D)
+  torch::Tensor forward(std::int64_t length, std::int64_t past_length = 0);
+  torch::Tensor weight;
+
+ private:
+  std::int64_t offset_;
+  std::int64_t max_positions_;
+};
+TORCH_MODULE(PositionalEmbedding);
+
+class EncoderImpl : public torch::nn::Module {
+ public:
+  // `shared` is the token embedding owned by the parent (model.shared); it is registered there only, as HF's
+  // state dict keeps it once.
+  EncoderImpl(const ModelConfig& config, torch::nn::Embedding shared);
+  // input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
+
+  PositionalEmbedding embed_positions{nullptr};
+  torch::nn::LayerNorm layernorm_embedding{nullptr};
+  torch::nn::ModuleList layers;
+  torch::nn::LayerNorm layer_norm{nullptr};
+
+ private:
+  torch::nn::Embedding embed_tokens_;
+  double embed_scale_;
+  double dropout_;
+  std::int64_t padding_idx_;
+};
+TORCH_MODULE(Encoder);
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  DecoderImpl(const ModelConfig& config, torch::nn::Embedding shared);
+  // decoder_input_ids (B, T), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
+  // With a cache, decoder_input_ids hold only the new positions.
+  torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
+                        const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
+
+  PositionalEmbedding embed_positions{nullptr};
+  torch::nn::LayerNorm layernorm_embedding{nullptr};
+  torch::nn::ModuleList layers;
+  torch::nn::LayerNorm layer_norm{nullptr};
+
+ private:
+  torch::nn::Embedding embed_tokens_;
+  double embed_scale_;
+  double dropout_;
+  std::int64_t padding_idx_;
+};
+TORCH_MODULE(Decoder);
+
+// HF's `model` submodule: the shared token embedding and the two stacks.
+class Seq2SeqModelImpl : public torch::nn::Module {
+ public:
+  explicit Seq2SeqModelImpl(const ModelConfig& config);
+  torch::nn::Embedding shared{nullptr};
+  Encoder encoder{nullptr};
+  Decoder decoder{nullptr};
+};
+TORCH_MODULE(Seq2SeqModel);
+
+struct Seq2SeqOutput {
+  torch::Tensor loss;                   // () mean cross-entropy over label tokens that are not -100
+  torch::Tensor logits;                 // (B, T, V)
+  torch::Tensor encoder_hidden_state;   // (B, S, D)
+};
+
+class Seq2SeqLMImpl : public torch::nn::Module {
+ public:
+  explicit Seq2SeqLMImpl(ModelConfig config);
+
+  const ModelConfig& config() const { return config_; }
+
+  // input_ids (B, S), attention_mask (B, S) -> encoder states (B, S, D)
+  torch::Tensor encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask);
+  // decoder_input_ids (B, T) -> decoder states (B, T, D) after the final LayerNorm.
+  torch::Tensor decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
+                       const torch::Tensor& attention_mask, DecoderCache* cache = nullptr);
+  // decoder states (B, T, D) -> logits (B, T, V): the tied (or separate) LM head plus final_logits_bias.
+  torch::Tensor lm_logits(const torch::Tensor& decoder_hidden);
+  // Full pass with teacher forcing: decoder inputs are labels shifted right (HF shift_tokens_right).
+  Seq2SeqOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                        const torch::Tensor& labels);
+
+  // labels (B, T) -> decoder inputs (B, T): decoder_start_token_id first, -100 replaced by pad.
+  torch::Tensor shift_tokens_right(const torch::Tensor& labels) const;
+  // A cache sized for this decoder.
+  DecoderCache new_cache() const;
+  // The LM head's weight: model.shared.weight when tied.
+  torch::Tensor lm_head_weight() const;
+
+  Seq2SeqModel model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // registered only when tie_word_embeddings is false
+  torch::Tensor final_logits_bias;     // buffer (1, V), as in HF
+
+ private:
+  ModelConfig config_;
+};
+TORCH_MODULE(Seq2SeqLM);
+
+// Mean cross-entropy of logits (B, T, V) against labels (B, T), ignoring -100.
+torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// HF's _init_weights for these models: normal(0, init_std) for Linear and Embedding weights, zero biases and the
+// padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero. Deterministic in `seed`.
+void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed);
+
+// Names of the tensors the optimizer updates (parameters), in registration order.
+std::vector<std::string> trainable_parameter_names(Seq2SeqLMImpl& model);
+
+}  // namespace fitsum::model

@@ -1,0 +1,166 @@
+// Implements include/fitsum/io/hf_config.h. Defaults are those of transformers' PegasusConfig, so a config.json
+// that omits a field means what it means to HF.
+#include "fitsum/io/hf_config.h"
+
+#include <stdexcept>
+
+#include "fitsum/util/files.h"
+
+namespace fitsum::io {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+T field(const json& j, const char* name, T fallback, const std::string& source) {
+  const auto it = j.find(name);
+  if (it == j.end() || it->is_null()) {
+    return fallback;
+  }
+  try {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!it->is_boolean()) throw std::invalid_argument("expected true or false");
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      if (!it->is_number()) throw std::invalid_argument("expected a number");
+      if constexpr (std::is_integral_v<T>) {
+        if (!it->is_number_integer()) throw std::invalid_argument("expected an integer");
+      }
+    } else {
+      if (!it->is_string()) throw std::invalid_argument("expected a string");
+    }
+    return it->get<T>();
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(source + ": config field '" + name + "' has value " + it->dump() + ": " + e.what());
+  }
+}
+
+// eos_token_id may be a list in newer configs; the first entry is the one generation stops on.
+std::int64_t token_field(const json& j, const char* name, std::int64_t fallback, const std::string& source) {
+  const auto it = j.find(name);
+  if (it != j.end() && it->is_array()) {
+    if (it->empty() || !(*it)[0].is_number_integer()) {
+      throw std::invalid_argument(source + ": config field '" + name + "' must be an integer or a list of integers");
+    }
+    return (*it)[0].get<std::int64_t>();
+  }
+  return field<std::int64_t>(j, name, fallback, source);
+}
+
+}  // namespace
+
+model::ModelConfig model_config_from_hf(const json& j, const std::string& source) {
+  if (!j.is_object()) {
+    throw std::invalid_argument(source + ": a model config must be a JSON object");
+  }
+  const std::string model_type = field<std::string>(j, "model_type", "", source);
+  if (model_type != "pegasus") {
+    throw std::invalid_argument(source + ": config field 'model_type' is '" + model_type +
+                                "'; fitsum supports 'pegasus' (BART and T5 are planned)");
+  }
+  model::ModelConfig c;
+  c.model_type = model_type;
+  // PegasusConfig defaults.
+  c.vocab_size = field<std::int64_t>(j, "vocab_size", 50265, source);
+  c.d_model = field<std::int64_t>(j, "d_model", 1024, source);
+  c.encoder_layers = field<std::int64_t>(j, "encoder_layers", 12, source);
+  c.decoder_layers = field<std::int64_t>(j, "decoder_layers", 12, source);
+  c.encoder_attention_heads = field<std::int64_t>(j, "encoder_attention_heads", 16, source);
+  c.decoder_attention_heads = field<std::int64_t>(j, "decoder_attention_heads", 16, source);
+  c.encoder_ffn_dim = field<std::int64_t>(j, "encoder_ffn_dim", 4096, source);
+  c.decoder_ffn_dim = field<std::int64_t>(j, "decoder_ffn_dim", 4096, source);
+  c.max_position_embeddings = field<std::int64_t>(j, "max_position_embeddings", 1024, source);
+  c.activation_function = model::activation_from_string(field<std::string>(j, "activation_function", "gelu", source));
+  c.dropout = field<double>(j, "dropout", 0.1, source);
+  c.attention_dropout = field<double>(j, "attention_dropout", 0.0, source);
+  c.activation_dropout = field<double>(j, "activation_dropout", 0.0, source);
+  c.init_std = field<double>(j, "init_std", 0.02, source);
+  c.scale_embedding = field<bool>(j, "scale_embedding", false, source);
+  c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", true, source);
+  c.pad_token_id = token_field(j, "pad_token_id", 0, source);
+  c.eos_token_id = token_field(j, "eos_token_id", 1, source);
+  c.bos_token_id = token_field(j, "bos_token_id", 0, source);
+  c.decoder_start_token_id = token_field(j, "decoder_start_token_id", 0, source);
+  c.forced_eos_token_id = token_field(j, "forced_eos_token_id", 1, source);
+  c.embedding_padding_idx = c.pad_token_id;
+
+  // What HF's PEGASUS always is, whatever the legacy fields (normalize_before, static_position_embeddings,
+  // add_final_layer_norm) say: those are ignored by PegasusModel, so they are ignored here too.
+  c.normalize_before = true;
+  c.final_layer_norm = true;
+  c.layernorm_embedding = false;
+  c.position_embedding = model::PositionEmbedding::sinusoidal;
+
+  // Training-time features HF has and fitsum does not (yet): refuse rather than silently differ.
+  for (const char* name : {"encoder_layerdrop", "decoder_layerdrop"}) {
+    if (field<double>(j, name, 0.0, source) != 0.0) {
+      throw std::invalid_argument(source + ": config field '" + name +
+                                  "' is not 0; fitsum does not implement LayerDrop (set it to 0.0)");
+    }
+  }
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  }
+  return c;
+}
+
+model::ModelConfig read_model_config(const std::filesystem::path& path) {
+  const auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
+  if (!std::filesystem::exists(file)) {
+    throw std::runtime_error("no config.json in '" + path.string() +
+                             "': pass a Hugging Face model folder (config.json plus weights)");
+  }
+  return model_config_from_hf(util::read_json_file(file), file.string());
+}
+
+json model_config_to_hf(const model::ModelConfig& c, const json& original) {
+  json j = original.is_object() ? original : json::object();
+  j["model_type"] = c.model_type;
+  if (!j.contains("architectures")) {
+    j["architectures"] = json::array({"PegasusForConditionalGeneration"});
+  }
+  j["vocab_size"] = c.vocab_size;
+  j["d_model"] = c.d_model;
+  j["encoder_layers"] = c.encoder_layers;
+  j["decoder_layers"] = c.decoder_layers;
+  j["num_hidden_layers"] = c.encoder_layers;
+  j["encoder_attention_heads"] = c.encoder_attention_heads;
+  j["decoder_attention_heads"] = c.decoder_attention_heads;
+  j["encoder_ffn_dim"] = c.encoder_ffn_dim;
+  j["decoder_ffn_dim"] = c.decoder_ffn_dim;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["activation_function"] = model::to_string(c.activation_function);
+  j["dropout"] = c.dropout;
+  j["attention_dropout"] = c.attention_dropout;
+  j["activation_dropout"] = c.activation_dropout;
+  j["init_std"] = c.init_std;
+  j["scale_embedding"] = c.scale_embedding;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["pad_token_id"] = c.pad_token_id;
+  j["eos_token_id"] = c.eos_token_id;
+  j["bos_token_id"] = c.bos_token_id;
+  j["decoder_start_token_id"] = c.decoder_start_token_id;
+  if (c.forced_eos_token_id >= 0) {
+    j["forced_eos_token_id"] = c.forced_eos_token_id;
+  }
+  j["is_encoder_decoder"] = true;
+  return j;
+}
+
+json generation_config_from_hf(const json& config_json) {
+  json g = json::object();
+  g["_from_model_config"] = true;
+  for (const char* key : {"bos_token_id", "decoder_start_token_id", "eos_token_id", "forced_eos_token_id",
+                          "pad_token_id", "length_penalty", "max_length", "min_length", "num_beams",
+                          "no_repeat_ngram_size", "early_stopping"}) {
+    const auto it = config_json.find(key);
+    if (it != config_json.end() && !it->is_null()) {
+      g[key] = *it;
+    }
+  }
+  return g;
+}
+
+}  // namespace fitsum::io

@@ -1,0 +1,140 @@
+// Implements include/fitsum/model/config.h: validation and parameter arithmetic.
+#include "fitsum/model/config.h"
+
+#include <stdexcept>
+
+namespace fitsum::model {
+
+namespace {
+
+void require_positive(std::int64_t value, const char* field) {
+  if (value <= 0) {
+    throw std::invalid_argument(std::string("config field '") + field + "' must be positive, found " +
+                                std::to_string(value));
+  }
+}
+
+void require_probability(double value, const char* field) {
+  if (!(value >= 0.0 && value < 1.0)) {
+    throw std::invalid_argument(std::string("config field '") + field + "' must be in [0, 1), found " +
+                                std::to_string(value));
+  }
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  require_positive(vocab_size, "vocab_size");
+  require_positive(d_model, "d_model");
+  require_positive(encoder_layers, "encoder_layers");
+  require_positive(decoder_layers, "decoder_layers");
+  require_positive(encoder_attention_heads, "encoder_attention_heads");
+  require_positive(decoder_attention_heads, "decoder_attention_heads");
+  require_positive(encoder_ffn_dim, "encoder_ffn_dim");
+  require_positive(decoder_ffn_dim, "decoder_ffn_dim");
+  require_positive(max_position_embeddings, "max_position_embeddings");
+  if (d_model % encoder_attention_heads != 0) {
+    throw std::invalid_argument("config field 'd_model' (" + std::to_string(d_model) +
+                                ") must be divisible by 'encoder_attention_heads' (" +
+                                std::to_string(encoder_attention_heads) + ")");
+  }
+  if (d_model % decoder_attention_heads != 0) {
+    throw std::invalid_argument("config field 'd_model' (" + std::to_string(d_model) +
+                                ") must be divisible by 'decoder_attention_heads' (" +
+                                std::to_string(decoder_attention_heads) + ")");
+  }
+  require_probability(dropout, "dropout");
+  require_probability(attention_dropout, "attention_dropout");
+  require_probability(activation_dropout, "activation_dropout");
+  const auto check_token = [&](std::int64_t id, const char* field, bool optional) {
+    if ((optional && id == -1)) {
+      return;
+    }
+    if (id < 0 || id >= vocab_size) {
+      throw std::invalid_argument(std::string("config field '") + field + "' (" + std::to_string(id) +
+                                  ") is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+    }
+  };
+  check_token(pad_token_id, "pad_token_id", false);
+  check_token(eos_token_id, "eos_token_id", false);
+  check_token(decoder_start_token_id, "decoder_start_token_id", false);
+  check_token(forced_eos_token_id, "forced_eos_token_id", true);
+  if (!(layer_norm_eps > 0.0)) {
+    throw std::invalid_argument("config field 'layer_norm_eps' must be positive");
+  }
+}
+
+const char* to_string(Activation activation) {
+  switch (activation) {
+    case Activation::relu:
+      return "relu";
+    case Activation::gelu:
+      return "gelu";
+    case Activation::gelu_new:
+      return "gelu_new";
+    case Activation::silu:
+      return "silu";
+  }
+  return "?";
+}
+
+Activation activation_from_string(const std::string& name) {
+  if (name == "relu") return Activation::relu;
+  if (name == "gelu") return Activation::gelu;
+  if (name == "gelu_new" || name == "gelu_pytorch_tanh") return Activation::gelu_new;
+  if (name == "silu" || name == "swish") return Activation::silu;
+  throw std::invalid_argument("config field 'activation_function' is '" + name +
+                              "', which fitsum does not support (supported: relu, gelu, gelu_new, silu)");
+}
+
+ParameterCounts count_parameters(const ModelConfig& c) {
+  ParameterCounts counts;
+  const std::int64_t d = c.d_model;
+  const auto add_matrix = [&](std::int64_t rows, std::int64_t cols) {
+    counts.trainable += rows * cols;
+    counts.matrix_elements += rows * cols;
+    counts.matrix_rows_plus_cols += rows + cols;
+  };
+  const auto add_vector = [&](std::int64_t n) {
+    counts.trainable += n;
+    counts.vector_elements += n;
+  };
+  const auto add_linear = [&](std::int64_t out, std::int64_t in) {
+    add_matrix(out, in);
+    add_vector(out);
+  };
+  const auto add_layer_norm = [&]() {
+    add_vector(d);
+    add_vector(d);
+  };
+  const auto add_attention = [&]() {
+    for (int i = 0; i < 4; ++i) add_linear(d, d);
+    add_layer_norm();
+  };
+
+  add_matrix(c.vocab_size, d);  // model.shared
+  if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);  // lm_head
+  counts.frozen += c.vocab_size;  // final_logits_bias
+  for (int side = 0; side < 2; ++side) {
+    const bool decoder = side == 1;
+    const std::int64_t layers = decoder ? c.decoder_layers : c.encoder_layers;
+    const std::int64_t ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
+    if (c.position_embedding == PositionEmbedding::sinusoidal) {
+      counts.frozen += c.max_position_embeddings * d;
+    } else {
+      add_matrix(c.max_position_embeddings + c.learned_position_offset, d);
+    }
+    if (c.layernorm_embedding) add_layer_norm();
+    for (std::int64_t i = 0; i < layers; ++i) {
+      add_attention();                 // self_attn + self_attn_layer_norm
+      if (decoder) add_attention();    // encoder_attn + encoder_attn_layer_norm
+      add_linear(ffn, d);              // fc1
+      add_linear(d, ffn);              // fc2
+      add_layer_norm();                // final_layer_norm
+    }
+    if (c.final_layer_norm) add_layer_norm();
+  }
+  return counts;
+}
+
+}  // namespace fitsum::model

@@ -1,0 +1,448 @@
+// Implements include/fitsum/model/seq2seq.h. Each block mirrors the HF module named in its comment
+// (transformers/models/pegasus/modeling_pegasus.py; BART's post-LayerNorm variant through normalize_before).
+#include "fitsum/model/seq2seq.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+#include "fitsum/util/torch_compat.h"
+
+namespace fitsum::model {
+
+namespace F = torch::nn::functional;
+
+torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
+  TORCH_CHECK(attention_mask.dim() == 2, "attention_mask must be (batch, length), got ", attention_mask.sizes());
+  const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+  // (B, S) -> (B, 1, 1, S): 0 where attending is allowed, the lowest finite value where the key is padding.
+  auto allowed = attention_mask.to(dtype).unsqueeze(1).unsqueeze(2);
+  return (1.0 - allowed) * lowest;
+}
+
+torch::Tensor causal_mask(std::int64_t query_length, std::int64_t past_length, torch::ScalarType dtype,
+                          torch::Device device) {
+  const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
+  // Key j is hidden from query i when j > past_length + i.   (T, past + T)
+  auto mask = torch::full({query_length, past_length + query_length}, lowest, options);
+  mask = torch::triu(mask, past_length + 1);
+  return mask.unsqueeze(0).unsqueeze(0);
+}
+
+torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim) {
+  // Double precision as HF's numpy code, then float32.
+  auto table = torch::empty({positions, dim}, torch::kFloat64);
+  auto t = table.accessor<double, 2>();
+  const std::int64_t half = dim % 2 == 0 ? dim / 2 : dim / 2 + 1;
+  for (std::int64_t pos = 0; pos < positions; ++pos) {
+    for (std::int64_t j = 0; j < dim; ++j) {
+      const double angle = static_cast<double>(pos) / std::pow(10000.0, 2.0 * static_cast<double>(j / 2) / dim);
+      // Even features (sin) fill the first half, odd features (cos) the second.
+      if (j % 2 == 0) {
+        t[pos][j / 2] = std::sin(angle);
+      } else {
+        t[pos][half + j / 2] = std::cos(angle);
+      }
+    }
+  }
+  return table.to(torch::kFloat32);
+}
+
+void DecoderCache::select(const torch::Tensor& index) {
+  for (auto* caches : {&self_attention, &cross_attention}) {
+    for (auto& cache : *caches) {
+      if (!cache.empty()) {
+        cache.key = cache.key.index_select(0, index);
+        cache.value = cache.value.index_select(0, index);
+      }
+    }
+  }
+}
+
+// ---- Attention (HF PegasusAttention) ----
+
+AttentionImpl::AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout)
+    : heads_(heads), head_dim_(d_model / heads), scaling_(std::pow(static_cast<double>(d_model / heads), -0.5)),
+      dropout_(dropout) {
+  k_proj = register_module("k_proj", torch::nn::Linear(d_model, d_model));
+  v_proj = register_module("v_proj", torch::nn::Linear(d_model, d_model));
+  q_proj = register_module("q_proj", torch::nn::Linear(d_model, d_model));
+  out_proj = register_module("out_proj", torch::nn::Linear(d_model, d_model));
+}
+
+torch::Tensor AttentionImpl::split_heads(const torch::Tensor& x) const {
+  // (B, T, D) -> (B, heads, T, head_dim)
+  return x.view({x.size(0), x.size(1), heads_, head_dim_}).transpose(1, 2);
+}
+
+torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor& key, const torch::Tensor& value,
+                                    const torch::Tensor& mask) {
+  const auto batch = x.size(0);
+  const auto length = x.size(1);
+  // HF scales the projected queries (bias included) before the product.
+  auto query = split_heads(q_proj->forward(x) * scaling_);  // (B, H, T, hd)
+  torch::Tensor context;
+#if FITSUM_HAS_SDPA
+  context = at::scaled_dot_product_attention(query, key, value, mask.defined() ? c10::optional<at::Tensor>(mask)
+                                                                              : c10::nullopt,
+                                             is_training() ? dropout_ : 0.0, /*is_causal=*/false, /*scale=*/1.0);
+#else
+  auto scores = torch::matmul(query, key.transpose(-1, -2));  // (B, H, T, S)
+  if (mask.defined()) {
+    scores = scores + mask;
+  }
+  auto probs = torch::softmax(scores, -1);
+  probs = torch::dropout(probs, dropout_, is_training());
+  context = torch::matmul(probs, value);  // (B, H, T, hd)
+#endif
+  context = context.transpose(1, 2).reshape({batch, length, heads_ * head_dim_});  // (B, T, D)
+  return out_proj->forward(context);
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask) {
+  return attend(x, split_heads(k_proj->forward(kv)), split_heads(v_proj->forward(kv)), mask);
+}
+
+torch::Tensor AttentionImpl::forward_self_cached(const torch::Tensor& x, const torch::Tensor& mask,
+                                                 AttentionCache& cache) {
+  auto key = split_heads(k_proj->forward(x));
+  auto value = split_heads(v_proj->forward(x));
+  if (!cache.empty()) {
+    key = torch::cat({cache.key, key}, 2);
+    value = torch::cat({cache.value, value}, 2);
+  }
+  cache.key = key;
+  cache.value = value;
+  return attend(x, key, value, mask);
+}
+
+torch::Tensor AttentionImpl::forward_cross_cached(const torch::Tensor& x, const torch::Tensor& kv,
+                                                  const torch::Tensor& mask, AttentionCache& cache) {
+  if (cache.empty()) {
+    cache.key = split_heads(k_proj->forward(kv));
+    cache.value = split_heads(v_proj->forward(kv));
+  }
+  return attend(x, cache.key, cache.value, mask);
+}
+
+// ---- Layers (HF PegasusEncoderLayer / PegasusDecoderLayer) ----
+
+namespace {
+
+LayerSettings layer_settings(const ModelConfig& c) {
+  LayerSettings s;
+  s.activation = c.activation_function;
+  s.dropout = c.dropout;
+  s.activation_dropout = c.activation_dropout;
+  s.normalize_before = c.normalize_before;
+  return s;
+}
+
+torch::nn::LayerNorm make_layer_norm(const ModelConfig& c) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
+}
+
+torch::Tensor activate(const torch::Tensor& x, Activation activation) {
+  switch (activation) {
+    case Activation::relu:
+      return torch::relu(x);
+    case Activation::gelu:
+      return torch::gelu(x);
+    case Activation::gelu_new:
+      return torch::gelu(x, "tanh");
+    case Activation::silu:
+      return torch::silu(x);
+  }
+  return x;
+}
+
+// residual + dropout(block(norm(x))) for pre-LN; norm(residual + dropout(block(x))) for post-LN.
+template <typename Block>
+torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
+                             bool training, Block&& block) {
+  if (s.normalize_before) {
+    return hidden + torch::dropout(block(norm->forward(hidden)), s.dropout, training);
+  }
+  return norm->forward(hidden + torch::dropout(block(hidden), s.dropout, training));
+}
+
+torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
+                           const LayerSettings& s, bool training) {
+  auto h = activate(fc1->forward(x), s.activation);  // (B, T, ffn)
+  h = torch::dropout(h, s.activation_dropout, training);
+  return fc2->forward(h);  // (B, T, D)
+}
+
+}  // namespace
+
+EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c) : settings_(layer_settings(c)) {
+  self_attn = register_module("self_attn", Attention(c.d_model, c.encoder_attention_heads, c.attention_dropout));
+  self_attn_layer_norm = register_module("self_attn_layer_norm", make_layer_norm(c));
+  fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.encoder_ffn_dim));
+  fc2 = register_module("fc2", torch::nn::Linear(c.encoder_ffn_dim, c.d_model));
+  final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
+}
+
+torch::Tensor EncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
+  const bool training = is_training();
+  auto h = residual_block(hidden, self_attn_layer_norm, settings_, training,
+                          [&](const torch::Tensor& x) { return self_attn->forward(x, x, mask); });
+  return residual_block(h, final_layer_norm, settings_, training,
+                        [&](const torch::Tensor& x) { return feed_forward(x, fc1, fc2, settings_, training); });
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) : settings_(layer_settings(c)) {
+  self_attn = register_module("self_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
+  self_attn_layer_norm = register_module("self_attn_layer_norm", make_layer_norm(c));
+  encoder_attn =
+      register_module("encoder_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
+  encoder_attn_layer_norm = register_module("encoder_attn_layer_norm", make_layer_norm(c));
+  fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.decoder_ffn_dim));
+  fc2 = register_module("fc2", torch::nn::Linear(c.decoder_ffn_dim, c.d_model));
+  final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                                        const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                                        AttentionCache* self_cache, AttentionCache* cross_cache) {
+  const bool training = is_training();
+  auto h = residual_block(hidden, self_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
+    return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache)
+                      : self_attn->forward(x, x, self_mask);
+  });
+  h = residual_block(h, encoder_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
+    return cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
+                       : encoder_attn->forward(x, encoder_hidden, cross_mask);
+  });
+  return residual_block(h, final_layer_norm, settings_, training,
+                        [&](const torch::Tensor& x) { return feed_forward(x, fc1, fc2, settings_, training); });
+}
+
+// ---- Position embeddings (HF PegasusSinusoidalPositionalEmbedding / BartLearnedPositionalEmbedding) ----
+
+PositionalEmbeddingImpl::PositionalEmbeddingImpl(const ModelConfig& c) : max_positions_(c.max_position_embeddings) {
+  if (c.position_embedding == PositionEmbedding::sinusoidal) {
+    offset_ = 0;
+    weight = register_buffer("weight", sinusoidal_table(c.max_position_embeddings, c.d_model));
+  } else {
+    offset_ = c.learned_position_offset;
+    weight = register_parameter("weight", torch::zeros({c.max_position_embeddings + offset_, c.d_model}));
+  }
+}
+
+torch::Tensor PositionalEmbeddingImpl::forward(std::int64_t length, std::int64_t past_length) {
+  TORCH_CHECK(past_length + length <= max_positions_, "sequence of ", past_length + length,
+              " positions is longer than max_position_embeddings (", max_positions_,
+              "); truncate the input (e.g. --max_source_length / --max_target_length)");
+  return weight.narrow(0, past_length + offset_, length);  // (T, D)
+}
+
+// ---- Stacks (HF PegasusEncoder / PegasusDecoder) ----
+
+namespace {
+
+torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tensor& ids, std::int64_t padding_idx) {
+  return torch::embedding(table->weight, ids, padding_idx);  // (B, T, D)
+}
+
+}  // namespace
+
+EncoderImpl::EncoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
+    : embed_tokens_(std::move(shared)),
+      embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
+      dropout_(c.dropout),
+      padding_idx_(c.embedding_padding_idx) {
+  embed_positions = register_module("embed_positions", PositionalEmbedding(c));
+  if (c.layernorm_embedding) {
+    layernorm_embedding = register_module("layernorm_embedding", make_layer_norm(c));
+  }
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.encoder_layers; ++i) {
+    layers->push_back(EncoderLayer(c));
+  }
+  if (c.final_layer_norm) {
+    layer_norm = register_module("layer_norm", make_layer_norm(c));
+  }
+}
+
+torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& mask) {
+  auto h = embed_tokens(embed_tokens_, input_ids, padding_idx_) * embed_scale_;  // (B, S, D)
+  h = h + embed_positions->forward(input_ids.size(1));
+  if (!layernorm_embedding.is_empty()) {
+    h = layernorm_embedding->forward(h);
+  }
+  h = torch::dropout(h, dropout_, is_training());
+  for (const auto& layer : *layers) {
+    h = layer->as<EncoderLayer>()->forward(h, mask);
+  }
+  if (!layer_norm.is_empty()) {
+    h = layer_norm->forward(h);
+  }
+  return h;
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
+    : embed_tokens_(std::move(shared)),
+      embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
+      dropout_(c.dropout),
+      padding_idx_(c.embedding_padding_idx) {
+  embed_positions = register_module("embed_positions", PositionalEmbedding(c));
+  if (c.layernorm_embedding) {
+    layernorm_embedding = register_module("layernorm_embedding", make_layer_norm(c));
+  }
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.decoder_layers; ++i) {
+    layers->push_back(DecoderLayer(c));
+  }
+  if (c.final_layer_norm) {
+    layer_norm = register_module("layer_norm", make_layer_norm(c));
+  }
+}
+
+torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
+                                   const torch::Tensor& cross_mask, DecoderCache* cache) {
+  const auto length = decoder_input_ids.size(1);
+  const std::int64_t past = cache ? cache->length : 0;
+  auto h = embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_) * embed_scale_;  // (B, T, D)
+  h = h + embed_positions->forward(length, past);
+  if (!layernorm_embedding.is_empty()) {
+    h = layernorm_embedding->forward(h);
+  }
+  h = torch::dropout(h, dropout_, is_training());
+  // A single new position may see every cached one: no mask needed.
+  torch::Tensor self_mask;
+  if (length > 1) {
+    self_mask = causal_mask(length, past, h.scalar_type(), h.device());
+  }
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    auto layer = layers[i]->as<DecoderLayer>();
+    if (cache) {
+      h = layer->forward(h, self_mask, encoder_hidden, cross_mask, &cache->self_attention[i],
+                         &cache->cross_attention[i]);
+    } else {
+      h = layer->forward(h, self_mask, encoder_hidden, cross_mask);
+    }
+  }
+  if (cache) {
+    cache->length += length;
+  }
+  if (!layer_norm.is_empty()) {
+    h = layer_norm->forward(h);
+  }
+  return h;
+}
+
+Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
+  shared = register_module("shared", torch::nn::Embedding(c.vocab_size, c.d_model));
+  encoder = register_module("encoder", Encoder(c, shared));
+  decoder = register_module("decoder", Decoder(c, shared));
+}
+
+// ---- The conditional-generation model (HF PegasusForConditionalGeneration) ----
+
+Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
+  config_.validate();
+  model = register_module("model", Seq2SeqModel(config_));
+  if (!config_.tie_word_embeddings) {
+    lm_head = register_module("lm_head",
+                              torch::nn::Linear(torch::nn::LinearOptions(config_.d_model, config_.vocab_size).bias(false)));
+  }
+  final_logits_bias = register_buffer("final_logits_bias", torch::zeros({1, config_.vocab_size}));
+}
+
+torch::Tensor Seq2SeqLMImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
+  auto mask = padding_mask(attention_mask, model->shared->weight.scalar_type());
+  return model->encoder->forward(input_ids, mask);
+}
+
+torch::Tensor Seq2SeqLMImpl::decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
+                                    const torch::Tensor& attention_mask, DecoderCache* cache) {
+  auto mask = padding_mask(attention_mask, encoder_hidden.scalar_type());
+  return model->decoder->forward(decoder_input_ids, encoder_hidden, mask, cache);
+}
+
+torch::Tensor Seq2SeqLMImpl::lm_head_weight() const {
+  return config_.tie_word_embeddings ? model->shared->weight : lm_head->weight;
+}
+
+torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
+  // (B, T, D) x (V, D)^T + (1, V) -> (B, T, V)
+  return torch::linear(decoder_hidden, lm_head_weight()) + final_logits_bias;
+}
+
+torch::Tensor Seq2SeqLMImpl::shift_tokens_right(const torch::Tensor& labels) const {
+  auto shifted = torch::empty_like(labels);
+  shifted.narrow(1, 1, labels.size(1) - 1).copy_(labels.narrow(1, 0, labels.size(1) - 1));
+  shifted.select(1, 0).fill_(config_.decoder_start_token_id);
+  return shifted.masked_fill_(shifted == -100, config_.pad_token_id);
+}
+
+Seq2SeqOutput Seq2SeqLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                                     const torch::Tensor& labels) {
+  Seq2SeqOutput out;
+  out.encoder_hidden_state = encode(input_ids, attention_mask);
+  auto hidden = decode(shift_tokens_right(labels), out.encoder_hidden_state, attention_mask);
+  out.logits = lm_logits(hidden);
+  out.loss = label_cross_entropy(out.logits, labels);
+  return out;
+}
+
+DecoderCache Seq2SeqLMImpl::new_cache() const {
+  DecoderCache cache;
+  cache.self_attention.resize(config_.decoder_layers);
+  cache.cross_attention.resize(config_.decoder_layers);
+  return cache;
+}
+
+torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) {
+  const auto vocab = logits.size(-1);
+  return F::cross_entropy(logits.reshape({-1, vocab}), labels.reshape({-1}),
+                          F::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std = model.config().init_std;
+  for (auto& item : model.named_parameters()) {
+    const auto& name = item.key();
+    auto& p = item.value();
+    const bool is_norm = name.find("layer_norm") != std::string::npos ||
+                         name.find("layernorm_embedding") != std::string::npos;
+    if (is_norm) {
+      if (name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
+        p.fill_(1.0);
+      } else {
+        p.zero_();
+      }
+    } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      p.zero_();
+    } else {
+      // Drawn on the CPU with a private generator, so the result does not depend on the device.
+      auto values = torch::empty(p.sizes(), torch::kFloat32);
+      values.normal_(0.0, std, generator);
+      p.copy_(values);
+    }
+  }
+  const auto pad = model.config().embedding_padding_idx;
+  if (pad >= 0) {
+    model.model->shared->weight[pad].zero_();
+  }
+  model.final_logits_bias.zero_();
+}
+
+std::vector<std::string> trainable_parameter_names(Seq2SeqLMImpl& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().requires_grad()) {
+      names.push_back(item.key());
+    }
+  }
+  return names;
+}
+
+}  // namespace fitsum::model

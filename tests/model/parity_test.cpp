@@ -1,0 +1,120 @@
+// The model against the reference fixtures: loss, logits, encoder states and gradients, within the tolerances of
+// ../shared/fixtures/README.md.
+#include <gtest/gtest.h>
+
+#include "fixture_support.h"
+#include "test_support.h"
+
+namespace fitsum::test {
+namespace {
+
+struct Case {
+  std::string name;
+  std::filesystem::path dir;
+};
+
+class Parity : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::filesystem::path dir() const {
+    return GetParam() == "tiny-pegasus" ? shared_dir() / "fixtures" / "tiny-pegasus"
+                                        : source_dir() / "tests" / "data" / "fixtures" / GetParam();
+  }
+  std::filesystem::path hf_padding_file() const {
+    return source_dir() / "tests" / "data" / "fixtures" / GetParam() / "hf_padding.json";
+  }
+};
+
+TEST_P(Parity, DecoderInputsAreLabelsShiftedRight) {
+  FITSUM_REQUIRE_SHARED();
+  const auto c = util::read_json_file(dir() / "case.json");
+  auto model = load_fixture_model(dir(), true);
+  auto shifted = model->shift_tokens_right(long_tensor(c["labels"]));
+  EXPECT_TRUE(torch::equal(shifted, long_tensor(c["decoder_input_ids"])));
+}
+
+TEST_P(Parity, ForwardMatchesReference) {
+  FITSUM_REQUIRE_SHARED();
+  const auto c = util::read_json_file(dir() / "case.json");
+  auto model = load_fixture_model(dir(), true);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto out = model->forward(long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), long_tensor(c["labels"]));
+  const double loss = c["loss"].get<double>();
+  EXPECT_NEAR(out.loss.item<double>(), loss, 1e-5 * std::abs(loss));
+  const auto shape = c["logits"]["shape"].get<std::vector<std::int64_t>>();
+  EXPECT_EQ(out.logits.sizes().vec(), shape);
+  expect_samples_near(out.logits, c["logits"], 1e-4, "logits");
+  expect_samples_near(out.encoder_hidden_state, c["encoder_last_hidden_state"], 1e-4, "encoder_last_hidden_state");
+  EXPECT_NEAR(out.logits.to(torch::kDouble).sum().item<double>(), c["logits"]["sum"].get<double>(), 1e-3);
+}
+
+TEST_P(Parity, GradientsMatchReference) {
+  FITSUM_REQUIRE_SHARED();
+  const auto c = util::read_json_file(dir() / "case.json");
+  auto model = load_fixture_model(dir(), true);
+  model->train();  // the fixtures have every dropout at 0
+  auto out = model->forward(long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), long_tensor(c["labels"]));
+  out.loss.backward();
+  auto params = model->named_parameters();
+  for (const auto& item : c["grads"].items()) {
+    const auto& grad = params[item.key()].grad();
+    ASSERT_TRUE(grad.defined()) << item.key();
+    expect_samples_near(grad, item.value(), rms_tolerance(item.value(), grad.numel()), "grad of " + item.key());
+  }
+  double sum_sq = 0.0;
+  for (const auto& p : model->parameters()) {
+    if (p.grad().defined()) sum_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  const double expected = c["grad_global_l2"].get<double>();
+  EXPECT_NEAR(std::sqrt(sum_sq), expected, 1e-5 * expected);
+}
+
+TEST_P(Parity, GradientsWithHuggingFacePaddingIdx) {
+  FITSUM_REQUIRE_SHARED();
+  const auto c = util::read_json_file(dir() / "case.json");
+  const auto hf = util::read_json_file(hf_padding_file());
+  auto model = load_fixture_model(dir(), false);
+  ASSERT_EQ(model->config().embedding_padding_idx, model->config().pad_token_id);
+  auto out = model->forward(long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), long_tensor(c["labels"]));
+  EXPECT_NEAR(out.loss.item<double>(), hf["loss"].get<double>(), 1e-5 * hf["loss"].get<double>());
+  out.loss.backward();
+  auto params = model->named_parameters();
+  for (const auto& item : hf["grads"].items()) {
+    const auto& grad = params[item.key()].grad();
+    expect_samples_near(grad, item.value(), rms_tolerance(item.value(), grad.numel()), "grad of " + item.key());
+  }
+  double sum_sq = 0.0;
+  for (const auto& p : model->parameters()) {
+    if (p.grad().defined()) sum_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  const double expected = hf["grad_global_l2"].get<double>();
+  EXPECT_NEAR(std::sqrt(sum_sq), expected, 1e-5 * expected);
+}
+
+TEST_P(Parity, CachedDecodingEqualsFullDecoding) {
+  FITSUM_REQUIRE_SHARED();
+  const auto c = util::read_json_file(dir() / "case.json");
+  auto model = load_fixture_model(dir(), false);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto ids = long_tensor(c["input_ids"]);
+  auto mask = long_tensor(c["attention_mask"]);
+  auto decoder_ids = long_tensor(c["decoder_input_ids"]);
+  auto encoded = model->encode(ids, mask);
+  auto full = model->lm_logits(model->decode(decoder_ids, encoded, mask));  // (B, T, V)
+  auto cache = model->new_cache();
+  // First two positions at once, then one at a time.
+  std::vector<torch::Tensor> steps;
+  steps.push_back(model->lm_logits(model->decode(decoder_ids.narrow(1, 0, 2), encoded, mask, &cache)));
+  for (std::int64_t t = 2; t < decoder_ids.size(1); ++t) {
+    steps.push_back(model->lm_logits(model->decode(decoder_ids.narrow(1, t, 1), encoded, mask, &cache)));
+  }
+  auto incremental = torch::cat(steps, 1);
+  EXPECT_EQ(cache.length, decoder_ids.size(1));
+  EXPECT_LT((incremental - full).abs().max().item<double>(), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Values("tiny-pegasus", "odd-pegasus"));
+
+}  // namespace
+}  // namespace fitsum::test
