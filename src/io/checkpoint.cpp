@@ -241,10 +241,7 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
       continue;
     }
     if (info.shape != want) {
-      problems.push_back("tensor '" + info.name + "' has shape " + shape_text(info.shape) + " in " +
-                         fs::path(info.file).filename().string() + ", but config.json (vocab_size=" +
-                         std::to_string(c.vocab_size) + ", d_model=" + std::to_string(c.d_model) +
-                         ", max_position_embeddings=" + std::to_string(c.max_position_embeddings) + ") expects " +
+      problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected " +
                          shape_text(want));
       continue;
     }
@@ -277,7 +274,10 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
   if (!problems.empty()) {
     std::ostringstream message;
     message << "the weights in '" << folder.dir.string() << "' (" << folder.describe_weights()
-            << ") do not match its config.json: ";
+            << ") do not match its config.json (vocab_size=" << c.vocab_size << ", d_model=" << c.d_model
+            << ", encoder_layers=" << c.encoder_layers << ", decoder_layers=" << c.decoder_layers
+            << ", max_position_embeddings=" << c.max_position_embeddings << "): " << problems.size()
+            << (problems.size() == 1 ? " problem: " : " problems: ");
     const std::size_t shown = std::min<std::size_t>(problems.size(), 8);
     for (std::size_t i = 0; i < shown; ++i) message << (i ? "; " : "") << problems[i];
     if (problems.size() > shown) message << "; and " << problems.size() - shown << " more";

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 namespace fitsum::test {
 
@@ -24,6 +27,12 @@ struct CommandResult {
 };
 // Runs a shell command line and captures its output and exit status.
 CommandResult run_command(const std::string& command_line);
+
+// Writes bytes to a file, replacing it.
+void write_bytes(const fs::path& path, const std::string& bytes);
+
+// Rewrites a safetensors file's JSON header through `edit`, keeping the data area as it is (for corruption tests).
+void edit_safetensors_header(const fs::path& file, const std::function<void(nlohmann::json&)>& edit);
 
 }  // namespace fitsum::test
 

@@ -6,6 +6,6 @@
 
 namespace fitsum::cli {
 
-// (subcommands are declared here as they land)
+void add_info_command(CLI::App& app);
 
 }  // namespace fitsum::cli

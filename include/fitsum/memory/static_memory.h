@@ -1,0 +1,33 @@
+// The memory that training needs before any activation: weights, gradients and optimizer state, computed from
+// parameter counts alone. These are the first numbers of the out-of-memory story (a 568M-parameter PEGASUS needs
+// 9.1 GB for them with AdamW in fp32); the memory planner adds activations on top.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "fitsum/model/config.h"
+
+namespace fitsum::memory {
+
+enum class OptimizerKind { adamw, adafactor };
+enum class StorageDtype { fp32, bf16 };
+
+const char* to_string(OptimizerKind kind);
+const char* to_string(StorageDtype dtype);
+
+struct StaticMemory {
+  std::uint64_t weights = 0;          // trainable parameters plus stored buffers
+  std::uint64_t gradients = 0;        // one per trainable parameter
+  std::uint64_t optimizer_state = 0;
+  std::uint64_t total() const { return weights + gradients + optimizer_state; }
+};
+
+// `dtype` is how weights and gradients are stored. AdamW (torch.optim.AdamW) keeps exp_avg and exp_avg_sq in the
+// parameter dtype; HF's Adafactor (beta1=None, as optim="adafactor" sets) keeps a factored second moment
+// (rows + columns) for matrices and a full one for vectors, always in fp32 (it upcasts bf16 parameters).
+// Mixed precision with fp32 master weights (fitsum's --bf16) stores everything as fp32.
+StaticMemory static_training_memory(const model::ParameterCounts& counts, OptimizerKind optimizer,
+                                    StorageDtype dtype);
+
+}  // namespace fitsum::memory
