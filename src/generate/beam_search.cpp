@@ -130,8 +130,9 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
     apply_logits_processors(log_probs, sequences, options);
     const auto vocab = log_probs.size(1);
     const auto sources = static_cast<std::int64_t>(active.size());
-    // (A, beams * V): every continuation of every beam of a source, ranked together.
-    auto candidates = (log_probs + beam_scores.unsqueeze(1)).view({sources, beams * vocab});
+    // (A, beams * V): every continuation of every beam of a source, ranked together. In place: at PEGASUS's
+    // vocabulary each (R, V) temporary is megabytes, and log_probs is not needed afterwards.
+    auto candidates = log_probs.add_(beam_scores.unsqueeze(1)).view({sources, beams * vocab});
     auto [top_scores, top_ids] = torch::topk(candidates, 2 * beams, 1, /*largest=*/true, /*sorted=*/true);
     top_scores = top_scores.to(torch::kCPU);
     top_ids = top_ids.to(torch::kCPU);
