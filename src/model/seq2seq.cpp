@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -276,8 +277,14 @@ torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::
     h = layernorm_embedding->forward(h);
   }
   h = torch::dropout(h, dropout_, is_training());
-  for (const auto& layer : *layers) {
-    h = layer->as<EncoderLayer>()->forward(h, mask);
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    auto layer = layers[i]->as<EncoderLayer>();
+    if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
+      h = checkpoint([layer, mask](const TensorList& in) { return TensorList{layer->forward(in[0], mask)}; },
+                     {h})[0];
+    } else {
+      h = layer->forward(h, mask);
+    }
   }
   if (!layer_norm.is_empty()) {
     h = layer_norm->forward(h);
@@ -323,6 +330,13 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const
     if (cache) {
       h = layer->forward(h, self_mask, encoder_hidden, cross_mask, &cache->self_attention[i],
                          &cache->cross_attention[i]);
+    } else if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
+      // The encoder states are an input of the block: their gradient flows back through the recompute.
+      h = checkpoint(
+          [layer, self_mask, cross_mask](const TensorList& in) {
+            return TensorList{layer->forward(in[0], self_mask, in[1], cross_mask)};
+          },
+          {h, encoder_hidden})[0];
     } else {
       h = layer->forward(h, self_mask, encoder_hidden, cross_mask);
     }
@@ -389,6 +403,12 @@ Seq2SeqOutput Seq2SeqLMImpl::forward(const torch::Tensor& input_ids, const torch
   out.logits = lm_logits(hidden);
   out.loss = label_cross_entropy(out.logits, labels);
   return out;
+}
+
+void Seq2SeqLMImpl::set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers) {
+  TORCH_CHECK(encoder_layers >= 0 && decoder_layers >= 0, "checkpointed layer counts must not be negative");
+  model->encoder->set_checkpointed_layers(encoder_layers);
+  model->decoder->set_checkpointed_layers(decoder_layers);
 }
 
 DecoderCache Seq2SeqLMImpl::new_cache() const {

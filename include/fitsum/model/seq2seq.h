@@ -145,6 +145,8 @@ class EncoderImpl : public torch::nn::Module {
   EncoderImpl(const ModelConfig& config, torch::nn::Embedding shared);
   // input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
+  // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
+  void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -156,6 +158,7 @@ class EncoderImpl : public torch::nn::Module {
   double embed_scale_;
   double dropout_;
   std::int64_t padding_idx_;
+  std::int64_t checkpointed_layers_ = 0;
 };
 TORCH_MODULE(Encoder);
 
@@ -166,6 +169,7 @@ class DecoderImpl : public torch::nn::Module {
   // With a cache, decoder_input_ids hold only the new positions.
   torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                         const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
+  void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -177,6 +181,7 @@ class DecoderImpl : public torch::nn::Module {
   double embed_scale_;
   double dropout_;
   std::int64_t padding_idx_;
+  std::int64_t checkpointed_layers_ = 0;
 };
 TORCH_MODULE(Decoder);
 
@@ -217,6 +222,10 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   torch::Tensor shift_tokens_right(const torch::Tensor& labels) const;
   // A cache sized for this decoder.
   DecoderCache new_cache() const;
+  // Activation checkpointing (HF gradient_checkpointing): the first `encoder_layers` / `decoder_layers` layers of
+  // each stack recompute their activations in backward instead of keeping them. 0 turns it off; values beyond the
+  // stack's depth mean every layer.
+  void set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // The LM head's weight: model.shared.weight when tied.
   torch::Tensor lm_head_weight() const;
 
