@@ -21,6 +21,16 @@ constexpr LowercaseToAscii kLowercaseToAscii[] = {
 #include "rouge_lowercase_table.inc"
 };
 
+constexpr bool sorted_by_code_point() {
+  for (std::size_t i = 1; i < std::size(kLowercaseToAscii); ++i) {
+    if (!(kLowercaseToAscii[i - 1].code_point < kLowercaseToAscii[i].code_point)) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(sorted_by_code_point(), "the lowercase table is searched by bisection");
+
 constexpr char32_t kInvalid = 0xFFFFFFFF;
 
 // Decodes the UTF-8 sequence at text[pos], advancing pos; an invalid or truncated sequence consumes one byte and

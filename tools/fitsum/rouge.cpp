@@ -77,14 +77,12 @@ std::string bootstrap_table(const eval::RougeInterval& interval) {
   std::ostringstream out;
   out << "type        precision               recall                  fmeasure   (x100)\n";
   for (const eval::RougeType type : eval::kRougeTypes) {
-    out << padded(std::string(eval::rouge_type_name(type)), 12);
     const auto cell = [&](double eval::RougeScore::*measure) {
-      return padded(percent(interval.mid[type].*measure) + " [" + percent(interval.low[type].*measure) + ", " +
-                        percent(interval.high[type].*measure) + "]",
-                    24);
+      return percent(interval.mid[type].*measure) + " [" + percent(interval.low[type].*measure) + ", " +
+             percent(interval.high[type].*measure) + "]";
     };
-    out << cell(&eval::RougeScore::precision) << cell(&eval::RougeScore::recall)
-        << cell(&eval::RougeScore::fmeasure) << "\n";
+    out << padded(std::string(eval::rouge_type_name(type)), 12) << padded(cell(&eval::RougeScore::precision), 24)
+        << padded(cell(&eval::RougeScore::recall), 24) << cell(&eval::RougeScore::fmeasure) << "\n";
   }
   return out.str();
 }
@@ -148,8 +146,8 @@ void add_rouge_command(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--use_stemmer", options->rouge.use_stemmer,
-                   "Porter-stem tokens longer than 3 characters (true|false; run_summarization.py uses true)")
-      ->capture_default_str();
+                   "Porter-stem tokens longer than 3 characters, as run_summarization.py does")
+      ->option_text("{true,false}=true");
   command->add_flag("--rouge_split_sentences", options->rouge.split_sentences,
                     "put each sentence on its own line before rougeLsum, as run_summarization.py does with "
                     "nltk.sent_tokenize (rule-based here; see docs/rouge.md)");
@@ -159,17 +157,19 @@ void add_rouge_command(CLI::App& app) {
                                                        {"bootstrap", Aggregate::kBootstrap}};
   command
       ->add_option("--aggregate", options->aggregate,
-                   "mean (default): exact mean; bootstrap: rouge_score's BootstrapAggregator mid, 1000 resamples, "
+                   "mean: exact mean; bootstrap: rouge_score's BootstrapAggregator mid, 1000 resamples, "
                    "95% interval (what Hugging Face evaluate reports)")
-      ->transform(CLI::CheckedTransformer(aggregates));
+      ->transform(CLI::CheckedTransformer(aggregates))
+      ->option_text("{mean,bootstrap}=mean");
   command->add_option("--seed", options->bootstrap.seed, "random seed of the bootstrap resampling")
       ->capture_default_str();
   const std::map<std::string, OutputFormat> formats = {{"json", OutputFormat::kJson},
                                                        {"table", OutputFormat::kTable}};
   command
       ->add_option("--format", options->format,
-                   "json (default): JSON on stdout, table on stderr; table: only the table, on stdout")
-      ->transform(CLI::CheckedTransformer(formats));
+                   "json: JSON on stdout, table on stderr; table: only the table, on stdout")
+      ->transform(CLI::CheckedTransformer(formats))
+      ->option_text("{json,table}=json");
   command->callback([options] { run_rouge(*options); });
 }
 

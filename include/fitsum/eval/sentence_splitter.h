@@ -5,8 +5,9 @@
 //     already holds a "\n" is left as it is (rougeLsum splits there anyway, as it would after NLTK).
 //   * A word ends a sentence when, after dropping closing quotes and brackets ( " ' ) ] } ’ ” ), it ends with
 //     '!' or '?', or with '.' and none of these exceptions applies:
-//       - a known abbreviation that does not end sentences (Mr. Mrs. Ms. Dr. Prof. St. Jr. Sr. vs. e.g. i.e.
-//         cf. approx. Inc. Ltd. Co. Corp. fig. and month names such as Jan. Sept.);
+//       - a known abbreviation that does not end sentences: titles (Mr. Mrs. Ms. Dr. Prof. Rev. Gen. Col. Capt.
+//         Lt. Sgt. Hon. St. Mt. Jr. Sr.), vs. e.g. i.e. cf. approx. dept. est. fig. Inc. Ltd. Co. Corp., and
+//         month abbreviations (Jan. Feb. Mar. Apr. Jun. Jul. Aug. Sep. Sept. Oct. Nov. Dec.); case is ignored;
 //       - a single letter (an initial: "J. Smith");
 //       - "etc.", an ellipsis ("..") or a dotted abbreviation ("p.m.", "U.S.") not followed by a word that
 //         starts with an uppercase letter A-Z;
