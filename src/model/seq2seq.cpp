@@ -424,6 +424,25 @@ torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tens
                           F::CrossEntropyFuncOptions().ignore_index(-100));
 }
 
+TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing) {
+  const auto vocab = logits.size(-1);
+  auto flat_logits = logits.reshape({-1, vocab}).to(torch::kFloat);  // (N, V)
+  auto flat_labels = labels.reshape({-1});                             // (N)
+  TokenLoss out;
+  out.tokens = flat_labels.ne(-100).sum().item<std::int64_t>();
+  if (label_smoothing == 0.0) {
+    out.sum = F::cross_entropy(flat_logits, flat_labels,
+                               F::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+    return out;
+  }
+  auto neg_log_probs = -torch::log_softmax(flat_logits, -1);  // (N, V)
+  auto padding = flat_labels.eq(-100);
+  auto nll = neg_log_probs.gather(-1, flat_labels.clamp_min(0).unsqueeze(-1)).squeeze(-1).masked_fill(padding, 0.0);
+  auto smoothed = neg_log_probs.sum(-1).masked_fill(padding, 0.0);
+  out.sum = (1.0 - label_smoothing) * nll.sum() + label_smoothing * smoothed.sum() / static_cast<double>(vocab);
+  return out;
+}
+
 void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -241,6 +241,15 @@ TORCH_MODULE(Seq2SeqLM);
 // Mean cross-entropy of logits (B, T, V) against labels (B, T), ignoring -100.
 torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels);
 
+// The summed loss of the label tokens (those not -100) and their count. With label_smoothing = eps, each token
+// costs (1 - eps) * nll + eps * mean over the vocabulary of -log p, as HF's LabelSmoother computes; dividing the
+// sum by the tokens of a whole accumulated batch gives the exact loss of that batch.
+struct TokenLoss {
+  torch::Tensor sum;        // () float32
+  std::int64_t tokens = 0;
+};
+TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing = 0.0);
+
 // HF's _init_weights for these models: normal(0, init_std) for Linear and Embedding weights, zero biases and the
 // padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero. Deterministic in `seed`.
 void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed);
