@@ -128,6 +128,19 @@ std::string clean_up_tokenization(std::string text) {
   return text;
 }
 
+bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length) {
+  if (max_length == 0) {
+    throw std::invalid_argument("a maximum length of 0 leaves no room for </s>; use at least 1");
+  }
+  if (ids.size() <= max_length) {
+    return false;
+  }
+  const TokenId last = ids.back();
+  ids.resize(max_length);
+  ids.back() = last;
+  return true;
+}
+
 PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
   const fs::path file = dir / "spiece.model";
   std::error_code error;
@@ -185,15 +198,12 @@ void PegasusTokenizer::encode_without_eos(std::string_view text, std::vector<Tok
 }
 
 std::vector<TokenId> PegasusTokenizer::encode(std::string_view text, std::optional<std::size_t> max_length) const {
-  if (max_length && *max_length == 0) {
-    throw std::invalid_argument("a maximum length of 0 leaves no room for </s>; use at least 1");
-  }
   std::vector<TokenId> ids;
   encode_without_eos(text, ids);
-  if (max_length && ids.size() > *max_length - 1) {
-    ids.resize(*max_length - 1);
-  }
   ids.push_back(kEosId);
+  if (max_length) {
+    truncate_keeping_eos(ids, *max_length);
+  }
   return ids;
 }
 

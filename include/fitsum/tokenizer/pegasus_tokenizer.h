@@ -62,6 +62,10 @@ class PegasusTokenizer {
   TokenId vocab_size_ = 0;
 };
 
+// Shortens `ids` (which end in </s>) to `max_length` ids, keeping </s> last, as HF's truncation=True does.
+// Returns whether anything was cut; max_length must be at least 1.
+bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length);
+
 // HF's PreTrainedTokenizerBase.clean_up_tokenization: removes the space before . ? ! , and English contractions.
 std::string clean_up_tokenization(std::string text);
 
