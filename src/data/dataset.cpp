@@ -5,6 +5,7 @@
 #include "fitsum/data/dataset.h"
 
 #include <algorithm>
+#include <charconv>
 #include <sstream>
 #include <stdexcept>
 
@@ -259,6 +260,36 @@ std::vector<Example> read_examples(const fs::path& file, const tokenizer::Pegasu
     *stats = reader.stats();
   }
   return examples;
+}
+
+void append_json_line(std::string& out, const Example& example) {
+  const auto append_ids = [&](const char* key, const std::vector<TokenId>& ids) {
+    out += key;
+    out += '[';
+    char number[16];
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (i > 0) {
+        out += ',';
+      }
+      const auto result = std::to_chars(number, number + sizeof(number), ids[i]);
+      out.append(number, result.ptr);
+    }
+    out += ']';
+  };
+  out += '{';
+  if (!example.id.is_null()) {
+    out += "\"id\":";
+    out += example.id.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += ',';
+  }
+  append_ids("\"input_ids\":", example.input_ids);
+  if (!example.attention_mask.empty()) {
+    append_ids(",\"attention_mask\":", example.attention_mask);
+  }
+  if (example.labels) {
+    append_ids(",\"labels\":", *example.labels);
+  }
+  out += "}\n";
 }
 
 std::size_t drop_empty_examples(std::vector<Example>& examples) {

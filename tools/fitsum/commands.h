@@ -7,5 +7,6 @@
 namespace fitsum::cli {
 
 // (subcommands are declared here as they land)
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace fitsum::cli

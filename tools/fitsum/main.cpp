@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
       "Reads and writes Hugging Face checkpoint folders and speaks TrainingArguments names."};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("fitsum 0.1.0"));
+  fitsum::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

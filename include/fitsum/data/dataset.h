@@ -99,6 +99,11 @@ std::vector<Example> read_examples(const fs::path& file, const tokenizer::Pegasu
                                    const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt,
                                    ReadStats* stats = nullptr);
 
+// Appends `example` as one line of JSON (and '\n'): {"id": ..., "input_ids": [...], "attention_mask": [...],
+// "labels": [...]}, "id" only when the record had one, "attention_mask" only when it came with the record,
+// "labels" only with a summary. This is the pre-tokenized record format that make_example reads back.
+void append_json_line(std::string& out, const Example& example);
+
 // Removes the examples whose input or labels are nothing but </s> (an empty or blank text or summary; SAMSum's
 // train split has one empty dialogue). run_summarization.py drops records with an empty text or summary before
 // tokenizing; fitsum leaves the choice to the caller, which should log the count returned.
