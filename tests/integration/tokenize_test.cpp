@@ -216,5 +216,21 @@ TEST(Tokenize, NeedsAModelOrTokenizerFolder) {
   EXPECT_NE(result.output.find("needs --model DIR"), std::string::npos) << result.output;
 }
 
+TEST(Tokenize, FindsTheSentencePieceLibraryOrSaysWhereItLooked) {
+  const fs::path dir = temp_dir("library");
+  std::ofstream(dir / "in.jsonl") << "{\"dialogue\": \"Eric and Rob\"}\n";
+  const std::string command = " " + fitsum_binary().string() + " tokenize --tokenizer_name " +
+                              quoted(source_dir() / "data" / "pegasus") + " --input_file " + quoted(dir / "in.jsonl") +
+                              " --output_file " + quoted(dir / "out.jsonl");
+  const CommandResult missing = run_command("FITSUM_SENTENCEPIECE_LIB=" + quoted(dir / "nowhere.so") + command);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("cannot find libfitsum_sentencepiece.so"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("nowhere.so"), std::string::npos) << missing.output;
+  const fs::path library = fitsum_binary().parent_path() / "libfitsum_sentencepiece.so";
+  const CommandResult overridden = run_command("FITSUM_SENTENCEPIECE_LIB=" + quoted(library) + command);
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
+  EXPECT_EQ(read_jsonl(dir / "out.jsonl").at(0)["input_ids"], nlohmann::json::parse("[6303,111,7374,1]"));
+}
+
 }  // namespace
 }  // namespace fitsum::test
