@@ -18,7 +18,7 @@ TokenId special_token_id(std::string_view token) {
   if (token == "</s>") return PegasusTokenizer::kEosId;
   if (token == "<mask_1>") return PegasusTokenizer::kMaskSentenceId;
   if (token == "<mask_2>") return PegasusTokenizer::kMaskId;
-  if (token == "<unk>") return PegasusTokenizer::kOffset + 2;
+  if (token == "<unk>") return PegasusTokenizer::kUnkId;
   constexpr std::string_view prefix = "<unk_";
   if (token.size() < prefix.size() + 2 || token.substr(0, prefix.size()) != prefix || token.back() != '>') {
     return -1;
@@ -46,7 +46,7 @@ std::string special_token_string(TokenId id) {
     case PegasusTokenizer::kEosId: return "</s>";
     case PegasusTokenizer::kMaskSentenceId: return "<mask_1>";
     case PegasusTokenizer::kMaskId: return "<mask_2>";
-    case PegasusTokenizer::kOffset + 2: return "<unk>";
+    case PegasusTokenizer::kUnkId: return "<unk>";
     default: return "<unk_" + std::to_string(id - 2) + ">";
   }
 }
@@ -155,11 +155,10 @@ PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
 PegasusTokenizer::PegasusTokenizer(const fs::path& spiece_model) : model_(spiece_model) {
   // HF's fixed layout assumes PEGASUS's pieces: <pad> and </s> (never produced) and <unk> at 2, so that an
   // unknown piece lands on 105, the id of the literal "<unk>" token.
-  sp_unk_id_ = model_.unk_id();
-  if (sp_unk_id_ != 2 || !model_.is_control(0) || !model_.is_control(1)) {
+  if (model_.unk_id() + kOffset != kUnkId || !model_.is_control(0) || !model_.is_control(1)) {
     throw std::runtime_error("'" + spiece_model.string() +
                              "' does not have PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2; found <unk> at " +
-                             std::to_string(sp_unk_id_) + "): it is not a PEGASUS spiece.model");
+                             std::to_string(model_.unk_id()) + "): it is not a PEGASUS spiece.model");
   }
   vocab_size_ = model_.piece_size() + kOffset;
 }

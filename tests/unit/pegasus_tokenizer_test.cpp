@@ -77,7 +77,7 @@ TEST(PegasusTokenizer, ReproducesEveryReferenceEncodingOfTheTinyModel) {
 TEST(PegasusTokenizer, HasHuggingFacesIdLayout) {
   const PegasusTokenizer& tokenizer = pegasus();
   EXPECT_EQ(tokenizer.vocab_size(), 96103);
-  EXPECT_EQ(tokenizer.unk_id(), 105);
+  EXPECT_EQ(PegasusTokenizer::kUnkId, 105);
   EXPECT_EQ(tokenizer.id_to_token(0), "<pad>");
   EXPECT_EQ(tokenizer.id_to_token(1), "</s>");
   EXPECT_EQ(tokenizer.id_to_token(2), "<mask_1>");

@@ -32,6 +32,7 @@ class PegasusTokenizer {
   static constexpr TokenId kMaskSentenceId = 2;  // <mask_1>
   static constexpr TokenId kMaskId = 3;          // <mask_2>
   static constexpr TokenId kOffset = 103;        // ids below are reserved; SentencePiece id k is k + kOffset
+  static constexpr TokenId kUnkId = kOffset + 2;  // <unk>: SentencePiece's unknown piece 2
 
   // Loads `dir/spiece.model`; throws std::runtime_error with a hint when the folder has none.
   static PegasusTokenizer from_folder(const fs::path& dir);
@@ -39,8 +40,7 @@ class PegasusTokenizer {
   explicit PegasusTokenizer(const fs::path& spiece_model);
 
   TokenId vocab_size() const { return vocab_size_; }     // pieces + 103 (96103 for PEGASUS)
-  TokenId unk_id() const { return kOffset + sp_unk_id_; }  // 105
-  bool is_special(TokenId id) const { return id >= 0 && id <= unk_id(); }
+  bool is_special(TokenId id) const { return id >= 0 && id <= kUnkId; }
   const fs::path& model_file() const { return model_.file(); }
 
   // Token ids of `text` followed by </s>. With `max_length`, keeps the first max_length - 1 ids and the </s>, as
@@ -58,7 +58,6 @@ class PegasusTokenizer {
 
  private:
   SentencePieceModel model_;
-  TokenId sp_unk_id_ = 2;
   TokenId vocab_size_ = 0;
 };
 
