@@ -83,6 +83,11 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
   c.decoder_start_token_id = token_field(j, "decoder_start_token_id", 0, source);
   c.forced_eos_token_id = token_field(j, "forced_eos_token_id", 1, source);
   c.embedding_padding_idx = c.pad_token_id;
+  if (j.contains("embedding_padding_idx")) {  // fitsum's extension, see apply_config_overrides
+    c.embedding_padding_idx = j["embedding_padding_idx"].is_null()
+                                  ? -1
+                                  : field<std::int64_t>(j, "embedding_padding_idx", c.pad_token_id, source);
+  }
 
   // What HF's PEGASUS always is, whatever the legacy fields (normalize_before, static_position_embeddings,
   // add_final_layer_norm) say: those are ignored by PegasusModel, so they are ignored here too.
@@ -146,7 +151,59 @@ json model_config_to_hf(const model::ModelConfig& c, const json& original) {
     j["forced_eos_token_id"] = c.forced_eos_token_id;
   }
   j["is_encoder_decoder"] = true;
+  if (c.embedding_padding_idx != c.pad_token_id) {
+    j["embedding_padding_idx"] = c.embedding_padding_idx;
+  } else {
+    j.erase("embedding_padding_idx");
+  }
   return j;
+}
+
+void apply_config_overrides(json& config_json, const std::string& overrides) {
+  std::size_t start = 0;
+  while (start < overrides.size()) {
+    std::size_t end = overrides.find(',', start);
+    if (end == std::string::npos) end = overrides.size();
+    const std::string item = overrides.substr(start, end - start);
+    start = end + 1;
+    if (item.find_first_not_of(" ") == std::string::npos) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw std::invalid_argument("--config_overrides: '" + item + "' is not key=value (e.g. dropout=0.0)");
+    }
+    const std::string key = item.substr(0, eq);
+    const std::string value = item.substr(eq + 1);
+    const auto existing = config_json.find(key);
+    if (key == "embedding_padding_idx") {
+      config_json[key] = (value == "none" || value == "null" || value == "-1") ? json(-1) : json(std::stoll(value));
+      continue;
+    }
+    if (existing == config_json.end()) {
+      throw std::invalid_argument("--config_overrides: config.json has no field '" + key + "'");
+    }
+    try {
+      if (value == "none" || value == "null") {
+        *existing = nullptr;
+      } else if (existing->is_boolean()) {
+        if (value != "true" && value != "false") throw std::invalid_argument("expected true or false");
+        *existing = value == "true";
+      } else if (existing->is_number_integer()) {
+        std::size_t used = 0;
+        const long long v = std::stoll(value, &used);
+        if (used != value.size()) throw std::invalid_argument("expected an integer");
+        *existing = v;
+      } else if (existing->is_number()) {
+        std::size_t used = 0;
+        const double v = std::stod(value, &used);
+        if (used != value.size()) throw std::invalid_argument("expected a number");
+        *existing = v;
+      } else {
+        *existing = value;
+      }
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("--config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what());
+    }
+  }
 }
 
 json generation_config_from_hf(const json& config_json) {

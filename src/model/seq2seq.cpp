@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -276,8 +277,14 @@ torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::
     h = layernorm_embedding->forward(h);
   }
   h = torch::dropout(h, dropout_, is_training());
-  for (const auto& layer : *layers) {
-    h = layer->as<EncoderLayer>()->forward(h, mask);
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    auto layer = layers[i]->as<EncoderLayer>();
+    if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
+      h = checkpoint([layer, mask](const TensorList& in) { return TensorList{layer->forward(in[0], mask)}; },
+                     {h})[0];
+    } else {
+      h = layer->forward(h, mask);
+    }
   }
   if (!layer_norm.is_empty()) {
     h = layer_norm->forward(h);
@@ -323,6 +330,13 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const
     if (cache) {
       h = layer->forward(h, self_mask, encoder_hidden, cross_mask, &cache->self_attention[i],
                          &cache->cross_attention[i]);
+    } else if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
+      // The encoder states are an input of the block: their gradient flows back through the recompute.
+      h = checkpoint(
+          [layer, self_mask, cross_mask](const TensorList& in) {
+            return TensorList{layer->forward(in[0], self_mask, in[1], cross_mask)};
+          },
+          {h, encoder_hidden})[0];
     } else {
       h = layer->forward(h, self_mask, encoder_hidden, cross_mask);
     }
@@ -391,6 +405,12 @@ Seq2SeqOutput Seq2SeqLMImpl::forward(const torch::Tensor& input_ids, const torch
   return out;
 }
 
+void Seq2SeqLMImpl::set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers) {
+  TORCH_CHECK(encoder_layers >= 0 && decoder_layers >= 0, "checkpointed layer counts must not be negative");
+  model->encoder->set_checkpointed_layers(encoder_layers);
+  model->decoder->set_checkpointed_layers(decoder_layers);
+}
+
 DecoderCache Seq2SeqLMImpl::new_cache() const {
   DecoderCache cache;
   cache.self_attention.resize(config_.decoder_layers);
@@ -402,6 +422,25 @@ torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tens
   const auto vocab = logits.size(-1);
   return F::cross_entropy(logits.reshape({-1, vocab}), labels.reshape({-1}),
                           F::CrossEntropyFuncOptions().ignore_index(-100));
+}
+
+TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing) {
+  const auto vocab = logits.size(-1);
+  auto flat_logits = logits.reshape({-1, vocab}).to(torch::kFloat);  // (N, V)
+  auto flat_labels = labels.reshape({-1});                             // (N)
+  TokenLoss out;
+  out.tokens = flat_labels.ne(-100).sum().item<std::int64_t>();
+  if (label_smoothing == 0.0) {
+    out.sum = F::cross_entropy(flat_logits, flat_labels,
+                               F::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+    return out;
+  }
+  auto neg_log_probs = -torch::log_softmax(flat_logits, -1);  // (N, V)
+  auto padding = flat_labels.eq(-100);
+  auto nll = neg_log_probs.gather(-1, flat_labels.clamp_min(0).unsqueeze(-1)).squeeze(-1).masked_fill(padding, 0.0);
+  auto smoothed = neg_log_probs.sum(-1).masked_fill(padding, 0.0);
+  out.sum = (1.0 - label_smoothing) * nll.sum() + label_smoothing * smoothed.sum() / static_cast<double>(vocab);
+  return out;
 }
 
 void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {

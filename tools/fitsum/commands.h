@@ -7,5 +7,7 @@
 namespace fitsum::cli {
 
 void add_info_command(CLI::App& app);
+void add_rouge_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace fitsum::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("fitsum 0.1.0"));
   fitsum::cli::add_info_command(app);
+  fitsum::cli::add_rouge_command(app);
+  fitsum::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

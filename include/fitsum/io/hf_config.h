@@ -22,6 +22,12 @@ model::ModelConfig read_model_config(const std::filesystem::path& path);
 // settings, ...) and overwriting the architecture fields fitsum knows.
 nlohmann::json model_config_to_hf(const model::ModelConfig& config, const nlohmann::json& original = {});
 
+// HF's --config_overrides ("dropout=0.0,attention_dropout=0.0"): each value takes the JSON type of the field it
+// replaces (bool, integer, float, string; "none"/"null" clears it). A key config.json does not have is an error,
+// except fitsum's own `embedding_padding_idx` (-1 or none: embedding lookups of the pad token get gradients, as
+// in the plain reference that computed the fixtures; default: HF's padding_idx = pad_token_id).
+void apply_config_overrides(nlohmann::json& config_json, const std::string& overrides);
+
 // generation_config.json as HF's GenerationConfig.from_model_config derives it from config.json.
 nlohmann::json generation_config_from_hf(const nlohmann::json& config_json);
 

@@ -145,6 +145,8 @@ class EncoderImpl : public torch::nn::Module {
   EncoderImpl(const ModelConfig& config, torch::nn::Embedding shared);
   // input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
+  // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
+  void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -156,6 +158,7 @@ class EncoderImpl : public torch::nn::Module {
   double embed_scale_;
   double dropout_;
   std::int64_t padding_idx_;
+  std::int64_t checkpointed_layers_ = 0;
 };
 TORCH_MODULE(Encoder);
 
@@ -166,6 +169,7 @@ class DecoderImpl : public torch::nn::Module {
   // With a cache, decoder_input_ids hold only the new positions.
   torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                         const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
+  void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -177,6 +181,7 @@ class DecoderImpl : public torch::nn::Module {
   double embed_scale_;
   double dropout_;
   std::int64_t padding_idx_;
+  std::int64_t checkpointed_layers_ = 0;
 };
 TORCH_MODULE(Decoder);
 
@@ -217,6 +222,10 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   torch::Tensor shift_tokens_right(const torch::Tensor& labels) const;
   // A cache sized for this decoder.
   DecoderCache new_cache() const;
+  // Activation checkpointing (HF gradient_checkpointing): the first `encoder_layers` / `decoder_layers` layers of
+  // each stack recompute their activations in backward instead of keeping them. 0 turns it off; values beyond the
+  // stack's depth mean every layer.
+  void set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // The LM head's weight: model.shared.weight when tied.
   torch::Tensor lm_head_weight() const;
 
@@ -231,6 +240,15 @@ TORCH_MODULE(Seq2SeqLM);
 
 // Mean cross-entropy of logits (B, T, V) against labels (B, T), ignoring -100.
 torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// The summed loss of the label tokens (those not -100) and their count. With label_smoothing = eps, each token
+// costs (1 - eps) * nll + eps * mean over the vocabulary of -log p, as HF's LabelSmoother computes; dividing the
+// sum by the tokens of a whole accumulated batch gives the exact loss of that batch.
+struct TokenLoss {
+  torch::Tensor sum;        // () float32
+  std::int64_t tokens = 0;
+};
+TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing = 0.0);
 
 // HF's _init_weights for these models: normal(0, init_std) for Linear and Embedding weights, zero biases and the
 // padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero. Deterministic in `seed`.

@@ -9,3 +9,26 @@
 
 // at::scaled_dot_product_attention with a `scale` argument (fused flash / memory-efficient kernels) since 2.1.
 #define FITSUM_HAS_SDPA FITSUM_TORCH_AT_LEAST(2, 1)
+
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
+
+namespace fitsum::util {
+
+// Mixed precision for the scope of the guard: matrix products run in `dtype` (bf16) on `device`, reductions and
+// the weights stay float32 (torch.autocast). LibTorch 2.4 renamed the per-device switches; both spellings are here.
+class AutocastGuard {
+ public:
+  AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool enabled = true);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool enabled_;
+  bool previous_enabled_ = false;
+  c10::ScalarType previous_dtype_ = c10::ScalarType::BFloat16;
+};
+
+}  // namespace fitsum::util

@@ -1,0 +1,112 @@
+// Turns dataset records into tokenized seq2seq examples, as run_summarization.py's preprocessing does:
+// the text column (default "dialogue") becomes input_ids truncated to max_source_length, the summary column
+// (default "summary") becomes labels truncated to max_target_length, </s> always last. Records that already carry
+// `input_ids` (and optionally `attention_mask`, `labels`), e.g. from `datasets`' map(tokenizer), are used as they
+// are. Reading is streamed: ExampleReader holds one record at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fitsum/data/records.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+
+namespace fitsum::data {
+
+using tokenizer::TokenId;
+
+// The data flags, with run_summarization.py's / Seq2SeqTrainingArguments' names and defaults.
+struct DataOptions {
+  std::string text_column = "dialogue";
+  std::string summary_column = "summary";
+  std::int64_t max_source_length = 1024;
+  std::int64_t max_target_length = 128;
+  std::optional<std::int64_t> max_train_samples;
+  std::optional<std::int64_t> max_eval_samples;
+  bool skip_bad_records = false;                   // skip (and count) malformed records instead of failing
+  std::optional<std::int64_t> pad_to_multiple_of;  // DataCollatorForSeq2Seq
+  bool group_by_length = false;                    // LengthGroupedSampler
+  std::optional<std::int64_t> max_tokens_per_batch;  // token-budget batches instead of a fixed batch size
+
+  // Throws std::invalid_argument with a sentence for the first inconsistent value.
+  void validate() const;
+};
+
+// Lowers max_source_length / max_target_length to the model's max_position_embeddings where they exceed it (the
+// position table has no rows beyond it); returns one warning per change, for the caller to print.
+std::vector<std::string> clamp_lengths_to_model(DataOptions& options, std::int64_t max_position_embeddings);
+
+// One training or evaluation example. Token ids are stored as int32 (the vocabulary is 96103), halving the
+// memory of a tokenized corpus; the collator widens them to int64 tensors.
+struct Example {
+  nlohmann::json id;                                 // the record's "id" field, null when it has none
+  std::vector<TokenId> input_ids;                    // ends in </s> unless pre-tokenized otherwise
+  std::vector<TokenId> attention_mask;               // empty: every input id is attended (the usual case)
+  std::optional<std::vector<TokenId>> labels;        // absent when the record has no summary
+  std::size_t line = 0;                              // where the record starts in its file
+};
+
+// What a pass over a file did, for the log.
+struct ReadStats {
+  std::size_t examples = 0;
+  std::size_t with_labels = 0;
+  std::size_t pretokenized = 0;
+  std::size_t empty_text = 0;          // text "" encodes to [</s>]; training may choose to drop these
+  std::size_t truncated_sources = 0;
+  std::size_t truncated_targets = 0;
+  std::size_t skipped_bad = 0;
+  std::vector<std::string> first_skipped;  // the messages of the first few skipped records
+
+  // "14732 examples (14732 with labels), 1 with empty text, 12 sources truncated to 1024 tokens, ..."
+  std::string summary(const DataOptions& options) const;
+};
+
+// Builds an example from one record. Throws BadRecord (message "file:line: field 'x': ...") when a field it
+// needs is missing or has the wrong type or values. Counts what it did in `stats` when given (not `examples`).
+Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
+                     const DataOptions& options, ReadStats* stats = nullptr);
+
+class ExampleReader {
+ public:
+  // `max_samples`: stop after that many examples (the first ones of the file).
+  ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer, const DataOptions& options,
+                std::optional<std::int64_t> max_samples = std::nullopt);
+
+  // The next example; false at the end (or once max_samples were read). A malformed record throws BadRecord,
+  // or, with options.skip_bad_records, is counted in stats() and passed over.
+  bool next(Example& example);
+
+  const ReadStats& stats() const { return stats_; }
+  const fs::path& file() const { return records_.file(); }
+  FileFormat format() const { return records_.format(); }
+
+ private:
+  RecordReader records_;
+  const tokenizer::PegasusTokenizer& tokenizer_;
+  DataOptions options_;
+  std::optional<std::int64_t> max_samples_;
+  ReadStats stats_;
+};
+
+// Reads a whole file into memory (a training set is held as token ids, not text).
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
+                                   const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt,
+                                   ReadStats* stats = nullptr);
+
+// Appends `example` as one line of JSON (and '\n'): {"id": ..., "input_ids": [...], "attention_mask": [...],
+// "labels": [...]}, "id" only when the record had one, "attention_mask" only when it came with the record,
+// "labels" only with a summary. This is the pre-tokenized record format that make_example reads back.
+void append_json_line(std::string& out, const Example& example);
+
+// Removes the examples whose input or labels are nothing but </s> (an empty or blank text or summary; SAMSum's
+// train split has one empty dialogue). run_summarization.py drops records with an empty text or summary before
+// tokenizing; fitsum leaves the choice to the caller, which should log the count returned.
+std::size_t drop_empty_examples(std::vector<Example>& examples);
+
+}  // namespace fitsum::data

@@ -1,0 +1,45 @@
+// Exact CPU memory accounting: a c10::Allocator that wraps LibTorch's CPU allocator and counts the bytes of every
+// live tensor allocation (current and peak, the peak resettable per phase). With a limit set it refuses an
+// allocation that would exceed it by throwing c10::OutOfMemoryError, the error a GPU raises, so the whole
+// out-of-memory story (fail fast, recover, re-plan) can be reproduced and tested on a CPU.
+//
+// Installed once per process (LibTorch keeps a raw pointer to it); memory allocated before installation is not
+// counted. Thread-safe: counters are atomics.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <c10/core/Allocator.h>
+
+namespace fitsum::memory {
+
+class TrackingCpuAllocator final : public c10::Allocator {
+ public:
+  // The process-wide instance, installed as LibTorch's CPU allocator on first use.
+  static TrackingCpuAllocator& instance();
+
+  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DeleterFnPtr raw_deleter() const override;
+
+  std::int64_t current_bytes() const { return current_.load(); }
+  std::int64_t peak_bytes() const { return peak_.load(); }
+  // Starts a new measurement phase: the peak becomes the current usage.
+  void reset_peak() { peak_.store(current_.load()); }
+  // 0 = no limit.
+  void set_limit(std::int64_t bytes) { limit_.store(bytes); }
+  std::int64_t limit() const { return limit_.load(); }
+  // Allocations refused because of the limit, since the start.
+  std::int64_t refused_allocations() const { return refused_.load(); }
+
+ private:
+  explicit TrackingCpuAllocator(c10::Allocator* replaced) : replaced_(replaced) {}
+
+  c10::Allocator* replaced_;  // LibTorch's allocator before ours; blocks it handed out are freed by their own deleter
+  mutable std::atomic<std::int64_t> current_{0};
+  mutable std::atomic<std::int64_t> peak_{0};
+  mutable std::atomic<std::int64_t> refused_{0};
+  std::atomic<std::int64_t> limit_{0};
+};
+
+}  // namespace fitsum::memory

@@ -1,0 +1,129 @@
+// fitsum's optimizers: AdamW with torch.optim.AdamW's math and Hugging Face's Adafactor (as optim="adafactor" sets
+// it: scale_parameter=False, relative_step=False, beta1=None), as torch::optim::Optimizer subclasses with typed
+// options and per-parameter state. State is exported and imported by parameter name (never by position), so a
+// checkpoint stays valid when the parameter order changes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+namespace fitsum::optim {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Per-parameter state that can be written and read by name ("<param>.exp_avg", ...).
+class NamedParamState : public torch::optim::OptimizerParamState {
+ public:
+  virtual void export_tensors(const std::string& prefix, NamedTensors& out) const = 0;
+  // Throws std::runtime_error naming the missing or mis-shaped entry.
+  virtual void import_tensors(const std::string& prefix, const std::map<std::string, torch::Tensor>& in,
+                              const torch::Tensor& param) = 0;
+};
+
+// ---- AdamW (torch.optim.AdamW, amsgrad=False) ----
+
+struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions> {
+  explicit AdamWOptions(double lr = 1e-3) : lr_(lr) {}
+  TORCH_ARG(double, lr);
+  TORCH_ARG(double, beta1) = 0.9;
+  TORCH_ARG(double, beta2) = 0.999;
+  TORCH_ARG(double, eps) = 1e-8;
+  TORCH_ARG(double, weight_decay) = 0.0;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+};
+
+struct AdamWParamState : public NamedParamState {
+  std::int64_t step = 0;
+  torch::Tensor exp_avg;     // first moment, parameter's shape
+  torch::Tensor exp_avg_sq;  // second moment, parameter's shape
+  std::unique_ptr<torch::optim::OptimizerParamState> clone() const override {
+    return std::make_unique<AdamWParamState>(*this);
+  }
+  void export_tensors(const std::string& prefix, NamedTensors& out) const override;
+  void import_tensors(const std::string& prefix, const std::map<std::string, torch::Tensor>& in,
+                      const torch::Tensor& param) override;
+};
+
+class AdamW : public torch::optim::Optimizer {
+ public:
+  AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults = {});
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+// ---- Adafactor (transformers.optimization.Adafactor) ----
+
+struct AdafactorOptions : public torch::optim::OptimizerCloneableOptions<AdafactorOptions> {
+  explicit AdafactorOptions(double lr = 1e-3) : lr_(lr) {}
+  TORCH_ARG(double, lr);
+  TORCH_ARG(double, eps1) = 1e-30;           // added to grad² (HF eps[0])
+  TORCH_ARG(double, clip_threshold) = 1.0;   // the update's RMS is clipped to this
+  TORCH_ARG(double, decay_rate) = -0.8;      // beta2_t = 1 - t^decay_rate
+  TORCH_ARG(double, weight_decay) = 0.0;
+  double get_lr() const override { return lr_; }
+  void set_lr(const double lr) override { lr_ = lr; }
+};
+
+struct AdafactorParamState : public NamedParamState {
+  std::int64_t step = 0;
+  torch::Tensor exp_avg_sq_row;  // matrices: mean of grad² over the last dim   (..., rows)
+  torch::Tensor exp_avg_sq_col;  // matrices: mean of grad² over the row dim    (..., cols)
+  torch::Tensor exp_avg_sq;      // vectors: full second moment
+  std::unique_ptr<torch::optim::OptimizerParamState> clone() const override {
+    return std::make_unique<AdafactorParamState>(*this);
+  }
+  void export_tensors(const std::string& prefix, NamedTensors& out) const override;
+  void import_tensors(const std::string& prefix, const std::map<std::string, torch::Tensor>& in,
+                      const torch::Tensor& param) override;
+};
+
+class Adafactor : public torch::optim::Optimizer {
+ public:
+  Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults = {});
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+// ---- Building them as the HF Trainer does ----
+
+enum class OptimizerType { adamw_torch, adafactor };
+// "adamw_torch" (and its alias "adamw_hf"), "adafactor"; throws std::invalid_argument listing the choices.
+OptimizerType optimizer_type_from_string(const std::string& name);
+const char* to_string(OptimizerType type);
+
+struct OptimizerSettings {
+  OptimizerType type = OptimizerType::adamw_torch;
+  double learning_rate = 5e-5;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+};
+
+// The Trainer's rule (get_decay_parameter_names): weight decay for every trainable parameter except biases and
+// the parameters of LayerNorm modules.
+std::vector<std::string> decay_parameter_names(torch::nn::Module& model);
+
+// The trainable parameters of `model` with their names (requires_grad only).
+NamedTensors trainable_parameters(torch::nn::Module& model);
+
+// Two groups, decay and no decay, over the trainable parameters.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings);
+
+// Name-keyed optimizer state for checkpoints: "<param name>.<state>" -> tensor (step counters as int64 scalars).
+NamedTensors export_optimizer_state(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters);
+// The inverse; creates the state of every parameter found. Throws std::runtime_error naming what does not fit.
+void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& parameters,
+                            const std::map<std::string, torch::Tensor>& state);
+
+// torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients together (returned, before clipping); when above
+// max_norm every gradient is scaled by max_norm / (norm + 1e-6). max_norm <= 0 only measures.
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+}  // namespace fitsum::optim

@@ -1,0 +1,71 @@
+// PEGASUS's tokenizer with Hugging Face's id layout and behaviour (transformers' slow PegasusTokenizer, 4.3x):
+//   0 <pad>, 1 </s>, 2 <mask_1>, 3 <mask_2>, 4..104 <unk_2>..<unk_102>, and SentencePiece piece k -> k + 103
+//   (so <unk> -> 105, <n> -> 106); 96000 pieces give a 96103-id vocabulary.
+// Encoding appends </s>; a special-token string found literally in the text ("<mask_1>", "</s>", "<unk>", ...)
+// becomes that token's id, as HF's added-token splitting does, and the text between is encoded by SentencePiece.
+// Decoding mirrors PegasusTokenizer.decode: special ids dropped (skip_special_tokens), outer whitespace stripped,
+// and HF's clean_up_tokenization (" ." -> ".", " n't" -> "n't", ...).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fitsum/tokenizer/sentencepiece.h"
+
+namespace fitsum::tokenizer {
+
+using TokenId = std::int32_t;
+
+struct DecodeOptions {
+  bool skip_special_tokens = true;           // drop ids 0..105 (<pad>, </s>, masks, <unk_k>, <unk>)
+  bool clean_up_tokenization_spaces = true;  // PEGASUS's tokenizer_config.json sets it
+};
+
+class PegasusTokenizer {
+ public:
+  static constexpr TokenId kPadId = 0;
+  static constexpr TokenId kEosId = 1;
+  static constexpr TokenId kMaskSentenceId = 2;  // <mask_1>
+  static constexpr TokenId kMaskId = 3;          // <mask_2>
+  static constexpr TokenId kOffset = 103;        // ids below are reserved; SentencePiece id k is k + kOffset
+  static constexpr TokenId kUnkId = kOffset + 2;  // <unk>: SentencePiece's unknown piece 2
+
+  // Loads `dir/spiece.model`; throws std::runtime_error with a hint when the folder has none.
+  static PegasusTokenizer from_folder(const fs::path& dir);
+  // Loads a SentencePiece model with PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2); throws otherwise.
+  explicit PegasusTokenizer(const fs::path& spiece_model);
+
+  TokenId vocab_size() const { return vocab_size_; }     // pieces + 103 (96103 for PEGASUS)
+  bool is_special(TokenId id) const { return id >= 0 && id <= kUnkId; }
+  const fs::path& model_file() const { return model_.file(); }
+
+  // Token ids of `text` followed by </s>. With `max_length`, keeps the first max_length - 1 ids and the </s>, as
+  // HF's truncation=True does; max_length must be at least 1.
+  std::vector<TokenId> encode(std::string_view text, std::optional<std::size_t> max_length = std::nullopt) const;
+  // Appends the token ids of `text` to `ids`, without </s>.
+  void encode_without_eos(std::string_view text, std::vector<TokenId>& ids) const;
+
+  // Text of `ids`; throws std::invalid_argument for an id outside 0 .. vocab_size()-1 (e.g. label padding -100).
+  std::string decode(const std::vector<TokenId>& ids, const DecodeOptions& options = {}) const;
+  std::string decode(const std::vector<std::int64_t>& ids, const DecodeOptions& options = {}) const;
+
+  // The token string of an id: "<pad>", "<unk_7>", "▁the", ...
+  std::string id_to_token(TokenId id) const;
+
+ private:
+  SentencePieceModel model_;
+  TokenId vocab_size_ = 0;
+};
+
+// Shortens `ids` (which end in </s>) to `max_length` ids, keeping </s> last, as HF's truncation=True does.
+// Returns whether anything was cut; max_length must be at least 1.
+bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length);
+
+// HF's PreTrainedTokenizerBase.clean_up_tokenization: removes the space before . ? ! , and English contractions.
+std::string clean_up_tokenization(std::string text);
+
+}  // namespace fitsum::tokenizer

@@ -1,0 +1,126 @@
+// The training loop of fitsum, with the semantics of Hugging Face's Trainer where users rely on them (argument
+// names, schedules, logging, trainer_state.json, checkpoint folders) and exact where HF was not:
+//
+//  - Gradient accumulation is exact: an optimizer step's loss is the sum of the per-token losses of all its
+//    micro-batches divided by the label tokens of the whole accumulated batch, so micro-batch 4 x 1, 2 x 2 and
+//    1 x 4 give the same update. The logged `loss` is that step loss (averaged over the steps since the last log).
+//  - The example order depends only on (seed, epoch) (data/sampler.h), so re-splitting a step into micro-batches
+//    never changes which examples it sees.
+//  - Checkpoints (output_dir/checkpoint-N) hold the model, name-keyed optimizer state, RNG state, data position
+//    and trainer_state.json, written to a temporary folder and renamed into place: a crash never leaves one that
+//    looks complete but is not. Resuming continues exactly (same data order, same random numbers, same result).
+//  - A stop request (SIGINT / SIGTERM through request_stop) ends the current micro-batch, saves a checkpoint of the
+//    last completed step and returns; the interrupted step is redone on resume.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include "fitsum/data/collator.h"
+#include "fitsum/data/dataset.h"
+#include "fitsum/model/seq2seq.h"
+#include "fitsum/train/training_arguments.h"
+
+namespace fitsum::train {
+
+namespace fs = std::filesystem;
+
+// Everything the trainer needs besides the arguments; model code and data come in ready, the trainer owns the loop.
+struct TrainerInputs {
+  model::Seq2SeqLM model{nullptr};
+  nlohmann::json config_json;          // written with every saved model
+  fs::path tokenizer_dir;              // its tokenizer files are copied into every saved model folder
+  std::vector<data::Example> train_examples;
+  std::vector<data::Example> eval_examples;
+  data::CollatorOptions collator;
+  torch::Device device = torch::kCPU;
+};
+
+// What the caller sees while training runs (the CLI prints; tests record).
+struct TrainerCallbacks {
+  std::function<void(const nlohmann::ordered_json& entry)> on_log;        // each log_history entry
+  std::function<void(std::int64_t step, std::int64_t max_steps)> on_step;  // after each optimizer step
+  std::function<void(const std::string& message)> on_message;            // checkpoints saved, resumes, ...
+};
+
+struct TrainResult {
+  std::int64_t global_step = 0;
+  bool interrupted = false;  // stopped by request_stop(); a checkpoint of global_step was saved
+  int stop_signal = 0;
+  nlohmann::ordered_json metrics;  // the last log_history entry (train_runtime, train_loss, ...)
+};
+
+// Asks a running trainer to stop after the current micro-batch (async-signal-safe: one atomic store).
+void request_stop(int signal_number);
+
+class Trainer {
+ public:
+  Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks = {});
+
+  TrainResult train();
+  // eval_loss over the eval examples: HF's evaluation_loop average (each batch's mean token loss, weighted by the
+  // batch's examples).
+  double evaluate();
+
+  std::int64_t max_steps() const { return max_steps_; }
+  std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+  // The checkpoint folder `resume_from_checkpoint` names ("latest": the newest complete one in output_dir).
+  static fs::path resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir);
+
+ private:
+  struct StepOutcome {
+    double loss = 0.0;
+    double grad_norm = 0.0;
+    std::int64_t tokens = 0;
+    bool interrupted = false;
+  };
+  StepOutcome run_step(const std::vector<std::vector<std::size_t>>& micro_batches);
+  void save_checkpoint(const torch::Tensor& rng_state);
+  void resume(const fs::path& checkpoint);
+  void log(nlohmann::ordered_json entry);
+  nlohmann::ordered_json trainer_state_json() const;
+  void save_final_model();
+
+  TrainingArguments args_;
+  TrainerInputs in_;
+  TrainerCallbacks callbacks_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<std::pair<std::string, torch::Tensor>> parameters_;
+  std::vector<torch::Tensor> parameter_list_;
+  LrSchedule schedule_;
+
+  std::int64_t steps_per_epoch_ = 0;
+  std::int64_t max_steps_ = 0;
+  std::int64_t num_epochs_ = 0;
+  std::int64_t logging_steps_ = 0;
+  std::int64_t eval_steps_ = 0;
+  std::int64_t save_steps_ = 0;
+
+  // Progress, all of it saved in checkpoints.
+  std::int64_t global_step_ = 0;
+  std::int64_t epoch_ = 0;          // the epoch being run
+  std::int64_t step_in_epoch_ = 0;  // the next optimizer step within it
+  double loss_since_log_ = 0.0;     // summed step losses since the last log
+  std::int64_t steps_since_log_ = 0;
+  double total_loss_ = 0.0;         // summed step losses of the whole run
+  double last_grad_norm_ = 0.0;
+  nlohmann::ordered_json log_history_ = nlohmann::ordered_json::array();
+
+  // Measurements of this process (not saved).
+  std::int64_t tokens_since_log_ = 0;
+  double seconds_since_log_ = 0.0;
+  double train_seconds_ = 0.0;
+  std::int64_t train_tokens_ = 0;
+  std::int64_t train_samples_ = 0;
+};
+
+}  // namespace fitsum::train

@@ -1,0 +1,99 @@
+// Implements include/fitsum/model/activation_checkpoint.h with a custom autograd Function whose backward replays
+// the block under the saved RNG state and back-propagates through the recomputed graph.
+#include "fitsum/model/activation_checkpoint.h"
+
+#include <ATen/core/ivalue.h>
+#include <torch/torch.h>
+
+namespace fitsum::model {
+
+namespace {
+
+struct BlockHolder : torch::CustomClassHolder {
+  CheckpointedBlock block;
+  at::Device device = at::kCPU;
+  at::Tensor rng_state;  // the generator state right before the forward
+};
+
+at::Generator generator_for(const at::Device& device) { return at::globalContext().defaultGenerator(device); }
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                c10::intrusive_ptr<BlockHolder> holder, at::TensorList input_list) {
+    const TensorList inputs = input_list.vec();
+    {
+      auto generator = generator_for(holder->device);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      holder->rng_state = generator.get_state();
+    }
+    // Custom functions run their forward without recording a graph: nothing inside the block is kept.
+    auto outputs = holder->block(inputs);
+    ctx->save_for_backward(inputs);
+    ctx->saved_data["holder"] = c10::IValue::make_capsule(holder);
+    return outputs;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    auto holder = ctx->saved_data["holder"].toCapsule();
+    auto* block = static_cast<BlockHolder*>(holder.get());
+    const auto saved = ctx->get_saved_variables();
+    torch::autograd::variable_list detached;
+    detached.reserve(saved.size());
+    for (const auto& t : saved) {
+      detached.push_back(t.defined() ? t.detach().requires_grad_(t.requires_grad()) : t);
+    }
+    torch::autograd::variable_list outputs;
+    {
+      auto generator = generator_for(block->device);
+      at::Tensor current;
+      {
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        current = generator.get_state();
+        generator.set_state(block->rng_state);
+      }
+      torch::AutoGradMode enable(true);
+      outputs = block->block(detached);
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(current);
+    }
+    // Back-propagate through the recomputed block: parameter gradients accumulate into .grad as usual.
+    torch::autograd::variable_list roots, grads;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        grads.push_back(grad_outputs[i]);
+      }
+    }
+    if (!roots.empty()) {
+      torch::autograd::backward(roots, grads);
+    }
+    torch::autograd::variable_list input_grads;
+    for (const auto& t : detached) {
+      input_grads.push_back(t.defined() && t.requires_grad() ? t.grad() : at::Tensor());
+    }
+    input_grads.insert(input_grads.begin(), at::Tensor());  // nothing for the holder argument
+    return input_grads;
+  }
+};
+
+}  // namespace
+
+TensorList checkpoint(const CheckpointedBlock& block, const TensorList& inputs) {
+  if (!torch::GradMode::is_enabled()) {
+    return block(inputs);
+  }
+  auto holder = c10::make_intrusive<BlockHolder>();
+  holder->block = block;
+  for (const auto& t : inputs) {
+    if (t.defined()) {
+      holder->device = t.device();
+      break;
+    }
+  }
+  // Passed as a TensorList so that autograd sees each input as a variable of the function.
+  return CheckpointFunction::apply(holder, at::TensorList(inputs));
+}
+
+}  // namespace fitsum::model

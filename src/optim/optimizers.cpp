@@ -1,0 +1,307 @@
+// Implements include/fitsum/optim/optimizers.h. The update formulas follow torch.optim.AdamW (single-tensor path)
+// and transformers.optimization.Adafactor line by line, so results agree to float rounding.
+#include "fitsum/optim/optimizers.h"
+
+#include <cmath>
+#include <set>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+namespace fitsum::optim {
+
+namespace {
+
+std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+torch::Tensor step_tensor(std::int64_t step) { return torch::tensor(step, torch::kLong); }
+
+const torch::Tensor& require(const std::map<std::string, torch::Tensor>& in, const std::string& key,
+                             at::IntArrayRef shape) {
+  const auto it = in.find(key);
+  if (it == in.end()) {
+    throw std::runtime_error("optimizer state has no entry '" + key + "'");
+  }
+  if (it->second.sizes() != shape) {
+    throw std::runtime_error("optimizer state '" + key + "' has shape " + c10::str(it->second.sizes()) +
+                             ", the parameter needs " + c10::str(shape));
+  }
+  return it->second;
+}
+
+std::int64_t require_step(const std::map<std::string, torch::Tensor>& in, const std::string& key) {
+  return require(in, key, {}).item<std::int64_t>();
+}
+
+// HF Adafactor's _rms: ||t||_2 / sqrt(numel)
+torch::Tensor rms(const torch::Tensor& t) { return t.norm(2) / std::sqrt(static_cast<double>(t.numel())); }
+
+}  // namespace
+
+// ---- AdamW ----
+
+void AdamWParamState::export_tensors(const std::string& prefix, NamedTensors& out) const {
+  out.emplace_back(prefix + ".step", step_tensor(step));
+  out.emplace_back(prefix + ".exp_avg", exp_avg);
+  out.emplace_back(prefix + ".exp_avg_sq", exp_avg_sq);
+}
+
+void AdamWParamState::import_tensors(const std::string& prefix, const std::map<std::string, torch::Tensor>& in,
+                                     const torch::Tensor& param) {
+  step = require_step(in, prefix + ".step");
+  exp_avg = require(in, prefix + ".exp_avg", param.sizes()).to(param.options()).clone();
+  exp_avg_sq = require(in, prefix + ".exp_avg_sq", param.sizes()).to(param.options()).clone();
+}
+
+AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults)
+    : torch::optim::Optimizer(std::move(groups), std::make_unique<AdamWOptions>(defaults)) {
+  TORCH_CHECK(defaults.lr() >= 0, "AdamW: invalid learning_rate ", defaults.lr());
+  TORCH_CHECK(defaults.eps() >= 0, "AdamW: invalid adam_epsilon ", defaults.eps());
+  TORCH_CHECK(defaults.beta1() >= 0 && defaults.beta1() < 1, "AdamW: adam_beta1 must be in [0, 1), got ",
+              defaults.beta1());
+  TORCH_CHECK(defaults.beta2() >= 0 && defaults.beta2() < 1, "AdamW: adam_beta2 must be in [0, 1), got ",
+              defaults.beta2());
+}
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const AdamWOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const auto& grad = p.grad();
+      auto& slot = state()[state_key(p)];
+      if (!slot) {
+        auto fresh = std::make_unique<AdamWParamState>();
+        fresh->exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+        fresh->exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<AdamWParamState&>(*slot);
+      s.step += 1;
+      p.mul_(1.0 - o.lr() * o.weight_decay());
+      s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
+      s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
+      const double bias_correction1 = 1.0 - std::pow(o.beta1(), static_cast<double>(s.step));
+      const double bias_correction2 = 1.0 - std::pow(o.beta2(), static_cast<double>(s.step));
+      const double step_size = o.lr() / bias_correction1;
+      auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+      p.addcdiv_(s.exp_avg, denom, -step_size);
+    }
+  }
+  return loss;
+}
+
+// ---- Adafactor ----
+
+void AdafactorParamState::export_tensors(const std::string& prefix, NamedTensors& out) const {
+  out.emplace_back(prefix + ".step", step_tensor(step));
+  if (exp_avg_sq_row.defined()) {
+    out.emplace_back(prefix + ".exp_avg_sq_row", exp_avg_sq_row);
+    out.emplace_back(prefix + ".exp_avg_sq_col", exp_avg_sq_col);
+  } else {
+    out.emplace_back(prefix + ".exp_avg_sq", exp_avg_sq);
+  }
+}
+
+void AdafactorParamState::import_tensors(const std::string& prefix, const std::map<std::string, torch::Tensor>& in,
+                                         const torch::Tensor& param) {
+  step = require_step(in, prefix + ".step");
+  const auto fp32 = param.options().dtype(torch::kFloat);
+  if (param.dim() >= 2) {
+    auto rows = param.sizes().vec();
+    rows.pop_back();
+    auto cols = param.sizes().vec();
+    cols.erase(cols.end() - 2);
+    exp_avg_sq_row = require(in, prefix + ".exp_avg_sq_row", rows).to(fp32).clone();
+    exp_avg_sq_col = require(in, prefix + ".exp_avg_sq_col", cols).to(fp32).clone();
+  } else {
+    exp_avg_sq = require(in, prefix + ".exp_avg_sq", param.sizes()).to(fp32).clone();
+  }
+}
+
+Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults)
+    : torch::optim::Optimizer(std::move(groups), std::make_unique<AdafactorOptions>(defaults)) {
+  TORCH_CHECK(defaults.lr() >= 0, "Adafactor: invalid learning_rate ", defaults.lr());
+  TORCH_CHECK(defaults.clip_threshold() > 0, "Adafactor: clip_threshold must be positive");
+}
+
+torch::Tensor Adafactor::step(LossClosure closure) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss;
+  if (closure) {
+    torch::AutoGradMode enable(true);
+    loss = closure();
+  }
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const AdafactorOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      // HF upcasts half-precision parameters and gradients; the state is always fp32.
+      auto grad = p.grad().to(torch::kFloat);
+      const bool factored = p.dim() >= 2;
+      auto& slot = state()[state_key(p)];
+      if (!slot) {
+        auto fresh = std::make_unique<AdafactorParamState>();
+        if (factored) {
+          fresh->exp_avg_sq_row = torch::zeros(grad.sizes().slice(0, grad.dim() - 1), grad.options());
+          auto cols = grad.sizes().vec();
+          cols.erase(cols.end() - 2);
+          fresh->exp_avg_sq_col = torch::zeros(cols, grad.options());
+        } else {
+          fresh->exp_avg_sq = torch::zeros_like(grad);
+        }
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<AdafactorParamState&>(*slot);
+      s.step += 1;
+      const double lr = o.lr();  // relative_step=False, scale_parameter=False: the learning rate as given
+      const double beta2t = 1.0 - std::pow(static_cast<double>(s.step), o.decay_rate());
+      auto update = grad * grad + o.eps1();
+      if (factored) {
+        s.exp_avg_sq_row.mul_(beta2t).add_(update.mean(-1), 1.0 - beta2t);
+        s.exp_avg_sq_col.mul_(beta2t).add_(update.mean(-2), 1.0 - beta2t);
+        // HF _approx_sq_grad: (row / mean(row)).rsqrt() ⊗ col.rsqrt()
+        auto r_factor = (s.exp_avg_sq_row / s.exp_avg_sq_row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+        auto c_factor = s.exp_avg_sq_col.unsqueeze(-2).rsqrt();
+        update = torch::mul(r_factor, c_factor);
+        update.mul_(grad);
+      } else {
+        s.exp_avg_sq.mul_(beta2t).add_(update, 1.0 - beta2t);
+        update = s.exp_avg_sq.rsqrt().mul_(grad);
+      }
+      update.div_((rms(update) / o.clip_threshold()).clamp_(1.0));
+      update.mul_(lr);
+      auto p32 = p.scalar_type() == torch::kFloat ? p : p.to(torch::kFloat);
+      if (o.weight_decay() != 0.0) {
+        p32.add_(p32, -o.weight_decay() * lr);
+      }
+      p32.add_(-update);
+      if (p32.data_ptr() != p.data_ptr()) {
+        p.copy_(p32);
+      }
+    }
+  }
+  return loss;
+}
+
+// ---- Construction, state by name, clipping ----
+
+OptimizerType optimizer_type_from_string(const std::string& name) {
+  if (name == "adamw_torch" || name == "adamw_hf" || name == "adamw") return OptimizerType::adamw_torch;
+  if (name == "adafactor") return OptimizerType::adafactor;
+  throw std::invalid_argument("--optim '" + name + "' is not supported (choose adamw_torch, adamw_hf or adafactor)");
+}
+
+const char* to_string(OptimizerType type) { return type == OptimizerType::adafactor ? "adafactor" : "adamw_torch"; }
+
+std::vector<std::string> decay_parameter_names(torch::nn::Module& model) {
+  std::set<std::string> in_layer_norm;
+  for (const auto& item : model.named_modules()) {
+    if (item.value()->as<torch::nn::LayerNorm>() != nullptr) {
+      for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
+        in_layer_norm.insert(item.key().empty() ? p.key() : item.key() + "." + p.key());
+      }
+    }
+  }
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad() || in_layer_norm.count(item.key())) continue;
+    if (item.key().find("bias") != std::string::npos) continue;  // HF: `"bias" not in name`
+    names.push_back(item.key());
+  }
+  return names;
+}
+
+NamedTensors trainable_parameters(torch::nn::Module& model) {
+  NamedTensors out;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings) {
+  const auto decay_names = decay_parameter_names(model);
+  const std::set<std::string> decay(decay_names.begin(), decay_names.end());
+  std::vector<torch::Tensor> with_decay, without_decay;
+  for (const auto& [name, p] : trainable_parameters(model)) {
+    (decay.count(name) ? with_decay : without_decay).push_back(p);
+  }
+  if (settings.type == OptimizerType::adamw_torch) {
+    AdamWOptions base(settings.learning_rate);
+    base.beta1(settings.adam_beta1).beta2(settings.adam_beta2).eps(settings.adam_epsilon);
+    auto decayed = std::make_unique<AdamWOptions>(base);
+    decayed->weight_decay(settings.weight_decay);
+    auto plain = std::make_unique<AdamWOptions>(base);
+    plain->weight_decay(0.0);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(with_decay, std::move(decayed));
+    groups.emplace_back(without_decay, std::move(plain));
+    return std::make_unique<AdamW>(std::move(groups), base);
+  }
+  AdafactorOptions base(settings.learning_rate);
+  auto decayed = std::make_unique<AdafactorOptions>(base);
+  decayed->weight_decay(settings.weight_decay);
+  auto plain = std::make_unique<AdafactorOptions>(base);
+  plain->weight_decay(0.0);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(with_decay, std::move(decayed));
+  groups.emplace_back(without_decay, std::move(plain));
+  return std::make_unique<Adafactor>(std::move(groups), base);
+}
+
+NamedTensors export_optimizer_state(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters) {
+  NamedTensors out;
+  for (const auto& [name, p] : parameters) {
+    const auto it = optimizer.state().find(state_key(p));
+    if (it == optimizer.state().end()) continue;  // never stepped (e.g. no gradient yet)
+    const auto* named = dynamic_cast<const NamedParamState*>(it->second.get());
+    TORCH_CHECK(named != nullptr, "optimizer state of '", name, "' cannot be exported by name");
+    named->export_tensors(name, out);
+  }
+  return out;
+}
+
+void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& parameters,
+                            const std::map<std::string, torch::Tensor>& state) {
+  const bool adafactor = dynamic_cast<Adafactor*>(&optimizer) != nullptr;
+  for (const auto& [name, p] : parameters) {
+    if (!state.count(name + ".step")) continue;
+    std::unique_ptr<NamedParamState> s;
+    if (adafactor) {
+      s = std::make_unique<AdafactorParamState>();
+    } else {
+      s = std::make_unique<AdamWParamState>();
+    }
+    s->import_tensors(name, state, p);
+    optimizer.state()[state_key(p)] = std::move(s);
+  }
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : parameters) {
+    if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kFloat));
+  }
+  if (norms.empty()) return 0.0;
+  const auto total = torch::stack(norms).norm(2);
+  const double total_norm = total.item<double>();
+  if (max_norm > 0.0) {
+    const double coef = max_norm / (total_norm + 1e-6);
+    if (coef < 1.0) {
+      for (const auto& p : parameters) {
+        if (p.grad().defined()) p.grad().mul_(coef);
+      }
+    }
+  }
+  return total_norm;
+}
+
+}  // namespace fitsum::optim

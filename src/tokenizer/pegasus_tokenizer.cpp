@@ -1,0 +1,251 @@
+// Implements include/fitsum/tokenizer/pegasus_tokenizer.h. The reference is transformers' PegasusTokenizer
+// (tokenization_pegasus.py) on top of PreTrainedTokenizer.tokenize / _decode (tokenization_utils.py).
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+
+#include <stdexcept>
+
+namespace fitsum::tokenizer {
+
+namespace {
+
+constexpr TokenId kFirstReservedUnk = 2;   // <unk_2> has id 4
+constexpr TokenId kLastReservedUnk = 102;  // <unk_102> has id 104
+
+// The id of a special-token string, or -1. Every special token is "<...>" with no other '<' or '>', so none is
+// a substring of another and matching at the leftmost '<' is what HF's trie does.
+TokenId special_token_id(std::string_view token) {
+  if (token == "<pad>") return PegasusTokenizer::kPadId;
+  if (token == "</s>") return PegasusTokenizer::kEosId;
+  if (token == "<mask_1>") return PegasusTokenizer::kMaskSentenceId;
+  if (token == "<mask_2>") return PegasusTokenizer::kMaskId;
+  if (token == "<unk>") return PegasusTokenizer::kUnkId;
+  constexpr std::string_view prefix = "<unk_";
+  if (token.size() < prefix.size() + 2 || token.substr(0, prefix.size()) != prefix || token.back() != '>') {
+    return -1;
+  }
+  const std::string_view digits = token.substr(prefix.size(), token.size() - prefix.size() - 1);
+  if (digits.size() > 3 || digits[0] == '0') {
+    return -1;  // "<unk_02>" is not a token
+  }
+  TokenId number = 0;
+  for (const char c : digits) {
+    if (c < '0' || c > '9') {
+      return -1;
+    }
+    number = number * 10 + (c - '0');
+  }
+  if (number < kFirstReservedUnk || number > kLastReservedUnk) {
+    return -1;
+  }
+  return number + 2;
+}
+
+std::string special_token_string(TokenId id) {
+  switch (id) {
+    case PegasusTokenizer::kPadId: return "<pad>";
+    case PegasusTokenizer::kEosId: return "</s>";
+    case PegasusTokenizer::kMaskSentenceId: return "<mask_1>";
+    case PegasusTokenizer::kMaskId: return "<mask_2>";
+    case PegasusTokenizer::kUnkId: return "<unk>";
+    default: return "<unk_" + std::to_string(id - 2) + ">";
+  }
+}
+
+// Python's str.isspace() for one code point.
+bool is_python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Decodes the UTF-8 code point starting at `text[pos]` and says how many bytes it has (1 for a stray byte).
+char32_t code_point_at(const std::string& text, std::size_t pos, std::size_t& length) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(pos);
+  length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  if (pos + length > text.size()) {
+    length = 1;
+    return lead;
+  }
+  if (length == 1) {
+    return lead;
+  }
+  char32_t c = lead & (0x7F >> length);
+  for (std::size_t i = 1; i < length; ++i) {
+    c = (c << 6) | (byte(pos + i) & 0x3F);
+  }
+  return c;
+}
+
+// Python's str.strip() on UTF-8 text.
+std::string strip_python_whitespace(const std::string& text) {
+  std::size_t begin = 0;
+  std::size_t length = 0;
+  while (begin < text.size() && is_python_space(code_point_at(text, begin, length))) {
+    begin += length;
+  }
+  std::size_t end = begin;
+  for (std::size_t pos = begin; pos < text.size(); pos += length) {
+    if (!is_python_space(code_point_at(text, pos, length))) {
+      end = pos + length;
+    }
+  }
+  return text.substr(begin, end - begin);
+}
+
+void check_token_id(std::int64_t id, TokenId vocab_size) {
+  if (id < 0 || id >= vocab_size) {
+    throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary 0.." +
+                                std::to_string(vocab_size - 1) +
+                                " (label padding -100 must be replaced by the pad id before decoding)");
+  }
+}
+
+void replace_all(std::string& text, std::string_view from, std::string_view to) {
+  std::string out;
+  std::size_t start = 0;
+  for (std::size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, start)) {
+    out.append(text, start, pos - start);
+    out.append(to);
+    start = pos + from.size();
+  }
+  if (start == 0) {
+    return;
+  }
+  out.append(text, start, std::string::npos);
+  text = std::move(out);
+}
+
+}  // namespace
+
+std::string clean_up_tokenization(std::string text) {
+  // Same replacements in the same order as HF; each one runs over the result of the previous.
+  static constexpr std::string_view replacements[][2] = {
+      {" .", "."},   {" ?", "?"},   {" !", "!"},   {" ,", ","},   {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& pair : replacements) {
+    replace_all(text, pair[0], pair[1]);
+  }
+  return text;
+}
+
+bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length) {
+  if (max_length == 0) {
+    throw std::invalid_argument("a maximum length of 0 leaves no room for </s>; use at least 1");
+  }
+  if (ids.size() <= max_length) {
+    return false;
+  }
+  const TokenId last = ids.back();
+  ids.resize(max_length);
+  ids.back() = last;
+  return true;
+}
+
+PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
+  const fs::path file = dir / "spiece.model";
+  std::error_code error;
+  if (!fs::is_regular_file(file, error)) {
+    throw std::runtime_error("no spiece.model in '" + dir.string() +
+                             "': fitsum needs the SentencePiece model of a PEGASUS checkpoint; copy it there or "
+                             "pass --tokenizer_name with a folder that has one");
+  }
+  return PegasusTokenizer(file);
+}
+
+PegasusTokenizer::PegasusTokenizer(const fs::path& spiece_model) : model_(spiece_model) {
+  // HF's fixed layout assumes PEGASUS's pieces: <pad> and </s> (never produced) and <unk> at 2, so that an
+  // unknown piece lands on 105, the id of the literal "<unk>" token.
+  if (model_.unk_id() + kOffset != kUnkId || !model_.is_control(0) || !model_.is_control(1)) {
+    throw std::runtime_error("'" + spiece_model.string() +
+                             "' does not have PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2; found <unk> at " +
+                             std::to_string(model_.unk_id()) + "): it is not a PEGASUS spiece.model");
+  }
+  vocab_size_ = model_.piece_size() + kOffset;
+}
+
+void PegasusTokenizer::encode_without_eos(std::string_view text, std::vector<TokenId>& ids) const {
+  const auto encode_plain = [&](std::string_view chunk) {
+    if (chunk.empty()) {
+      return;
+    }
+    const std::size_t start = ids.size();
+    model_.encode(chunk, ids);
+    for (std::size_t i = start; i < ids.size(); ++i) {
+      ids[i] += kOffset;
+    }
+  };
+  // Split out literal special tokens first, as HF's slow tokenizer does (its added tokens are AddedToken with
+  // lstrip = rstrip = false, so the neighbouring text keeps its spaces; SentencePiece drops them anyway).
+  std::size_t chunk_start = 0;
+  std::size_t open = text.find('<');
+  while (open != std::string_view::npos) {
+    const std::size_t close = text.find('>', open + 1);
+    if (close == std::string_view::npos) {
+      break;
+    }
+    const TokenId special = special_token_id(text.substr(open, close - open + 1));
+    if (special >= 0) {
+      encode_plain(text.substr(chunk_start, open - chunk_start));
+      ids.push_back(special);
+      chunk_start = close + 1;
+      open = text.find('<', chunk_start);
+    } else {
+      open = text.find('<', open + 1);
+    }
+  }
+  encode_plain(text.substr(chunk_start));
+}
+
+std::vector<TokenId> PegasusTokenizer::encode(std::string_view text, std::optional<std::size_t> max_length) const {
+  std::vector<TokenId> ids;
+  encode_without_eos(text, ids);
+  ids.push_back(kEosId);
+  if (max_length) {
+    truncate_keeping_eos(ids, *max_length);
+  }
+  return ids;
+}
+
+std::string PegasusTokenizer::decode(const std::vector<TokenId>& ids, const DecodeOptions& options) const {
+  // As PegasusTokenizer.convert_tokens_to_string: runs of pieces go through SentencePiece, special tokens are
+  // pasted between them verbatim (or dropped), and the whole is stripped.
+  std::string text;
+  std::vector<TokenId> pieces;
+  const auto flush = [&]() {
+    if (!pieces.empty()) {
+      text += model_.decode(pieces);
+      pieces.clear();
+    }
+  };
+  for (const TokenId id : ids) {
+    check_token_id(id, vocab_size_);
+    if (is_special(id)) {
+      if (!options.skip_special_tokens) {
+        flush();
+        text += special_token_string(id);
+      }
+    } else {
+      pieces.push_back(id - kOffset);
+    }
+  }
+  flush();
+  text = strip_python_whitespace(text);
+  return options.clean_up_tokenization_spaces ? clean_up_tokenization(std::move(text)) : text;
+}
+
+std::string PegasusTokenizer::decode(const std::vector<std::int64_t>& ids, const DecodeOptions& options) const {
+  std::vector<TokenId> narrow;
+  narrow.reserve(ids.size());
+  for (const std::int64_t id : ids) {
+    check_token_id(id, vocab_size_);
+    narrow.push_back(static_cast<TokenId>(id));
+  }
+  return decode(narrow, options);
+}
+
+std::string PegasusTokenizer::id_to_token(TokenId id) const {
+  check_token_id(id, vocab_size_);
+  return is_special(id) ? special_token_string(id) : model_.id_to_piece(id - kOffset);
+}
+
+}  // namespace fitsum::tokenizer

@@ -1,0 +1,499 @@
+// Implements include/fitsum/train/trainer.h. Reads top-down like the loop it is: setup, then per optimizer step
+// collate -> forward -> summed token loss / step tokens -> backward (per micro-batch) -> clip -> step -> schedule,
+// then log / evaluate / save at their intervals.
+#include "fitsum/train/trainer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "fitsum/data/sampler.h"
+#include "fitsum/io/checkpoint.h"
+#include "fitsum/io/safetensors.h"
+#include "fitsum/memory/device_memory.h"
+#include "fitsum/memory/static_memory.h"
+#include "fitsum/optim/optimizers.h"
+#include "fitsum/util/bytes.h"
+#include "fitsum/util/files.h"
+#include "fitsum/util/torch_compat.h"
+
+namespace fitsum::train {
+
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::int64_t label_tokens(const data::Example& e) {
+  if (!e.labels) return 0;
+  return static_cast<std::int64_t>(e.labels->size());  // unpadded labels: every one counts
+}
+
+at::Generator device_generator(const torch::Device& device) {
+  return at::globalContext().defaultGenerator(device.is_cuda() ? device : torch::Device(torch::kCPU));
+}
+
+torch::Tensor rng_state(const torch::Device& device) {
+  auto generator = device_generator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_rng_state(const torch::Device& device, const torch::Tensor& state) {
+  auto generator = device_generator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+// "checkpoint-N" -> N, or -1.
+std::int64_t checkpoint_step(const fs::path& dir) {
+  static const std::regex pattern("checkpoint-([0-9]+)");
+  std::smatch match;
+  const std::string name = dir.filename().string();
+  if (std::regex_match(name, match, pattern)) return std::stoll(match[1]);
+  return -1;
+}
+
+std::vector<fs::path> checkpoints_in(const fs::path& output_dir) {
+  std::vector<fs::path> found;
+  if (!fs::exists(output_dir)) return found;
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    if (entry.is_directory() && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
+  }
+  std::sort(found.begin(), found.end(),
+            [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
+  return found;
+}
+
+// Explains an out-of-memory error with what held the memory and which knobs would help.
+std::string out_of_memory_advice(const std::string& what, const model::ModelConfig& config,
+                                 const TrainingArguments& args, const memory::MemorySnapshot& memory) {
+  const auto counts = model::count_parameters(config);
+  const auto kind = optim::optimizer_type_from_string(args.optim) == optim::OptimizerType::adafactor
+                        ? memory::OptimizerKind::adafactor
+                        : memory::OptimizerKind::adamw;
+  const auto fixed = memory::static_training_memory(counts, kind, memory::StorageDtype::fp32);
+  const auto peak = static_cast<std::uint64_t>(std::max<std::int64_t>(memory.peak_bytes, 0));
+  const auto rest = peak > fixed.total() ? peak - fixed.total() : 0;
+  std::ostringstream out;
+  out << "out of memory while training: " << what << "\n"
+      << "  what held the memory (peak " << util::format_bytes(peak) << "):\n"
+      << "    weights          " << util::format_bytes(fixed.weights) << "\n"
+      << "    gradients        " << util::format_bytes(fixed.gradients) << "\n"
+      << "    optimizer state  " << util::format_bytes(fixed.optimizer_state) << " (" << args.optim << ")\n"
+      << "    the rest         " << util::format_bytes(rest)
+      << " (activations, logits, temporary buffers of the micro-batch)\n"
+      << "  knobs that would help:";
+  if (!args.gradient_checkpointing) out << "\n    --gradient_checkpointing (recompute activations in backward)";
+  if (args.per_device_train_batch_size > 1) {
+    out << "\n    --per_device_train_batch_size " << args.per_device_train_batch_size / 2
+        << " --gradient_accumulation_steps " << args.gradient_accumulation_steps * 2 << " (same effective batch)";
+  }
+  if (kind == memory::OptimizerKind::adamw) out << "\n    --optim adafactor (factored second moments, no first moment)";
+  if (!args.bf16) out << "\n    --bf16 (smaller activations)";
+  out << "\n    a shorter --max_source_length";
+  return out.str();
+}
+
+}  // namespace
+
+void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
+
+fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir) {
+  if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
+    const auto found = checkpoints_in(output_dir);
+    if (found.empty()) {
+      throw std::runtime_error("--resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
+                               "'");
+    }
+    return found.back();
+  }
+  const fs::path dir(resume_from_checkpoint);
+  if (!fs::is_directory(dir) || !fs::exists(dir / "trainer_state.json")) {
+    throw std::runtime_error("--resume_from_checkpoint '" + resume_from_checkpoint +
+                             "' is not a checkpoint folder (it needs trainer_state.json); use 'latest' for the "
+                             "newest in --output_dir");
+  }
+  return dir;
+}
+
+Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks)
+    : args_(std::move(args)), in_(std::move(inputs)), callbacks_(std::move(callbacks)) {
+  args_.validate();
+  if (in_.train_examples.empty()) throw std::invalid_argument("the training set is empty");
+  for (const auto& e : in_.train_examples) {
+    if (!e.labels) {
+      throw std::invalid_argument("training example at line " + std::to_string(e.line) +
+                                  " has no labels (the summary column is missing)");
+    }
+  }
+  auto& model = *in_.model;
+  model.to(in_.device);
+  if (args_.gradient_checkpointing) {
+    const auto layers = args_.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max());
+    model.set_gradient_checkpointing(layers, layers);
+  }
+
+  const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
+  const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
+  steps_per_epoch_ = (examples + per_step - 1) / per_step;
+  max_steps_ = args_.max_steps > 0 ? args_.max_steps
+                                   : static_cast<std::int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
+  num_epochs_ = (max_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
+  logging_steps_ = TrainingArguments::interval_in_steps(args_.logging_steps, max_steps_);
+  eval_steps_ = TrainingArguments::interval_in_steps(args_.eval_steps.value_or(args_.logging_steps), max_steps_);
+  save_steps_ = TrainingArguments::interval_in_steps(args_.save_steps, max_steps_);
+
+  optim::OptimizerSettings settings;
+  settings.type = optim::optimizer_type_from_string(args_.optim);
+  settings.learning_rate = args_.learning_rate;
+  settings.weight_decay = args_.weight_decay;
+  settings.adam_beta1 = args_.adam_beta1;
+  settings.adam_beta2 = args_.adam_beta2;
+  settings.adam_epsilon = args_.adam_epsilon;
+  optimizer_ = optim::make_optimizer(model, settings);
+  parameters_ = optim::trainable_parameters(model);
+  for (const auto& [name, p] : parameters_) parameter_list_.push_back(p);
+
+  schedule_.type = args_.scheduler();
+  schedule_.base_lr = args_.learning_rate;
+  schedule_.total_steps = max_steps_;
+  schedule_.warmup_steps = warmup_steps_for(args_.warmup_steps, args_.warmup_ratio, max_steps_);
+}
+
+void Trainer::log(nlohmann::ordered_json entry) {
+  log_history_.push_back(entry);
+  if (callbacks_.on_log) callbacks_.on_log(entry);
+}
+
+Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t>>& micro_batches) {
+  auto& model = *in_.model;
+  StepOutcome outcome;
+  // The denominator of the exact accumulated loss: every label token of the whole optimizer step.
+  std::int64_t step_tokens = 0;
+  for (const auto& mb : micro_batches) {
+    for (auto i : mb) step_tokens += label_tokens(in_.train_examples[i]);
+  }
+  if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
+  const double denominator = static_cast<double>(step_tokens);
+  double loss_sum = 0.0;
+  for (const auto& mb : micro_batches) {
+    auto batch = data::collate(in_.train_examples, mb, in_.collator);
+    auto ids = batch.input_ids.to(in_.device);
+    auto mask = batch.attention_mask.to(in_.device);
+    auto labels = batch.labels.to(in_.device);
+    model::TokenLoss token_loss;
+    {
+      util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
+      auto encoded = model.encode(ids, mask);
+      auto hidden = model.decode(model.shift_tokens_right(labels), encoded, mask);
+      token_loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
+    }
+    (token_loss.sum / denominator).backward();
+    loss_sum += token_loss.sum.item<double>();
+    outcome.tokens += mask.sum().item<std::int64_t>() + token_loss.tokens;
+    train_samples_ += static_cast<std::int64_t>(mb.size());
+    if (g_stop_signal.load() != 0) {
+      outcome.interrupted = true;
+      return outcome;
+    }
+  }
+  outcome.loss = loss_sum / denominator;
+  outcome.grad_norm = optim::clip_grad_norm(parameter_list_, args_.max_grad_norm);
+  optimizer_->step();
+  optimizer_->zero_grad();
+  return outcome;
+}
+
+double Trainer::evaluate() {
+  auto& model = *in_.model;
+  const bool was_training = model.is_training();
+  model.eval();
+  torch::NoGradGuard no_grad;
+  double weighted = 0.0;
+  std::int64_t examples = 0;
+  const auto n = in_.eval_examples.size();
+  const auto batch_size = static_cast<std::size_t>(args_.per_device_eval_batch_size);
+  for (std::size_t start = 0; start < n; start += batch_size) {
+    std::vector<std::size_t> indices;
+    for (std::size_t i = start; i < std::min(n, start + batch_size); ++i) indices.push_back(i);
+    auto batch = data::collate(in_.eval_examples, indices, in_.collator);
+    if (!batch.labels.defined()) throw std::invalid_argument("the evaluation set has no labels");
+    auto ids = batch.input_ids.to(in_.device);
+    auto mask = batch.attention_mask.to(in_.device);
+    auto labels = batch.labels.to(in_.device);
+    util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
+    auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
+    const auto loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
+    weighted += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens)) *
+                static_cast<double>(indices.size());
+    examples += static_cast<std::int64_t>(indices.size());
+  }
+  if (was_training) model.train();
+  return examples ? weighted / static_cast<double>(examples) : std::nan("");
+}
+
+nlohmann::ordered_json Trainer::trainer_state_json() const {
+  nlohmann::ordered_json s;
+  s["best_metric"] = nullptr;
+  s["best_model_checkpoint"] = nullptr;
+  s["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
+  s["eval_steps"] = eval_steps_;
+  s["global_step"] = global_step_;
+  s["is_hyper_param_search"] = false;
+  s["is_local_process_zero"] = true;
+  s["is_world_process_zero"] = true;
+  s["log_history"] = log_history_;
+  s["logging_steps"] = logging_steps_;
+  s["max_steps"] = max_steps_;
+  s["num_input_tokens_seen"] = 0;
+  s["num_train_epochs"] = num_epochs_;
+  s["save_steps"] = save_steps_;
+  s["total_flos"] = 0;
+  s["train_batch_size"] = args_.per_device_train_batch_size;
+  s["trial_name"] = nullptr;
+  s["trial_params"] = nullptr;
+  return s;
+}
+
+void Trainer::save_checkpoint(const torch::Tensor& rng) {
+  const fs::path output_dir(args_.output_dir);
+  const auto final_dir = output_dir / ("checkpoint-" + std::to_string(global_step_));
+  const auto temp_dir = output_dir / (".checkpoint-" + std::to_string(global_step_) + ".tmp-" +
+                                      std::to_string(::getpid()));
+  fs::remove_all(temp_dir);
+  fs::create_directories(temp_dir);
+  io::SaveOptions save;
+  save.config_json = in_.config_json;
+  save.copy_tokenizer_from = in_.tokenizer_dir;
+  io::save_model_folder(*in_.model, temp_dir, save);
+  io::write_safetensors(temp_dir / "optimizer.safetensors",
+                        optim::export_optimizer_state(*optimizer_, parameters_), {{"format", "fitsum-optimizer"},
+                                                                                  {"optim", args_.optim}});
+  io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}},
+                        {{"device", in_.device.str()}});
+  nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
+                                      {"last_epoch", global_step_},
+                                      {"warmup_steps", schedule_.warmup_steps},
+                                      {"total_steps", schedule_.total_steps},
+                                      {"learning_rate", schedule_.lr(global_step_)}};
+  util::write_file_atomic(temp_dir / "scheduler.json", scheduler.dump(2) + "\n");
+  util::write_file_atomic(temp_dir / "trainer_state.json", trainer_state_json().dump(2) + "\n");
+  util::write_file_atomic(temp_dir / "training_args.json", args_.to_json().dump(2) + "\n");
+  nlohmann::ordered_json position = {{"epoch", epoch_},
+                                     {"step_in_epoch", step_in_epoch_},
+                                     {"global_step", global_step_},
+                                     {"loss_since_log", loss_since_log_},
+                                     {"steps_since_log", steps_since_log_},
+                                     {"total_loss", total_loss_},
+                                     {"last_grad_norm", last_grad_norm_},
+                                     {"seed", args_.seed},
+                                     {"train_examples", in_.train_examples.size()},
+                                     {"examples_per_step",
+                                      args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
+  util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
+  util::fsync_directory(temp_dir);
+  // The rename is the commit point: before it there is only a temporary folder, after it a complete checkpoint.
+  fs::remove_all(final_dir);
+  fs::rename(temp_dir, final_dir);
+  util::fsync_directory(output_dir);
+  if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
+
+  if (args_.save_total_limit) {
+    auto all = checkpoints_in(output_dir);
+    while (static_cast<std::int64_t>(all.size()) > *args_.save_total_limit) {
+      fs::remove_all(all.front());
+      if (callbacks_.on_message) callbacks_.on_message("removed " + all.front().string() + " (save_total_limit)");
+      all.erase(all.begin());
+    }
+  }
+}
+
+void Trainer::resume(const fs::path& checkpoint) {
+  auto folder = io::open_model_folder(checkpoint);
+  io::load_weights(*in_.model, folder);
+  in_.model->to(in_.device);
+
+  const auto position = util::read_json_file(checkpoint / "fitsum_state.json");
+  const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
+  if (position.at("seed").get<std::int64_t>() != args_.seed ||
+      position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
+      position.at("examples_per_step").get<std::int64_t>() != per_step) {
+    throw std::invalid_argument(
+        "cannot resume exactly from '" + checkpoint.string() + "': it was made with --seed " +
+        position.at("seed").dump() + ", " + position.at("train_examples").dump() + " training examples and " +
+        position.at("examples_per_step").dump() + " examples per optimizer step; now they are " +
+        std::to_string(args_.seed) + ", " + std::to_string(in_.train_examples.size()) + " and " +
+        std::to_string(per_step));
+  }
+  epoch_ = position.at("epoch");
+  step_in_epoch_ = position.at("step_in_epoch");
+  global_step_ = position.at("global_step");
+  loss_since_log_ = position.at("loss_since_log");
+  steps_since_log_ = position.at("steps_since_log");
+  total_loss_ = position.at("total_loss");
+  last_grad_norm_ = position.at("last_grad_norm");
+  const auto state = util::read_json_file(checkpoint / "trainer_state.json");
+  log_history_ = nlohmann::ordered_json::parse(state.at("log_history").dump());
+
+  io::SafetensorsReader optimizer_file(checkpoint / "optimizer.safetensors");
+  std::map<std::string, torch::Tensor> optimizer_state;
+  for (const auto& e : optimizer_file.entries()) optimizer_state[e.name] = optimizer_file.read(e.name).to(in_.device);
+  optim::import_optimizer_state(*optimizer_, parameters_, optimizer_state);
+  io::SafetensorsReader rng_file(checkpoint / "rng_state.safetensors");
+  set_rng_state(in_.device, rng_file.read("generator"));
+  if (callbacks_.on_message) {
+    callbacks_.on_message("resumed from " + checkpoint.string() + " at step " + std::to_string(global_step_));
+  }
+}
+
+void Trainer::save_final_model() {
+  io::SaveOptions save;
+  save.config_json = in_.config_json;
+  save.copy_tokenizer_from = in_.tokenizer_dir;
+  io::save_model_folder(*in_.model, args_.output_dir, save);
+  util::write_file_atomic(fs::path(args_.output_dir) / "trainer_state.json", trainer_state_json().dump(2) + "\n");
+  util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");
+}
+
+TrainResult Trainer::train() {
+  fs::create_directories(args_.output_dir);
+  g_stop_signal.store(0);
+  memory::start_tracking(in_.device);
+  torch::manual_seed(static_cast<std::uint64_t>(args_.seed));  // HF set_seed: dropout draws start here
+  if (!args_.resume_from_checkpoint.empty()) {
+    resume(resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir));
+  }
+  auto& model = *in_.model;
+  model.train();
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
+
+  const auto lengths = data::input_lengths(in_.train_examples);
+  data::SamplerOptions sampler;
+  sampler.seed = static_cast<std::uint64_t>(args_.seed);
+  sampler.group_by_length = args_.group_by_length;
+  sampler.examples_per_step =
+      static_cast<std::size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps);
+
+  const auto run_start = Clock::now();
+  auto log_start = Clock::now();
+  memory::reset_peak_memory(in_.device);
+  TrainResult result;
+  try {
+    while (global_step_ < max_steps_) {
+      const auto order = data::epoch_order(lengths, sampler, static_cast<std::uint64_t>(epoch_));
+      const auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
+                                          static_cast<std::size_t>(args_.gradient_accumulation_steps));
+      while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
+        // The random state at the start of the step: an interrupted step is redone from it on resume.
+        const auto step_rng = rng_state(in_.device);
+        const auto outcome = run_step(steps[static_cast<std::size_t>(step_in_epoch_)]);
+        if (outcome.interrupted) {
+          optimizer_->zero_grad();
+          set_rng_state(in_.device, step_rng);
+          save_checkpoint(step_rng);
+          result.interrupted = true;
+          result.stop_signal = g_stop_signal.load();
+          result.global_step = global_step_;
+          train_seconds_ += seconds_since(run_start);
+          return result;
+        }
+        global_step_ += 1;
+        step_in_epoch_ += 1;
+        for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
+        loss_since_log_ += outcome.loss;
+        steps_since_log_ += 1;
+        total_loss_ += outcome.loss;
+        last_grad_norm_ = outcome.grad_norm;
+        tokens_since_log_ += outcome.tokens;
+        train_tokens_ += outcome.tokens;
+        if (callbacks_.on_step) callbacks_.on_step(global_step_, max_steps_);
+
+        const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
+        const double epoch_value = static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) /
+                                                                      static_cast<double>(steps.size());
+        if (global_step_ % logging_steps_ == 0 || global_step_ == max_steps_) {
+          const double seconds = seconds_since(log_start);
+          const auto mem = memory::read_memory(in_.device);
+          nlohmann::ordered_json entry;
+          entry["loss"] = loss_since_log_ / static_cast<double>(steps_since_log_);
+          entry["grad_norm"] = last_grad_norm_;
+          entry["learning_rate"] = schedule_.lr(global_step_);
+          entry["epoch"] = epoch_value;
+          entry["step"] = global_step_;
+          entry["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens_since_log_) / seconds : 0.0;
+          entry["peak_memory_bytes"] = mem.peak_bytes;
+          if (in_.device.is_cuda()) {
+            entry["peak_reserved_bytes"] = mem.peak_reserved_bytes;
+            entry["alloc_retries"] = mem.alloc_retries;
+            entry["ooms"] = mem.ooms;
+          }
+          log(entry);
+          loss_since_log_ = 0.0;
+          steps_since_log_ = 0;
+          tokens_since_log_ = 0;
+          memory::reset_peak_memory(in_.device);
+          log_start = Clock::now();
+        }
+        const auto eval_strategy = args_.evaluation();
+        if (!in_.eval_examples.empty() &&
+            ((eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps_ == 0) ||
+             (eval_strategy == IntervalStrategy::epoch && end_of_epoch))) {
+          const auto eval_start = Clock::now();
+          const double eval_loss = evaluate();
+          const double seconds = seconds_since(eval_start);
+          nlohmann::ordered_json entry;
+          entry["eval_loss"] = eval_loss;
+          entry["eval_runtime"] = seconds;
+          entry["eval_samples_per_second"] = static_cast<double>(in_.eval_examples.size()) / std::max(seconds, 1e-9);
+          entry["epoch"] = epoch_value;
+          entry["step"] = global_step_;
+          log(entry);
+          log_start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+        }
+        const auto save_strategy = args_.saving();
+        if ((save_strategy == IntervalStrategy::steps && global_step_ % save_steps_ == 0) ||
+            (save_strategy == IntervalStrategy::epoch && end_of_epoch)) {
+          save_checkpoint(rng_state(in_.device));
+        }
+      }
+      if (step_in_epoch_ >= static_cast<std::int64_t>(steps.size())) {
+        epoch_ += 1;
+        step_in_epoch_ = 0;
+      }
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    const auto mem = memory::read_memory(in_.device);
+    throw std::runtime_error(out_of_memory_advice(std::string(e.what()).substr(0, 400), model.config(), args_, mem));
+  }
+  train_seconds_ += seconds_since(run_start);
+
+  nlohmann::ordered_json summary;
+  summary["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
+  summary["step"] = global_step_;
+  summary["train_runtime"] = train_seconds_;
+  summary["train_samples_per_second"] = static_cast<double>(train_samples_) / std::max(train_seconds_, 1e-9);
+  summary["train_steps_per_second"] = static_cast<double>(global_step_) / std::max(train_seconds_, 1e-9);
+  summary["train_tokens_per_second"] = static_cast<double>(train_tokens_) / std::max(train_seconds_, 1e-9);
+  summary["total_flos"] = 0;
+  summary["train_loss"] = global_step_ ? total_loss_ / static_cast<double>(global_step_) : 0.0;
+  log(summary);
+  save_final_model();
+  result.global_step = global_step_;
+  result.metrics = summary;
+  return result;
+}
+
+}  // namespace fitsum::train

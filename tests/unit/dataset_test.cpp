@@ -1,0 +1,218 @@
+// Records to examples: truncation as HF's truncation=True, summaries to labels, pre-tokenized records used as
+// they are, malformed records named by file, line and field (or skipped and counted), sample limits, the
+// max_position_embeddings clamp, option validation and the JSON-line round trip.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "fitsum/data/dataset.h"
+#include "test_support.h"
+
+namespace fitsum::data {
+namespace {
+
+using Ids = std::vector<TokenId>;
+
+const tokenizer::PegasusTokenizer& pegasus() {
+  static const tokenizer::PegasusTokenizer tokenizer =
+      tokenizer::PegasusTokenizer::from_folder(test::source_dir() / "data" / "pegasus");
+  return tokenizer;
+}
+
+// From ../shared/data/pegasus/spm_vectors.jsonl, idx 1 and 0.
+const std::string kEric = "Eric and Rob are going to watch a stand-up on youtube.";
+const Ids kEricIds = {6303, 111, 7374, 127, 313, 112, 1183, 114, 1281, 121, 768, 124, 11909, 107, 1};
+const std::string kHannah = "Hannah needs Betty's number but Amanda doesn't have it. She needs to contact Larry.";
+const Ids kHannahIds = {12636, 397, 17379, 131, 116, 344, 155, 12195, 591, 131, 144,
+                        133,   126, 107,   452, 397, 112, 471, 9915,  107, 1};
+
+Record record(nlohmann::json fields, std::size_t line = 7) { return Record{std::move(fields), line}; }
+
+fs::path write_file(const std::string& name, const std::string& content) {
+  const fs::path path = test::temp_dir("dataset") / name;
+  std::ofstream(path, std::ios::binary) << content;
+  return path;
+}
+
+std::string bad_record_message(const Record& input, const DataOptions& options) {
+  try {
+    make_example(input, "train.jsonl", pegasus(), options);
+  } catch (const BadRecord& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Dataset, TokenizesTextAndSummary) {
+  const Example example =
+      make_example(record({{"id", "13862856"}, {"dialogue", kHannah}, {"summary", kEric}}), "f", pegasus(), {});
+  EXPECT_EQ(example.id, "13862856");
+  EXPECT_EQ(example.input_ids, kHannahIds);
+  ASSERT_TRUE(example.labels);
+  EXPECT_EQ(*example.labels, kEricIds);
+  EXPECT_TRUE(example.attention_mask.empty());
+  EXPECT_EQ(example.line, 7u);
+
+  const Example no_summary = make_example(record({{"dialogue", kEric}}), "f", pegasus(), {});
+  EXPECT_TRUE(no_summary.id.is_null());
+  EXPECT_FALSE(no_summary.labels);
+
+  const Example empty = make_example(record({{"dialogue", ""}, {"summary", ""}}), "f", pegasus(), {});
+  EXPECT_EQ(empty.input_ids, (Ids{1}));
+  EXPECT_EQ(*empty.labels, (Ids{1}));
+}
+
+TEST(Dataset, TruncatesLikeHuggingFaceKeepingEosLast) {
+  DataOptions options;
+  options.text_column = "text";
+  options.summary_column = "target";
+  options.max_source_length = 6;
+  options.max_target_length = 4;
+  ReadStats stats;
+  const Example example =
+      make_example(record({{"text", kHannah}, {"target", kEric}}), "f", pegasus(), options, &stats);
+  EXPECT_EQ(example.input_ids, (Ids{12636, 397, 17379, 131, 116, 1}));
+  EXPECT_EQ(*example.labels, (Ids{6303, 111, 7374, 1}));
+  EXPECT_EQ(stats.truncated_sources, 1u);
+  EXPECT_EQ(stats.truncated_targets, 1u);
+  options.max_source_length = static_cast<std::int64_t>(kHannahIds.size());  // exactly fits: untouched
+  EXPECT_EQ(make_example(record({{"text", kHannah}}), "f", pegasus(), options).input_ids, kHannahIds);
+}
+
+TEST(Dataset, UsesPretokenizedRecordsAsTheyAre) {
+  const Example example = make_example(
+      record({{"input_ids", {5000, 7, 1}}, {"attention_mask", {1, 1, 0}}, {"labels", {9, 1, -100}}, {"dialogue", "x"}}),
+      "f", pegasus(), {});
+  EXPECT_EQ(example.input_ids, (Ids{5000, 7, 1}));
+  EXPECT_EQ(example.attention_mask, (Ids{1, 1, 0}));
+  EXPECT_EQ(*example.labels, (Ids{9, 1, -100}));
+  // A csv cell holding the list works as well.
+  const Example from_csv = make_example(record({{"input_ids", "[12, 1]"}, {"labels", "[1]"}}), "f", pegasus(), {});
+  EXPECT_EQ(from_csv.input_ids, (Ids{12, 1}));
+  EXPECT_EQ(*from_csv.labels, (Ids{1}));
+}
+
+TEST(Dataset, MalformedRecordsNameFileLineAndField) {
+  const DataOptions options;
+  EXPECT_EQ(bad_record_message(record({{"text", "hi"}}), options),
+            "train.jsonl:7: field 'dialogue': missing; the record has text (choose the column with --text_column)");
+  EXPECT_EQ(bad_record_message(record({{"dialogue", 3}}), options),
+            "train.jsonl:7: field 'dialogue': expected a string, found number");
+  EXPECT_EQ(bad_record_message(record({{"dialogue", "hi"}, {"summary", nullptr}}), options),
+            "train.jsonl:7: field 'summary': expected a string, found null");
+  EXPECT_NE(bad_record_message(record({{"input_ids", {1, 96103}}}), options)
+                .find("field 'input_ids': token id 96103 is outside the vocabulary 0..96102"),
+            std::string::npos);
+  EXPECT_NE(bad_record_message(record({{"input_ids", {1}}, {"labels", {-5}}}), options).find("field 'labels'"),
+            std::string::npos);
+  EXPECT_NE(bad_record_message(record({{"input_ids", {5, 1}}, {"attention_mask", {1}}}), options)
+                .find("field 'attention_mask': has 1 entries for 2 input_ids"),
+            std::string::npos);
+  EXPECT_NE(bad_record_message(record({{"input_ids", "nonsense"}}), options).find("expected a list of token ids"),
+            std::string::npos);
+  DataOptions short_inputs;
+  short_inputs.max_source_length = 2;
+  EXPECT_NE(bad_record_message(record({{"input_ids", {5, 6, 1}}}), short_inputs)
+                .find("has 3 tokens, more than --max_source_length 2"),
+            std::string::npos);
+}
+
+TEST(Dataset, ReaderStopsAtTheFirstBadRecordOrSkipsAndCounts) {
+  const fs::path file = write_file("mixed.jsonl",
+                                   "{\"dialogue\": \"" + kEric + "\", \"summary\": \"a\"}\n"
+                                   "{\"dialogue\": 5}\n"
+                                   "not json\n"
+                                   "{\"dialogue\": \"\", \"summary\": \"b\"}\n");
+  DataOptions options;
+  ExampleReader strict(file, pegasus(), options);
+  Example example;
+  ASSERT_TRUE(strict.next(example));
+  try {
+    strict.next(example);
+    FAIL() << "expected a bad record";
+  } catch (const BadRecord& e) {
+    EXPECT_NE(std::string(e.what()).find("mixed.jsonl:2: field 'dialogue'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--skip_bad_records"), std::string::npos);
+  }
+
+  options.skip_bad_records = true;
+  ReadStats stats;
+  const std::vector<Example> examples = read_examples(file, pegasus(), options, std::nullopt, &stats);
+  ASSERT_EQ(examples.size(), 2u);
+  EXPECT_EQ(examples[0].input_ids, kEricIds);
+  EXPECT_EQ(examples[1].input_ids, (Ids{1}));
+  EXPECT_EQ(examples[1].line, 4u);
+  EXPECT_EQ(stats.examples, 2u);
+  EXPECT_EQ(stats.skipped_bad, 2u);
+  ASSERT_EQ(stats.first_skipped.size(), 2u);
+  EXPECT_NE(stats.first_skipped[1].find("mixed.jsonl:3"), std::string::npos);
+  EXPECT_EQ(stats.empty_text, 1u);
+  EXPECT_NE(stats.summary(options).find("2 malformed records skipped"), std::string::npos);
+
+  ReadStats limited;
+  EXPECT_EQ(read_examples(file, pegasus(), options, 1, &limited).size(), 1u);
+  EXPECT_EQ(limited.skipped_bad, 0u);  // stops before reading further
+
+  std::vector<Example> all = examples;
+  EXPECT_EQ(drop_empty_examples(all), 1u);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].input_ids, kEricIds);
+}
+
+TEST(Dataset, JsonLinesRoundTripAsPretokenizedRecords) {
+  Example example;
+  example.id = "13818513";
+  example.input_ids = {12636, 397, 1};
+  example.labels = Ids{107, 1};
+  std::string text;
+  append_json_line(text, example);
+  EXPECT_EQ(text, "{\"id\":\"13818513\",\"input_ids\":[12636,397,1],\"labels\":[107,1]}\n");
+  Example masked;
+  masked.input_ids = {5, 1};
+  masked.attention_mask = {1, 0};
+  append_json_line(text, masked);
+  const std::vector<Example> read_back = read_examples(write_file("round.jsonl", text), pegasus(), {});
+  ASSERT_EQ(read_back.size(), 2u);
+  EXPECT_EQ(read_back[0].id, "13818513");
+  EXPECT_EQ(read_back[0].input_ids, example.input_ids);
+  EXPECT_EQ(*read_back[0].labels, *example.labels);
+  EXPECT_EQ(read_back[1].attention_mask, masked.attention_mask);
+  EXPECT_FALSE(read_back[1].labels);
+}
+
+TEST(Dataset, ClampsLengthsToTheModelWithAWarning) {
+  DataOptions options;
+  options.max_source_length = 2048;
+  options.max_target_length = 128;
+  const std::vector<std::string> warnings = clamp_lengths_to_model(options, 1024);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "--max_source_length 2048 is above the model's max_position_embeddings 1024; using 1024");
+  EXPECT_EQ(options.max_source_length, 1024);
+  EXPECT_EQ(options.max_target_length, 128);
+  EXPECT_TRUE(clamp_lengths_to_model(options, 1024).empty());
+}
+
+TEST(Dataset, ValidationExplainsTheProblem) {
+  DataOptions options;
+  EXPECT_NO_THROW(options.validate());
+  options.max_source_length = 0;
+  EXPECT_THROW(options.validate(), std::invalid_argument);
+  options = DataOptions{};
+  options.summary_column = "dialogue";
+  EXPECT_THROW(options.validate(), std::invalid_argument);
+  options = DataOptions{};
+  options.max_tokens_per_batch = 512;
+  try {
+    options.validate();
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--max_tokens_per_batch 512 is below the longest possible example (1024"),
+              std::string::npos);
+  }
+  options.max_tokens_per_batch = 4096;
+  options.group_by_length = true;
+  EXPECT_THROW(options.validate(), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fitsum::data

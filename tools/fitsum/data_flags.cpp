@@ -1,0 +1,70 @@
+// Implements data_flags.h.
+#include "data_flags.h"
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "fitsum/util/files.h"
+
+namespace fitsum::cli {
+
+void add_tokenization_flags(CLI::App& command, data::DataOptions& options) {
+  command.add_option("--text_column", options.text_column, "Column holding the text to summarize")
+      ->capture_default_str();
+  command.add_option("--summary_column", options.summary_column, "Column holding the reference summary")
+      ->capture_default_str();
+  command
+      .add_option("--max_source_length", options.max_source_length,
+                  "Longest input in tokens, </s> included; longer texts are truncated (lowered to the model's "
+                  "max_position_embeddings)")
+      ->capture_default_str();
+  command
+      .add_option("--max_target_length", options.max_target_length,
+                  "Longest summary in tokens, </s> included; longer summaries are truncated")
+      ->capture_default_str();
+  command.add_flag("--skip_bad_records", options.skip_bad_records,
+                   "Skip and count malformed records instead of stopping at the first one");
+}
+
+void add_sample_limit_flags(CLI::App& command, data::DataOptions& options) {
+  command.add_option_function<std::int64_t>(
+      "--max_train_samples", [&options](const std::int64_t& value) { options.max_train_samples = value; },
+      "Use only the first N training examples");
+  command.add_option_function<std::int64_t>(
+      "--max_eval_samples", [&options](const std::int64_t& value) { options.max_eval_samples = value; },
+      "Use only the first N evaluation examples");
+}
+
+void add_batching_flags(CLI::App& command, data::DataOptions& options) {
+  command.add_option_function<std::int64_t>(
+      "--pad_to_multiple_of", [&options](const std::int64_t& value) { options.pad_to_multiple_of = value; },
+      "Pad every batch's lengths up to a multiple of N");
+  command.add_flag("--group_by_length", options.group_by_length,
+                   "Batch examples of similar length together (HF LengthGroupedSampler)");
+  command.add_option_function<std::int64_t>(
+      "--max_tokens_per_batch", [&options](const std::int64_t& value) { options.max_tokens_per_batch = value; },
+      "Fill batches up to N padded tokens instead of a fixed number of examples");
+}
+
+void clamp_lengths_to_model_config(data::DataOptions& options, const std::filesystem::path& model_dir) {
+  const std::filesystem::path config_file = model_dir / "config.json";
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(config_file, error)) {
+    return;
+  }
+  const nlohmann::json config = util::read_json_file(config_file);
+  const auto it = config.find("max_position_embeddings");
+  if (it == config.end()) {
+    return;
+  }
+  if (!it->is_number_integer()) {
+    throw std::runtime_error("'" + config_file.string() + "': max_position_embeddings must be an integer, found " +
+                             it->type_name());
+  }
+  for (const std::string& warning : data::clamp_lengths_to_model(options, it->get<std::int64_t>())) {
+    std::cerr << "fitsum: warning: " << warning << "\n";
+  }
+}
+
+}  // namespace fitsum::cli

@@ -1,0 +1,109 @@
+// `fitsum tokenize`: reads a dataset file (jsonl, json or csv) record by record, tokenizes the text and summary
+// columns with the model's PEGASUS tokenizer, and writes one JSON line per record: "id" (when present),
+// "input_ids", and "labels" when the record has a summary. The output is itself a valid pre-tokenized input for
+// the other commands. Takes the same data flags as `train`.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "commands.h"
+#include "data_flags.h"
+#include "fitsum/data/dataset.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/util/files.h"
+
+namespace fitsum::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TokenizeArgs {
+  fs::path model;
+  fs::path tokenizer_name;
+  fs::path input_file;
+  fs::path output_file;
+  std::optional<std::int64_t> max_samples;
+  data::DataOptions data;
+};
+
+void run_tokenize(TokenizeArgs args) {
+  if (args.model.empty() && args.tokenizer_name.empty()) {
+    throw std::invalid_argument(
+        "fitsum tokenize needs --model DIR (a Hugging Face model folder with spiece.model) or --tokenizer_name DIR");
+  }
+  if (args.max_samples && *args.max_samples < 1) {
+    throw std::invalid_argument("--max_samples must be at least 1");
+  }
+  if (!args.model.empty()) {
+    clamp_lengths_to_model_config(args.data, args.model);
+  }
+  args.data.validate();
+  const tokenizer::PegasusTokenizer tokenizer =
+      tokenizer::PegasusTokenizer::from_folder(args.tokenizer_name.empty() ? args.model : args.tokenizer_name);
+  data::ExampleReader reader(args.input_file, tokenizer, args.data, args.max_samples);
+
+  std::printf("fitsum tokenize\n");
+  std::printf("  tokenizer          %s (%d ids)\n", tokenizer.model_file().c_str(), tokenizer.vocab_size());
+  std::printf("  input_file         %s (%s)\n", args.input_file.c_str(), data::to_string(reader.format()));
+  std::printf("  output_file        %s\n", args.output_file.c_str());
+  std::printf("  text_column        %s\n", args.data.text_column.c_str());
+  std::printf("  summary_column     %s\n", args.data.summary_column.c_str());
+  std::printf("  max_source_length  %lld\n", static_cast<long long>(args.data.max_source_length));
+  std::printf("  max_target_length  %lld\n", static_cast<long long>(args.data.max_target_length));
+  std::printf("  max_samples        %s\n", args.max_samples ? std::to_string(*args.max_samples).c_str() : "all");
+  std::printf("  skip_bad_records   %s\n", args.data.skip_bad_records ? "yes" : "no");
+  std::fflush(stdout);
+
+  const auto start = std::chrono::steady_clock::now();
+  util::AtomicFileWriter writer(args.output_file);
+  std::string buffer;
+  data::Example example;
+  while (reader.next(example)) {
+    data::append_json_line(buffer, example);
+    if (buffer.size() >= (1u << 20)) {
+      writer.write(buffer.data(), buffer.size());
+      buffer.clear();
+    }
+  }
+  writer.write(buffer.data(), buffer.size());
+  writer.commit();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const data::ReadStats& stats = reader.stats();
+  for (const std::string& message : stats.first_skipped) {
+    std::cerr << "fitsum: skipped " << message << "\n";
+  }
+  if (stats.skipped_bad > stats.first_skipped.size()) {
+    std::cerr << "fitsum: ... and " << stats.skipped_bad - stats.first_skipped.size() << " more malformed records\n";
+  }
+  std::printf("wrote %zu records to %s in %.2f s (%.0f records/s)\n", stats.examples, args.output_file.c_str(),
+              seconds, seconds > 0 ? static_cast<double>(stats.examples) / seconds : 0.0);
+  std::printf("  %s\n", stats.summary(args.data).c_str());
+}
+
+}  // namespace
+
+void add_tokenize_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "tokenize", "Tokenize a dataset file (jsonl, json, csv) and write token ids as JSON Lines");
+  auto args = std::make_shared<TokenizeArgs>();
+  command->add_option("--model", args->model, "Hugging Face model folder; its spiece.model and config.json are read")
+      ->check(CLI::ExistingDirectory);
+  command->add_option("--tokenizer_name", args->tokenizer_name, "Folder with the spiece.model to use instead of --model's")
+      ->check(CLI::ExistingDirectory);
+  command->add_option("--input_file", args->input_file, "Dataset file: .jsonl, .json or .csv")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("--output_file", args->output_file, "Where to write the token ids (JSON Lines)")->required();
+  command->add_option_function<std::int64_t>(
+      "--max_samples", [args](const std::int64_t& value) { args->max_samples = value; },
+      "Tokenize only the first N records");
+  add_tokenization_flags(*command, args->data);
+  command->callback([args]() { run_tokenize(*args); });
+}
+
+}  // namespace fitsum::cli
