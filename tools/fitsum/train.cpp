@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 
@@ -91,6 +92,10 @@ void run_train(TrainCommandOptions o) {
                                 "--resume_from_checkpoint latest to continue it");
   }
   if (o.num_threads > 0) at::set_num_threads(o.num_threads);
+  if (!o.cuda_alloc_conf.empty()) {
+    // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
+    ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
+  }
   const auto device = resolve_device(o.device);
 
   auto loaded = io::load_model(o.model, static_cast<std::uint64_t>(args.seed));

@@ -79,6 +79,8 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   cmd.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
   // Runtime
   cmd.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str();
+  cmd.add_option("--cuda_alloc_conf", o.cuda_alloc_conf,
+                 "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF)");
   cmd.add_option("--num_threads", o.num_threads, "intra-op threads (0: LibTorch's default)")->capture_default_str();
 }
 

@@ -25,6 +25,7 @@ struct TrainCommandOptions {
   std::string validation_file;
   std::string device = "auto";  // cpu, cuda, auto
   int num_threads = 0;          // 0: LibTorch's default
+  std::string cuda_alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF, set before CUDA initialises
   bool keep_empty_examples = false;
 };
 
