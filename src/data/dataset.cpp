@@ -166,6 +166,11 @@ std::string ReadStats::summary(const DataOptions& options) const {
 
 Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
                      const DataOptions& options, ReadStats* stats) {
+  return make_example(record, file, &tokenizer, tokenizer.vocab_size(), options, stats);
+}
+
+Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+                     std::int64_t vocab_size, const DataOptions& options, ReadStats* stats) {
   const RecordContext context(file, record);
   Example example;
   example.line = record.line;
@@ -175,7 +180,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
   ReadStats counts;
   if (context.has("input_ids")) {
     // Pre-tokenized (e.g. by `datasets`): used as it is, only checked.
-    example.input_ids = context.ids("input_ids", tokenizer.vocab_size(), false);
+    example.input_ids = context.ids("input_ids", vocab_size, false);
     check_pretokenized_length(context, "input_ids", example.input_ids.size(), options.max_source_length,
                               "--max_source_length");
     if (context.has("attention_mask")) {
@@ -187,20 +192,24 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
       }
     }
     if (context.has("labels")) {
-      example.labels = context.ids("labels", tokenizer.vocab_size(), true);
+      example.labels = context.ids("labels", vocab_size, true);
       check_pretokenized_length(context, "labels", example.labels->size(), options.max_target_length,
                                 "--max_target_length");
     }
     counts.pretokenized = 1;
   } else {
     const std::string& text = context.text(options.text_column, "--text_column");
-    example.input_ids = tokenizer.encode(text);
+    if (tokenizer == nullptr) {
+      throw context.bad(options.text_column, "is text, but no tokenizer was found (the model folder has no "
+                                             "spiece.model): pass --tokenizer_name DIR, or pre-tokenized records");
+    }
+    example.input_ids = tokenizer->encode(text);
     counts.empty_text = example.input_ids.size() == 1 ? 1 : 0;
     counts.truncated_sources =
         tokenizer::truncate_keeping_eos(example.input_ids, static_cast<std::size_t>(options.max_source_length));
     if (record.fields.contains(options.summary_column)) {
       const std::string& summary = context.text(options.summary_column, "--summary_column");
-      example.labels = tokenizer.encode(summary);
+      example.labels = tokenizer->encode(summary);
       counts.truncated_targets =
           tokenizer::truncate_keeping_eos(*example.labels, static_cast<std::size_t>(options.max_target_length));
     }
@@ -216,7 +225,12 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
 
 ExampleReader::ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
                              const DataOptions& options, std::optional<std::int64_t> max_samples)
-    : records_(file), tokenizer_(tokenizer), options_(options), max_samples_(max_samples) {
+    : ExampleReader(file, &tokenizer, tokenizer.vocab_size(), options, max_samples) {}
+
+ExampleReader::ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+                             std::int64_t vocab_size, const DataOptions& options,
+                             std::optional<std::int64_t> max_samples)
+    : records_(file), tokenizer_(tokenizer), vocab_size_(vocab_size), options_(options), max_samples_(max_samples) {
   options_.validate();
 }
 
@@ -230,7 +244,7 @@ bool ExampleReader::next(Example& example) {
       if (!records_.next(record)) {
         return false;
       }
-      example = make_example(record, records_.file(), tokenizer_, options_, &stats_);
+      example = make_example(record, records_.file(), tokenizer_, vocab_size_, options_, &stats_);
     } catch (const BadRecord& e) {
       if (!options_.skip_bad_records) {
         throw BadRecord(std::string(e.what()) + " (--skip_bad_records skips such records)");
@@ -250,7 +264,13 @@ bool ExampleReader::next(Example& example) {
 std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
                                    const DataOptions& options, std::optional<std::int64_t> max_samples,
                                    ReadStats* stats) {
-  ExampleReader reader(file, tokenizer, options, max_samples);
+  return read_examples(file, &tokenizer, tokenizer.vocab_size(), options, max_samples, stats);
+}
+
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+                                   std::int64_t vocab_size, const DataOptions& options,
+                                   std::optional<std::int64_t> max_samples, ReadStats* stats) {
+  ExampleReader reader(file, tokenizer, vocab_size, options, max_samples);
   std::vector<Example> examples;
   Example example;
   while (reader.next(example)) {

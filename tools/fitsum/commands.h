@@ -6,8 +6,15 @@
 
 namespace fitsum::cli {
 
+// Thrown by a command that must end with a particular exit status (e.g. 130 after SIGINT, once its checkpoint is
+// safely written); main() returns the code.
+struct ExitStatus {
+  int code;
+};
+
 void add_info_command(CLI::App& app);
 void add_rouge_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 }  // namespace fitsum::cli

@@ -1,12 +1,14 @@
 // fitsum: fine-tune encoder-decoder summarizers in the memory you have.
 // One thin front end over the library: subcommands register themselves (commands.h), errors from the library
 // arrive as exceptions and leave with a message and a non-zero status.
+#include <algorithm>
 #include <iostream>
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "train_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -17,8 +19,22 @@ int main(int argc, char** argv) {
   fitsum::cli::add_info_command(app);
   fitsum::cli::add_rouge_command(app);
   fitsum::cli::add_tokenize_command(app);
+  fitsum::cli::add_train_command(app);
   try {
-    app.parse(argc, argv);
+    // `fitsum train args.json --flag ...`: the JSON file's entries come first, so flags override them.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.size() >= 2) {
+      const auto named = app.get_subcommands([&](const CLI::App* c) { return c->get_name() == args[0]; });
+      if (!named.empty()) {
+        auto rest = fitsum::cli::expand_json_arguments(*named.front(), {args.begin() + 1, args.end()});
+        args.erase(args.begin() + 1, args.end());
+        args.insert(args.end(), rest.begin(), rest.end());
+      }
+    }
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
+    app.parse(args);
+  } catch (const fitsum::cli::ExitStatus& status) {
+    return status.code;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::invalid_argument& e) {

@@ -71,12 +71,19 @@ struct ReadStats {
 // needs is missing or has the wrong type or values. Counts what it did in `stats` when given (not `examples`).
 Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
                      const DataOptions& options, ReadStats* stats = nullptr);
+// The same without a tokenizer where the data is pre-tokenized (tokenizer may be null; a text record is then an
+// error saying so), ids checked against the model's `vocab_size`.
+Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+                     std::int64_t vocab_size, const DataOptions& options, ReadStats* stats = nullptr);
 
 class ExampleReader {
  public:
   // `max_samples`: stop after that many examples (the first ones of the file).
   ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer, const DataOptions& options,
                 std::optional<std::int64_t> max_samples = std::nullopt);
+  // `tokenizer` may be null for pre-tokenized files; ids are checked against `vocab_size`.
+  ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer, std::int64_t vocab_size,
+                const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt);
 
   // The next example; false at the end (or once max_samples were read). A malformed record throws BadRecord,
   // or, with options.skip_bad_records, is counted in stats() and passed over.
@@ -88,7 +95,8 @@ class ExampleReader {
 
  private:
   RecordReader records_;
-  const tokenizer::PegasusTokenizer& tokenizer_;
+  const tokenizer::PegasusTokenizer* tokenizer_;
+  std::int64_t vocab_size_;
   DataOptions options_;
   std::optional<std::int64_t> max_samples_;
   ReadStats stats_;
@@ -98,6 +106,9 @@ class ExampleReader {
 std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
                                    const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt,
                                    ReadStats* stats = nullptr);
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+                                   std::int64_t vocab_size, const DataOptions& options,
+                                   std::optional<std::int64_t> max_samples = std::nullopt, ReadStats* stats = nullptr);
 
 // Appends `example` as one line of JSON (and '\n'): {"id": ..., "input_ids": [...], "attention_mask": [...],
 // "labels": [...]}, "id" only when the record had one, "attention_mask" only when it came with the record,

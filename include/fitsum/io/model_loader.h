@@ -1,0 +1,37 @@
+// Where a model comes from for training or evaluation, as run_summarization.py spells it: a pretrained folder
+// (--model_name_or_path), or a config for random initialisation (--config_name) with a tokenizer folder
+// (--tokenizer_name); --config_overrides edits config fields at load.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fitsum/io/checkpoint.h"
+#include "fitsum/model/seq2seq.h"
+
+namespace fitsum::io {
+
+struct ModelSource {
+  std::string model_name_or_path;  // an HF model folder (config.json + weights)
+  std::string config_name;         // a config.json (or a folder holding one) for random initialisation
+  std::string tokenizer_name;      // a folder with spiece.model; defaults to the model's folder
+  std::string config_overrides;    // "dropout=0.0,attention_dropout=0.0"
+};
+
+struct LoadedModel {
+  model::Seq2SeqLM model{nullptr};
+  nlohmann::json config_json;         // after overrides: what saved folders carry
+  std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
+  bool random_init = false;
+  LoadReport report;
+  std::string description;            // one line for the log
+};
+
+// Throws std::invalid_argument when neither or both sources are given, std::runtime_error for bad folders.
+LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
+
+}  // namespace fitsum::io

@@ -1,0 +1,200 @@
+// `fitsum train`: fine-tune a model with Hugging Face's TrainingArguments names (flags and/or a JSON file), print
+// the resolved configuration, train with a live progress line on a terminal (plain log lines otherwise), and leave
+// an HF-loadable model folder plus trainer_state.json in --output_dir. SIGINT / SIGTERM save a checkpoint of the
+// last completed step and exit with 130 / 143.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <cstdio>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "commands.h"
+#include "data_flags.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/train/trainer.h"
+#include "fitsum/util/bytes.h"
+#include "train_flags.h"
+
+namespace fitsum::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void on_stop_signal(int signal_number) { train::request_stop(signal_number); }
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "cpu") return torch::kCPU;
+  if (name == "cuda") {
+    if (!torch::cuda::is_available()) {
+      throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch build");
+    }
+    return torch::kCUDA;
+  }
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  throw std::invalid_argument("--device '" + name + "' is not one of cpu, cuda, auto");
+}
+
+bool holds_a_run(const fs::path& dir) {
+  if (!fs::exists(dir)) return false;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (name == "model.safetensors" || name == "trainer_state.json" || name.rfind("checkpoint-", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::vector<data::Example> read_split(const std::string& file, const tokenizer::PegasusTokenizer* tokenizer,
+                                      std::int64_t vocab_size, const data::DataOptions& options,
+                                      std::optional<std::int64_t> max_samples, bool keep_empty, const char* what) {
+  data::ReadStats stats;
+  auto examples = data::read_examples(file, tokenizer, vocab_size, options, max_samples, &stats);
+  std::printf("  %-28s %s: %s\n", what, file.c_str(), stats.summary(options).c_str());
+  if (!keep_empty) {
+    const auto dropped = data::drop_empty_examples(examples);
+    if (dropped > 0) {
+      std::printf("  %-28s dropped %zu examples with an empty text or summary (--keep_empty_examples keeps them)\n",
+                  "", dropped);
+    }
+  }
+  return examples;
+}
+
+void print_configuration(const TrainCommandOptions& o, const io::LoadedModel& loaded, const torch::Device& device,
+                         std::size_t train_examples, std::size_t eval_examples) {
+  std::printf("resolved configuration\n");
+  std::printf("  %-28s %s\n", "model", loaded.description.c_str());
+  std::printf("  %-28s %s\n", "tokenizer", loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)"
+                                                                        : loaded.tokenizer_dir.c_str());
+  std::printf("  %-28s %s, %d intra-op threads\n", "device", device.str().c_str(), at::get_num_threads());
+  std::printf("  %-28s %zu train, %zu eval\n", "examples", train_examples, eval_examples);
+  std::printf("  %-28s %lld / %lld tokens\n", "max_source/target_length",
+              static_cast<long long>(o.data.max_source_length), static_cast<long long>(o.data.max_target_length));
+  const auto arguments = o.training.to_json();
+  for (const auto& item : arguments.items()) {
+    std::printf("  %-28s %s\n", item.key().c_str(),
+                item.value().is_string() ? item.value().get<std::string>().c_str() : item.value().dump().c_str());
+  }
+  std::fflush(stdout);
+}
+
+void run_train(TrainCommandOptions o) {
+  auto& args = o.training;
+  args.group_by_length = args.group_by_length || o.data.group_by_length;
+  args.validate();
+  if (o.train_file.empty()) throw std::invalid_argument("--train_file is required");
+  if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
+    throw std::invalid_argument("--output_dir '" + args.output_dir +
+                                "' already holds a training run; pass --overwrite_output_dir to write over it or "
+                                "--resume_from_checkpoint latest to continue it");
+  }
+  if (o.num_threads > 0) at::set_num_threads(o.num_threads);
+  if (!o.cuda_alloc_conf.empty()) {
+    // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
+    ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
+  }
+  const auto device = resolve_device(o.device);
+
+  auto loaded = io::load_model(o.model, static_cast<std::uint64_t>(args.seed));
+  const auto& config = loaded.model->config();
+  for (const auto& warning : data::clamp_lengths_to_model(o.data, config.max_position_embeddings)) {
+    std::cerr << "fitsum: warning: " << warning << "\n";
+  }
+  o.data.validate();
+  std::optional<tokenizer::PegasusTokenizer> tokenizer;
+  if (!loaded.tokenizer_dir.empty()) tokenizer.emplace(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
+  const auto* tok = tokenizer ? &*tokenizer : nullptr;
+
+  std::printf("data\n");
+  train::TrainerInputs inputs;
+  inputs.train_examples = read_split(o.train_file, tok, config.vocab_size, o.data, o.data.max_train_samples,
+                                     o.keep_empty_examples, "train_file");
+  if (!o.validation_file.empty() && args.evaluation() != train::IntervalStrategy::no) {
+    inputs.eval_examples = read_split(o.validation_file, tok, config.vocab_size, o.data, o.data.max_eval_samples,
+                                      true, "validation_file");
+  } else if (args.evaluation() != train::IntervalStrategy::no) {
+    throw std::invalid_argument("--eval_strategy " + args.eval_strategy + " needs --validation_file");
+  }
+  inputs.model = loaded.model;
+  inputs.config_json = loaded.config_json;
+  inputs.tokenizer_dir = loaded.tokenizer_dir;
+  inputs.collator.pad_token_id = config.pad_token_id;
+  inputs.collator.pad_to_multiple_of = o.data.pad_to_multiple_of;
+  inputs.device = device;
+  print_configuration(o, loaded, device, inputs.train_examples.size(), inputs.eval_examples.size());
+
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  const auto start = std::chrono::steady_clock::now();
+  train::TrainerCallbacks callbacks;
+  callbacks.on_log = [tty](const nlohmann::ordered_json& entry) {
+    if (tty) std::printf("\r\033[K");
+    std::printf("%s\n", entry.dump().c_str());
+    std::fflush(stdout);
+  };
+  callbacks.on_message = [tty](const std::string& message) {
+    if (tty) std::printf("\r\033[K");
+    std::printf("fitsum: %s\n", message.c_str());
+    std::fflush(stdout);
+  };
+  callbacks.on_step = [tty, start](std::int64_t step, std::int64_t max_steps) {
+    if (!tty) return;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(max_steps - step) : 0.0;
+    const int width = 30;
+    const int filled = static_cast<int>(width * step / std::max<std::int64_t>(1, max_steps));
+    std::printf("\r\033[K[%s%s] %lld/%lld steps, %.0f s elapsed, ETA %.0f s", std::string(filled, '#').c_str(),
+                std::string(width - filled, ' ').c_str(), static_cast<long long>(step),
+                static_cast<long long>(max_steps), elapsed, eta);
+    std::fflush(stdout);
+  };
+
+  train::Trainer trainer(args, std::move(inputs), callbacks);
+  std::printf("training: %lld optimizer steps (%lld per epoch), %lld examples per step = %lld x %lld accumulation\n",
+              static_cast<long long>(trainer.max_steps()), static_cast<long long>(trainer.steps_per_epoch()),
+              static_cast<long long>(args.per_device_train_batch_size * args.gradient_accumulation_steps),
+              static_cast<long long>(args.per_device_train_batch_size),
+              static_cast<long long>(args.gradient_accumulation_steps));
+  std::fflush(stdout);
+
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous_int {}, previous_term {};
+  sigaction(SIGINT, &action, &previous_int);
+  sigaction(SIGTERM, &action, &previous_term);
+  train::TrainResult result;
+  try {
+    result = trainer.train();
+  } catch (...) {
+    sigaction(SIGINT, &previous_int, nullptr);
+    sigaction(SIGTERM, &previous_term, nullptr);
+    throw;
+  }
+  sigaction(SIGINT, &previous_int, nullptr);
+  sigaction(SIGTERM, &previous_term, nullptr);
+  if (result.interrupted) {
+    std::printf("fitsum: stopped by signal %d at step %lld; resume with --resume_from_checkpoint latest\n",
+                result.stop_signal, static_cast<long long>(result.global_step));
+    std::fflush(stdout);
+    throw ExitStatus{128 + result.stop_signal};
+  }
+  std::printf("done: %lld steps in %.1f s, train_loss %.6f; model saved to %s\n",
+              static_cast<long long>(result.global_step), result.metrics["train_runtime"].get<double>(),
+              result.metrics["train_loss"].get<double>(), args.output_dir.c_str());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto options = std::make_shared<TrainCommandOptions>();
+  auto* cmd = app.add_subcommand("train",
+                                 "Fine-tune a model (Hugging Face TrainingArguments names; an args.json may come "
+                                 "first, flags override it)");
+  add_training_flags(*cmd, *options);
+  cmd->callback([options]() { run_train(*options); });
+}
+
+}  // namespace fitsum::cli
