@@ -1,0 +1,128 @@
+// `fitsum eval`: loss, generation and ROUGE of a model on a dataset, as Seq2SeqTrainer.evaluate with
+// predict_with_generate and run_summarization's compute_metrics report them; optionally writes every prediction
+// and the metrics to files.
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "commands.h"
+#include "data_flags.h"
+#include "fitsum/eval/evaluator.h"
+#include "fitsum/eval/rouge.h"
+#include "fitsum/generate/options.h"
+#include "fitsum/io/model_loader.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/util/files.h"
+#include "generation_flags.h"
+
+namespace fitsum::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct EvalArgs {
+  std::string model_dir;
+  std::string tokenizer_name;
+  std::string test_file;
+  std::string predictions_file;
+  std::string metrics_file;
+  std::int64_t batch_size = 8;
+  bool use_stemmer = true;
+  bool rouge_split_sentences = false;
+  bool bf16 = false;
+  bool no_loss = false;
+  data::DataOptions data;
+  GenerationFlags generation;
+};
+
+void run_eval(EvalArgs a) {
+  if (a.batch_size < 1) throw std::invalid_argument("--per_device_eval_batch_size must be at least 1");
+  io::ModelSource source;
+  source.model_name_or_path = a.model_dir;
+  source.tokenizer_name = a.tokenizer_name;
+  auto loaded = io::load_model(source, 0);
+  auto& model = *loaded.model;
+  for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
+    std::cerr << "fitsum: warning: " << warning << "\n";
+  }
+  a.data.validate();
+  std::optional<tokenizer::PegasusTokenizer> tokenizer;
+  if (!loaded.tokenizer_dir.empty()) tokenizer.emplace(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
+  const auto* tok = tokenizer ? &*tokenizer : nullptr;
+
+  eval::EvaluationOptions options;
+  options.batch_size = a.batch_size;
+  options.compute_loss = !a.no_loss;
+  options.generation = generate::load_generation_options(a.model_dir);
+  a.generation.apply(options.generation);
+  options.generation.validate_for(model.config());
+  options.rouge.use_stemmer = a.use_stemmer;
+  options.rouge.split_sentences = a.rouge_split_sentences;
+  options.bf16 = a.bf16;
+  options.collator.pad_token_id = model.config().pad_token_id;
+
+  data::ReadStats stats;
+  const auto examples =
+      data::read_examples(a.test_file, tok, model.config().vocab_size, a.data, a.data.max_eval_samples, &stats);
+  std::fprintf(stderr, "fitsum eval\n  model        %s\n  test_file    %s: %s\n  generation   %s\n", loaded.description.c_str(),
+               a.test_file.c_str(), stats.summary(a.data).c_str(), generate::to_json(options.generation).dump().c_str());
+  std::fprintf(stderr, "  rouge        use_stemmer=%s split_sentences=%s, exact means\n", a.use_stemmer ? "true" : "false",
+               a.rouge_split_sentences ? "true" : "false");
+
+  const auto result = eval::evaluate(model, examples, tok, options, torch::kCPU);
+
+  nlohmann::ordered_json metrics;
+  if (result.eval_loss) metrics["eval_loss"] = *result.eval_loss;
+  if (result.rouge) {
+    for (auto type : eval::kRougeTypes) {
+      metrics["eval_" + std::string(eval::rouge_type_name(type))] = (*result.rouge)[type].fmeasure * 100.0;
+    }
+  }
+  metrics["eval_gen_len"] = result.gen_len;
+  metrics["eval_runtime"] = result.runtime_seconds;
+  metrics["eval_samples"] = examples.size();
+  metrics["eval_samples_per_second"] = result.samples_per_second;
+  std::printf("%s\n", metrics.dump(2).c_str());
+
+  if (!a.predictions_file.empty()) {
+    std::string out;
+    for (const auto& p : result.predictions) {
+      nlohmann::ordered_json record;
+      if (!examples[p.index].id.is_null()) record["id"] = examples[p.index].id;
+      if (tok != nullptr) record["summary"] = p.summary;
+      record["generated_ids"] = p.generated_ids;
+      out += record.dump() + "\n";
+    }
+    util::write_file_atomic(a.predictions_file, out);
+  }
+  if (!a.metrics_file.empty()) util::write_file_atomic(a.metrics_file, metrics.dump(2) + "\n");
+}
+
+}  // namespace
+
+void add_eval_command(CLI::App& app) {
+  auto a = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand("eval", "Evaluate a model on a dataset: loss, generated summaries, ROUGE");
+  cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--tokenizer_name", a->tokenizer_name, "folder with spiece.model (default: the model's)");
+  cmd->add_option("--test_file", a->test_file, "jsonl, json or csv; text or pre-tokenized")->required();
+  cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")
+      ->capture_default_str();
+  cmd->add_option("--predictions_file", a->predictions_file, "write {id, summary, generated_ids} per record");
+  cmd->add_option("--metrics_file", a->metrics_file, "write the metrics as JSON");
+  cmd->add_option("--use_stemmer", a->use_stemmer, "ROUGE with the Porter stemmer (run_summarization: true)")
+      ->capture_default_str();
+  cmd->add_flag("--rouge_split_sentences", a->rouge_split_sentences,
+                "newlines between sentences before rougeLsum, as run_summarization does");
+  cmd->add_flag("--bf16", a->bf16, "bfloat16 autocast");
+  cmd->add_flag("--no_loss", a->no_loss, "skip the loss pass");
+  add_tokenization_flags(*cmd, a->data);
+  add_sample_limit_flags(*cmd, a->data);
+  add_generation_flags(*cmd, a->generation);
+  cmd->callback([a]() { run_eval(*a); });
+}
+
+}  // namespace fitsum::cli

@@ -1,0 +1,31 @@
+// The decoding flags of `eval` and `summarize` (HF generate() argument names). Only the flags a user gives
+// override the model folder's generation_config.json / config.json, as explicit generate() arguments do.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "fitsum/generate/options.h"
+
+namespace fitsum::cli {
+
+struct GenerationFlags {
+  std::optional<std::int64_t> num_beams;
+  std::optional<double> length_penalty;
+  std::optional<std::int64_t> max_length;
+  std::optional<std::int64_t> max_new_tokens;
+  std::optional<std::int64_t> min_length;
+  std::optional<std::int64_t> no_repeat_ngram_size;
+  std::optional<std::string> early_stopping;  // true, false, never
+  bool no_cache = false;
+
+  // Overrides `options` with the flags that were given, then validates.
+  void apply(generate::GenerationOptions& options) const;
+};
+
+void add_generation_flags(CLI::App& command, GenerationFlags& flags);
+
+}  // namespace fitsum::cli

@@ -1,0 +1,110 @@
+// `fitsum summarize`: one summary per input, from a dataset file (jsonl/json/csv, the text column) or from plain
+// text on stdin, where a blank line separates dialogues. Summaries go to stdout, one per line, in input order.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "commands.h"
+#include "data_flags.h"
+#include "fitsum/eval/evaluator.h"
+#include "fitsum/io/model_loader.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "generation_flags.h"
+
+namespace fitsum::cli {
+
+namespace {
+
+struct SummarizeArgs {
+  std::string model_dir;
+  std::string tokenizer_name;
+  std::string input_file;
+  std::int64_t batch_size = 8;
+  data::DataOptions data;
+  GenerationFlags generation;
+};
+
+// Dialogues on stdin: blocks of lines separated by blank lines.
+std::vector<std::string> read_stdin_dialogues() {
+  std::vector<std::string> dialogues;
+  std::string line, current;
+  const auto flush = [&]() {
+    if (!current.empty()) dialogues.push_back(current);
+    current.clear();
+  };
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) {
+      flush();
+    } else {
+      current += current.empty() ? line : "\n" + line;
+    }
+  }
+  flush();
+  return dialogues;
+}
+
+void run_summarize(SummarizeArgs a) {
+  io::ModelSource source;
+  source.model_name_or_path = a.model_dir;
+  source.tokenizer_name = a.tokenizer_name;
+  auto loaded = io::load_model(source, 0);
+  auto& model = *loaded.model;
+  if (loaded.tokenizer_dir.empty()) {
+    throw std::invalid_argument("'" + a.model_dir + "' has no spiece.model: pass --tokenizer_name DIR");
+  }
+  const auto tokenizer = tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir);
+  for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
+    std::cerr << "fitsum: warning: " << warning << "\n";
+  }
+  a.data.validate();
+
+  std::vector<data::Example> examples;
+  if (!a.input_file.empty()) {
+    examples = data::read_examples(a.input_file, tokenizer, a.data);
+    for (auto& e : examples) e.labels.reset();  // summaries only
+  } else {
+    for (const auto& text : read_stdin_dialogues()) {
+      data::Example e;
+      e.input_ids = tokenizer.encode(text);
+      tokenizer::truncate_keeping_eos(e.input_ids, static_cast<std::size_t>(a.data.max_source_length));
+      examples.push_back(std::move(e));
+    }
+  }
+  eval::EvaluationOptions options;
+  options.batch_size = a.batch_size;
+  options.compute_loss = false;
+  options.generation = generate::load_generation_options(a.model_dir);
+  a.generation.apply(options.generation);
+  options.generation.validate_for(model.config());
+  options.collator.pad_token_id = model.config().pad_token_id;
+  const auto result = eval::evaluate(model, examples, &tokenizer, options, torch::kCPU);
+  for (const auto& p : result.predictions) {
+    std::string line = p.summary;
+    for (auto& c : line) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  std::fprintf(stderr, "fitsum: %zu summaries in %.2f s\n", result.predictions.size(), result.runtime_seconds);
+}
+
+}  // namespace
+
+void add_summarize_command(CLI::App& app) {
+  auto a = std::make_shared<SummarizeArgs>();
+  auto* cmd = app.add_subcommand("summarize",
+                                 "Print one summary per input: a dataset file, or dialogues on stdin separated by "
+                                 "blank lines");
+  cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--tokenizer_name", a->tokenizer_name, "folder with spiece.model (default: the model's)");
+  cmd->add_option("--input_file", a->input_file, "jsonl, json or csv (default: plain text on stdin)");
+  cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per batch")->capture_default_str();
+  add_tokenization_flags(*cmd, a->data);
+  add_generation_flags(*cmd, a->generation);
+  cmd->callback([a]() { run_summarize(*a); });
+}
+
+}  // namespace fitsum::cli
