@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/data/sampler.h"
+#include "fitsum/eval/evaluator.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/memory/device_memory.h"
@@ -217,32 +218,28 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   return outcome;
 }
 
-double Trainer::evaluate() {
-  auto& model = *in_.model;
-  const bool was_training = model.is_training();
-  model.eval();
-  torch::NoGradGuard no_grad;
-  double weighted = 0.0;
-  std::int64_t examples = 0;
-  const auto n = in_.eval_examples.size();
-  const auto batch_size = static_cast<std::size_t>(args_.per_device_eval_batch_size);
-  for (std::size_t start = 0; start < n; start += batch_size) {
-    std::vector<std::size_t> indices;
-    for (std::size_t i = start; i < std::min(n, start + batch_size); ++i) indices.push_back(i);
-    auto batch = data::collate(in_.eval_examples, indices, in_.collator);
-    if (!batch.labels.defined()) throw std::invalid_argument("the evaluation set has no labels");
-    auto ids = batch.input_ids.to(in_.device);
-    auto mask = batch.attention_mask.to(in_.device);
-    auto labels = batch.labels.to(in_.device);
-    util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
-    auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
-    const auto loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
-    weighted += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens)) *
-                static_cast<double>(indices.size());
-    examples += static_cast<std::int64_t>(indices.size());
+nlohmann::ordered_json Trainer::evaluate() {
+  eval::EvaluationOptions options;
+  options.batch_size = args_.per_device_eval_batch_size;
+  options.generate = args_.predict_with_generate;
+  options.generation = in_.generation;
+  if (args_.generation_num_beams) options.generation.num_beams = *args_.generation_num_beams;
+  if (args_.generation_max_length) options.generation.max_length = *args_.generation_max_length;
+  options.label_smoothing = args_.label_smoothing_factor;
+  options.bf16 = args_.bf16;
+  options.collator = in_.collator;
+  const auto result = eval::evaluate(*in_.model, in_.eval_examples, in_.tokenizer.get(), options, in_.device);
+  nlohmann::ordered_json metrics;
+  if (result.eval_loss) metrics["eval_loss"] = *result.eval_loss;
+  if (result.rouge) {
+    for (auto type : eval::kRougeTypes) {
+      metrics["eval_" + std::string(eval::rouge_type_name(type))] = (*result.rouge)[type].fmeasure * 100.0;
+    }
   }
-  if (was_training) model.train();
-  return examples ? weighted / static_cast<double>(examples) : std::nan("");
+  if (args_.predict_with_generate) metrics["eval_gen_len"] = result.gen_len;
+  metrics["eval_runtime"] = result.runtime_seconds;
+  metrics["eval_samples_per_second"] = result.samples_per_second;
+  return metrics;
 }
 
 nlohmann::ordered_json Trainer::trainer_state_json() const {
@@ -451,13 +448,8 @@ TrainResult Trainer::train() {
         if (!in_.eval_examples.empty() &&
             ((eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps_ == 0) ||
              (eval_strategy == IntervalStrategy::epoch && end_of_epoch))) {
-          const auto eval_start = Clock::now();
-          const double eval_loss = evaluate();
-          const double seconds = seconds_since(eval_start);
-          nlohmann::ordered_json entry;
-          entry["eval_loss"] = eval_loss;
-          entry["eval_runtime"] = seconds;
-          entry["eval_samples_per_second"] = static_cast<double>(in_.eval_examples.size()) / std::max(seconds, 1e-9);
+          auto entry = evaluate();
+          const double seconds = entry["eval_runtime"].get<double>();
           entry["epoch"] = epoch_value;
           entry["step"] = global_step_;
           log(entry);

@@ -311,6 +311,35 @@ TEST(Train, ArgumentsFromJsonFileAndFlagsOverrideIt) {
   EXPECT_NE(r.output.find("unknown key 'no_such_argument'"), std::string::npos) << r.output;
 }
 
+TEST(Train, PredictWithGenerateAddsRougeToEvaluation) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("predict-with-generate");
+  const auto samsum = source_dir() / "data" / "samsum";
+  const auto r = run_command(fitsum() + " train --model_name_or_path '" +
+                             (shared_dir() / "data" / "pegasus-tiny").string() + "' --train_file '" +
+                             (samsum / "train.jsonl").string() + "' --validation_file '" +
+                             (samsum / "validation.jsonl").string() + "' --output_dir '" + (dir / "out").string() +
+                             "' --max_train_samples 8 --max_eval_samples 4 --max_source_length 64 "
+                             "--max_target_length 16 --per_device_train_batch_size 4 --max_steps 2 "
+                             "--evaluation_strategy steps --eval_steps 2 --predict_with_generate "
+                             "--generation_num_beams 2 --generation_max_length 40 --save_strategy no");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto history = log_history(dir / "out");
+  nlohmann::json eval_entry;
+  for (const auto& e : history) {
+    if (e.contains("eval_loss")) eval_entry = e;
+  }
+  ASSERT_FALSE(eval_entry.is_null()) << history.dump();
+  for (const char* key : {"eval_rouge1", "eval_rouge2", "eval_rougeL", "eval_rougeLsum", "eval_gen_len"}) {
+    EXPECT_TRUE(eval_entry.contains(key)) << key;
+  }
+  EXPECT_LE(eval_entry["eval_gen_len"].get<double>(), 39.0);  // at most max_length - 1 tokens after the start token
+  EXPECT_GE(eval_entry["eval_gen_len"].get<double>(), 31.0);  // the model's generation config: min_length 32
+  EXPECT_EQ(eval_entry["step"], 2);
+  // The tokenizer travels with the saved model.
+  EXPECT_TRUE(fs::exists(dir / "out" / "spiece.model"));
+}
+
 TEST(Train, RefusesWhatItCannotDoWithAReason) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("refusals");

@@ -13,7 +13,9 @@
 
 #include "commands.h"
 #include "data_flags.h"
+#include "fitsum/generate/options.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/util/files.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/bytes.h"
 #include "train_flags.h"
@@ -104,9 +106,11 @@ void run_train(TrainCommandOptions o) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
   o.data.validate();
-  std::optional<tokenizer::PegasusTokenizer> tokenizer;
-  if (!loaded.tokenizer_dir.empty()) tokenizer.emplace(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
-  const auto* tok = tokenizer ? &*tokenizer : nullptr;
+  std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
+  if (!loaded.tokenizer_dir.empty()) {
+    tokenizer = std::make_shared<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
+  }
+  const auto* tok = tokenizer.get();
 
   std::printf("data\n");
   train::TrainerInputs inputs;
@@ -124,6 +128,16 @@ void run_train(TrainCommandOptions o) {
   inputs.collator.pad_token_id = config.pad_token_id;
   inputs.collator.pad_to_multiple_of = o.data.pad_to_multiple_of;
   inputs.device = device;
+  inputs.tokenizer = tokenizer;
+  const fs::path generation_file = fs::path(o.model.model_name_or_path) / "generation_config.json";
+  inputs.generation = generate::generation_options_from_hf(
+      loaded.config_json,
+      !o.model.model_name_or_path.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file)
+                                                                          : nlohmann::json(nullptr),
+      o.model.model_name_or_path.empty() ? o.model.config_name : o.model.model_name_or_path);
+  if (args.predict_with_generate && !tokenizer) {
+    std::cerr << "fitsum: warning: --predict_with_generate without a tokenizer: generation runs, ROUGE is skipped\n";
+  }
   print_configuration(o, loaded, device, inputs.train_examples.size(), inputs.eval_examples.size());
 
   const bool tty = ::isatty(STDOUT_FILENO) != 0;

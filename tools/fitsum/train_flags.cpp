@@ -76,6 +76,14 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
       "--save_total_limit", [&t](const std::int64_t& n) { t.save_total_limit = n; },
       "keep only the newest N checkpoints");
   cmd.add_option("--seed", t.seed, "seed of data order, dropout and random init")->capture_default_str();
+  cmd.add_flag("--predict_with_generate", t.predict_with_generate,
+               "generate at evaluation and report ROUGE next to eval_loss");
+  cmd.add_option_function<std::int64_t>(
+      "--generation_num_beams", [&t](const std::int64_t& n) { t.generation_num_beams = n; },
+      "beams for --predict_with_generate (default: the model's generation config)");
+  cmd.add_option_function<std::int64_t>(
+      "--generation_max_length", [&t](const std::int64_t& n) { t.generation_max_length = n; },
+      "max_length for --predict_with_generate (default: the model's generation config)");
   cmd.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
   // Runtime
   cmd.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str();

@@ -26,8 +26,13 @@
 
 #include "fitsum/data/collator.h"
 #include "fitsum/data/dataset.h"
+#include "fitsum/generate/options.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/train/training_arguments.h"
+
+namespace fitsum::tokenizer {
+class PegasusTokenizer;
+}
 
 namespace fitsum::train {
 
@@ -42,6 +47,9 @@ struct TrainerInputs {
   std::vector<data::Example> eval_examples;
   data::CollatorOptions collator;
   torch::Device device = torch::kCPU;
+  // For --predict_with_generate: the model folder's decoding defaults and the tokenizer that decodes for ROUGE.
+  generate::GenerationOptions generation;
+  std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
 };
 
 // What the caller sees while training runs (the CLI prints; tests record).
@@ -66,9 +74,9 @@ class Trainer {
   Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks = {});
 
   TrainResult train();
-  // eval_loss over the eval examples: HF's evaluation_loop average (each batch's mean token loss, weighted by the
-  // batch's examples).
-  double evaluate();
+  // The evaluation metrics over the eval examples: eval_loss as HF's evaluation_loop averages it (each batch's mean
+  // token loss, weighted by the batch's examples) and, with predict_with_generate, ROUGE ×100 and gen_len.
+  nlohmann::ordered_json evaluate();
 
   std::int64_t max_steps() const { return max_steps_; }
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }

@@ -49,6 +49,10 @@ struct TrainingArguments {
   std::int64_t seed = 42;
   std::string resume_from_checkpoint;  // a checkpoint folder, or "latest"
   bool group_by_length = false;
+  // Seq2SeqTrainingArguments: generate at evaluation and report ROUGE next to eval_loss.
+  bool predict_with_generate = false;
+  std::optional<std::int64_t> generation_num_beams;
+  std::optional<std::int64_t> generation_max_length;
 
   // Throws std::invalid_argument naming the flag, e.g. "--gradient_accumulation_steps must be at least 1".
   void validate() const;
