@@ -340,6 +340,26 @@ TEST(Train, PredictWithGenerateAddsRougeToEvaluation) {
   EXPECT_TRUE(fs::exists(dir / "out" / "spiece.model"));
 }
 
+TEST(Train, Bf16AutocastKeepsFloat32WeightsAndTracksFloat32Loss) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("bf16");
+  const auto data = write_case_jsonl(dir);
+  const std::string common = "--optim adafactor --learning_rate 1e-3 --lr_scheduler_type constant --max_steps 2 "
+                             "--logging_steps 1 --save_strategy no --per_device_train_batch_size 2 ";
+  auto r = run_command(base_args(data, dir / "fp32") + common);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_command(base_args(data, dir / "bf16") + common + "--bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = log_history(dir / "fp32"), b = log_history(dir / "bf16");
+  for (int i = 0; i < 2; ++i) {
+    const double fp32 = a[i]["loss"].get<double>(), bf16 = b[i]["loss"].get<double>();
+    EXPECT_NE(fp32, bf16);                        // autocast really ran the products in bfloat16
+    EXPECT_NEAR(bf16, fp32, 0.01 * fp32);         // bfloat16 has 8 bits of mantissa: about 2-3 digits
+  }
+  io::SafetensorsReader saved(dir / "bf16" / "model.safetensors");
+  EXPECT_EQ(saved.entry("model.shared.weight").dtype, "F32");  // master weights stay float32
+}
+
 TEST(Train, RefusesWhatItCannotDoWithAReason) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("refusals");
