@@ -18,6 +18,7 @@
 #include "fitsum/util/bytes.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
+#include "fitsum/memory/static_memory.h"
 #include "planning.h"
 #include "train_flags.h"
 
@@ -83,10 +84,37 @@ std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, mo
   calibration_options.max_target_length = worst.target;
   calibration_options.bf16 = o.training.bf16;
   calibration_options.label_smoothing = o.training.label_smoothing_factor;
+  const auto request = make_plan_request(command, o, worst, budget);
+  if (request.optimizer) {
+    // Fail in seconds, before the probe, when weights, gradients and the chosen optimizer's state alone exceed
+    // the budget (the seed's story: AdamW's 16 bytes per parameter on a device that holds less).
+    const auto counts = model::count_parameters(model.config());
+    const auto fixed = memory::static_training_memory(counts, *request.optimizer, memory::StorageDtype::fp32);
+    if (static_cast<double>(fixed.total()) * (1.0 + request.margin) > static_cast<double>(budget)) {
+      const auto other = *request.optimizer == memory::OptimizerKind::adamw ? memory::OptimizerKind::adafactor
+                                                                             : memory::OptimizerKind::adamw;
+      const auto alternative = memory::static_training_memory(counts, other, memory::StorageDtype::fp32);
+      std::string message =
+          "--max_memory " + util::format_bytes(budget) + " is too small for --optim " + o.training.optim +
+          ": its weights, gradients and optimizer state alone need " + util::format_bytes(fixed.total()) + " (" +
+          util::format_bytes(fixed.weights) + " + " + util::format_bytes(fixed.gradients) + " + " +
+          util::format_bytes(fixed.optimizer_state) + "), at least " +
+          util::format_bytes(static_cast<std::uint64_t>(static_cast<double>(fixed.total()) * (1.0 + request.margin))) +
+          " with the planner's margin, before any activation.";
+      if (static_cast<double>(alternative.total()) * (1.0 + request.margin) < static_cast<double>(budget)) {
+        message += " A plan that fits starts from --optim " + std::string(memory::to_string(other) == std::string("adamw")
+                                                                              ? "adamw_torch"
+                                                                              : "adafactor") +
+                   " (" + util::format_bytes(alternative.total()) +
+                   " before activations); leave --optim unset (or --optim auto) and the planner chooses micro-batch "
+                   "and checkpointing too, or run `fitsum plan` with these flags for the table.";
+      }
+      throw std::invalid_argument(message);
+    }
+  }
   model.to(device);
   const auto calibration = memory::calibrate(model, calibration_options);
   const auto layers = std::max(calibration.encoder_layers, calibration.decoder_layers);
-  const auto request = make_plan_request(command, o, worst, budget);
   const auto plan = memory::choose_plan(calibration, request);
   std::printf("memory plan (worst batch %lld source x %lld target tokens, probe %.1f s)\n%s",
               static_cast<long long>(worst.source), static_cast<long long>(worst.target), calibration.probe_seconds,
