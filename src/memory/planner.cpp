@@ -286,12 +286,20 @@ Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& opt
   const auto tgt = [&](std::int64_t t) { return std::max<std::int64_t>(2, std::min(t, options.max_target_length)); };
   // The transient is a maximum over phases (the stored activations at the start of backward grow with B; the
   // dense embedding gradients at its end do not), so the probes reach micro-batch 8 at short lengths to see the
-  // regime that large micro-batches are in.
+  // regime that large micro-batches are in, and include micro-batches 1, 2 and 4 at the longest lengths.
   const std::vector<BatchShape> shapes = {
       {1, src(32), tgt(16)},  {1, src(128), tgt(16)}, {1, src(64), tgt(48)},  {2, src(64), tgt(16)},
       {2, src(32), tgt(64)},  {2, src(128), tgt(48)}, {4, src(32), tgt(16)},  {4, src(64), tgt(32)},
       {4, src(128), tgt(16)}, {4, src(128), tgt(64)}, {8, src(32), tgt(16)},  {8, src(32), tgt(48)},
-      {8, src(64), tgt(32)},  {8, src(128), tgt(32)}, {8, src(64), tgt(64)},  {1, src(128), tgt(64)}};
+      {8, src(64), tgt(32)},  {8, src(128), tgt(32)}, {8, src(64), tgt(64)},  {1, src(128), tgt(64)},
+      // At the run's own lengths (Marian's --mini-batch-fit idea): with checkpointing, one layer's recomputed
+      // attention (B x heads x S^2) only outgrows the constant phase at long sources, which short probes never see.
+      {1, src(options.max_source_length), tgt(options.max_target_length)},
+      {2, src(options.max_source_length), tgt(options.max_target_length)},
+      {1, src(options.max_source_length / 2), tgt(options.max_target_length)},
+      {2, src(options.max_source_length / 2), tgt(options.max_target_length / 2)},
+      {4, src(options.max_source_length), tgt(options.max_target_length)},
+      {4, src(options.max_source_length / 2), tgt(options.max_target_length)}};
 
   // Warm-up: allocates the gradients (kept between steps, as the trainer's zero_grad keeps them) and first-use
   // buffers, so each probe below sees only its own transient.

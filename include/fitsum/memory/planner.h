@@ -4,16 +4,18 @@
 // Peak = weights + gradients + optimizer state (from parameter counts, static_memory.h)
 //      + max(transient of one micro-step, transient of the optimizer step).
 // The micro-step transient (activations, logits and loss, the dense embedding gradients, allocator slack) is not
-// modelled by hand: a short calibration probe runs a few forward/backward passes of the actual model at small
-// shapes, measures each exactly with the tracking allocator (gradients already allocated by a warm-up, so only
-// the transient is seen) and fits its known form
+// modelled by hand: a short calibration probe runs forward/backward passes of the actual model (short lengths up
+// to micro-batch 8, and micro-batches 1, 2 and 4 at the run's longest lengths), measures each exactly with the
+// tracking allocator (gradients already allocated by a warm-up, so only the transient is seen) and fits its known
+// form, the larger of two phases (ActivationFit)
 //     a0 + B * (a1 S + a2 T + a3 S^2 + a4 T^2 + a5 S T)        (B micro-batch, S source, T target length)
+//     e0 + B * (e1 S + e2 T)
 // once without and once with activation checkpointing of every layer; N checkpointed layers interpolate linearly.
 // The same passes are timed, which gives the compute rate and the recompute cost of checkpointing. The optimizer
 // step's transient and time are measured on a stand-alone tensor of the model's largest parameter.
 //
 // Planning is for the worst batch the data can produce after truncation: every row at the longest source and
-// target length. It does not model the CUDA caching allocator's fragmentation (PLATFORM: measured on CPU).
+// target length. It does not model the CUDA caching allocator's fragmentation (validated on the CPU only).
 #pragma once
 
 #include <array>
