@@ -1,6 +1,7 @@
 // The memory planner: predicted peaks against peaks measured by training (a subset of the grid; the full grid is
 // tests/slow/planner_grid_test.cpp), the chooser's rules on a synthetic calibration, and out-of-memory recovery in
-// the trainer (a budget lowered mid-run: the step is split, covers the same examples and training finishes).
+// the trainer (a budget lowered mid-run, an error injected into a backward: the step is split or redone, covers the same
+// examples and training finishes).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -106,7 +107,8 @@ struct RunRecord {
 
 // Three steps of micro-batch 4 on a dropout-free model; `limit_after_first_step` > 0 lowers the budget to that
 // many bytes above the allocator's count at the start once the first step is done.
-RunRecord train_three_steps(std::int64_t micro_batch, std::int64_t accumulation, std::int64_t limit_after_first_step) {
+RunRecord train_three_steps(std::int64_t micro_batch, std::int64_t accumulation, std::int64_t limit_after_first_step,
+                            bool fail_one_backward = false) {
   auto& allocator = memory::TrackingCpuAllocator::instance();
   const auto baseline = allocator.current_bytes();
   auto grid = grid_model_small();
@@ -134,8 +136,21 @@ RunRecord train_three_steps(std::int64_t micro_batch, std::int64_t accumulation,
     if (entry.contains("oom_splits")) record.oom_splits += entry["oom_splits"].get<std::int64_t>();
   };
   callbacks.on_message = [&](const std::string& m) { record.messages.push_back(m); };
+  // An out-of-memory error in the middle of a backward, once, in step 2: raised from a gradient hook, as the
+  // allocator would raise it, after part of the gradients are already accumulated.
+  auto armed = std::make_shared<bool>(false);
+  if (fail_one_backward) {
+    model->named_parameters()["model.shared.weight"].register_hook([armed](const torch::Tensor& grad) {
+      if (*armed) {
+        *armed = false;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "injected: out of memory during backward");
+      }
+      return grad;
+    });
+  }
   callbacks.on_step = [&](std::int64_t step, std::int64_t) {
     if (step == 1 && limit_after_first_step > 0) allocator.set_limit(baseline + limit_after_first_step);
+    if (step == 1 && fail_one_backward) *armed = true;
   };
   LimitReset reset;
   train::Trainer trainer(args, std::move(inputs), callbacks);
@@ -162,6 +177,24 @@ TEST(TrainerRecovery, OutOfMemoryMidRunSplitsTheMicroBatchAndKeepsTheUpdate) {
   EXPECT_GE(recovered.oom_splits, 2) << log;
   EXPECT_NE(log.find("re-planned with gradient checkpointing"), std::string::npos) << log;
   // The same examples in every step: the same losses and the same weights as the run that never ran out.
+  ASSERT_EQ(recovered.losses.size(), whole.losses.size());
+  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_NEAR(recovered.losses[i], whole.losses[i], 1e-5);
+  ASSERT_EQ(recovered.weights.size(), whole.weights.size());
+  for (std::size_t i = 0; i < whole.weights.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(recovered.weights[i], whole.weights[i], 1e-4, 1e-6)) << "parameter " << i;
+  }
+}
+
+TEST(TrainerRecovery, OutOfMemoryInBackwardRedoesTheStepWithSplitMicroBatches) {
+  const auto whole = train_three_steps(4, 1, 0);
+  const auto recovered = train_three_steps(4, 1, 0, /*fail_one_backward=*/true);
+  std::string log;
+  for (const auto& m : recovered.messages) log += m + "\n";
+  EXPECT_NE(log.find("out of memory in the backward of a micro-batch of 4 examples at step 2: split into 2 + 2, "
+                     "redoing the step"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(recovered.oom_splits, 1);
   ASSERT_EQ(recovered.losses.size(), whole.losses.size());
   for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_NEAR(recovered.losses[i], whole.losses[i], 1e-5);
   ASSERT_EQ(recovered.weights.size(), whole.weights.size());
