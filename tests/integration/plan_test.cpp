@@ -91,7 +91,8 @@ TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) 
   const auto r = run_command(fitsum_binary().string() + " train" + model_args() + "--train_file '" + data.string() +
                              "' --output_dir '" + (dir / "out").string() +
                              "' --per_device_train_batch_size 8 --max_memory 130MiB --max_steps 2 --logging_steps 1"
-                             " --save_strategy no --device cpu");
+                             " --save_strategy no --device cpu --memory_report '" + (dir / "report.svg").string() +
+                             "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("memory plan: chose"), std::string::npos) << r.output;
   const auto state = util::read_json_file(dir / "out" / "trainer_state.json");
@@ -104,6 +105,14 @@ TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) 
     EXPECT_LE(e["peak_memory_bytes"].get<double>(), e["predicted_peak_bytes"].get<double>() * 1.10) << e.dump();
   }
   EXPECT_EQ(entries, 2);
+  // The picture: 24 candidates x 4 stacked parts, one bar per logged step, a 4-entry legend.
+  std::ifstream svg_file(dir / "report.svg");
+  const std::string svg((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 200);
+  std::size_t rects = 0;
+  for (auto at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
+  EXPECT_EQ(rects, 24u * 4u + 2u + 4u);
+  EXPECT_NE(svg.find("measured peak per logged step"), std::string::npos);
   const auto args = util::read_json_file(dir / "out" / "training_args.json");
   EXPECT_EQ(args["optim"], "adafactor");
   EXPECT_EQ(args["per_device_train_batch_size"].get<int>() * args["gradient_accumulation_steps"].get<int>(), 8);

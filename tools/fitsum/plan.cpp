@@ -10,6 +10,7 @@
 #include "fitsum/memory/planner.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/util/bytes.h"
+#include "memory_report.h"
 #include "planning.h"
 
 namespace fitsum::cli {
@@ -75,6 +76,11 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
     }
   }
   std::cout.flush();
+  if (!o.memory_report.empty()) {
+    write_memory_report(o.memory_report, plan, std::max(calibration.encoder_layers, calibration.decoder_layers),
+                        budget, {});
+    std::cerr << "fitsum: wrote " << o.memory_report << "\n";
+  }
   if (!plan.chosen) throw ExitStatus{3};
 }
 

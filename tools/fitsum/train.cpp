@@ -19,6 +19,7 @@
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/static_memory.h"
+#include "memory_report.h"
 #include "planning.h"
 #include "train_flags.h"
 
@@ -77,7 +78,7 @@ void print_configuration(const TrainCommandOptions& o, const io::LoadedModel& lo
 // naming the budget the user's settings need and a plan that fits. Returns the predicted peak of the chosen plan.
 std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, model::Seq2SeqLMImpl& model,
                              const std::vector<data::Example>& examples, const torch::Device& device,
-                             std::uint64_t budget) {
+                             std::uint64_t budget, memory::Plan& plan_out, std::int64_t& layers_out) {
   const auto worst = worst_batch_shape(examples, o.data);
   memory::CalibrationOptions calibration_options;
   calibration_options.max_source_length = worst.source;
@@ -139,6 +140,8 @@ std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, mo
     }
     throw std::invalid_argument(message);
   }
+  plan_out = plan;
+  layers_out = layers;
   const auto& chosen = plan.candidates[*plan.chosen];
   apply_plan(o.training, chosen, layers);
   std::printf("memory plan: %s\n  flags: %s\n", plan.explanation.c_str(), plan_flags(chosen, layers).c_str());
@@ -200,9 +203,11 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   inputs.collator.pad_token_id = config.pad_token_id;
   inputs.collator.pad_to_multiple_of = o.data.pad_to_multiple_of;
   inputs.device = device;
+  memory::Plan plan;
+  std::int64_t layers = 0;
   if (planned) {
     inputs.predicted_peak_bytes =
-        plan_for_budget(o, command, *loaded.model, inputs.train_examples, device, budget);
+        plan_for_budget(o, command, *loaded.model, inputs.train_examples, device, budget, plan, layers);
     memory::apply_memory_budget(device, budget);
   }
   print_configuration(o, loaded, device, inputs.train_examples.size(), inputs.eval_examples.size());
@@ -210,7 +215,11 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   train::TrainerCallbacks callbacks;
-  callbacks.on_log = [tty](const nlohmann::ordered_json& entry) {
+  auto measured = std::make_shared<std::vector<MeasuredPeak>>();
+  callbacks.on_log = [tty, measured](const nlohmann::ordered_json& entry) {
+    if (entry.contains("peak_memory_bytes") && entry.contains("step")) {
+      measured->push_back({entry["step"].get<std::int64_t>(), entry["peak_memory_bytes"].get<std::uint64_t>()});
+    }
     if (tty) std::printf("\r\033[K");
     std::printf("%s\n", entry.dump().c_str());
     std::fflush(stdout);
@@ -261,6 +270,10 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
                 result.stop_signal, static_cast<long long>(result.global_step));
     std::fflush(stdout);
     throw ExitStatus{128 + result.stop_signal};
+  }
+  if (planned && !o.memory_report.empty()) {
+    write_memory_report(o.memory_report, plan, layers, budget, *measured);
+    std::printf("fitsum: wrote %s\n", o.memory_report.c_str());
   }
   std::printf("done: %lld steps in %.1f s, train_loss %.6f; model saved to %s\n",
               static_cast<long long>(result.global_step), result.metrics["train_runtime"].get<double>(),

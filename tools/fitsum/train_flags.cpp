@@ -90,6 +90,9 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
                  "fits and enforce the budget");
   cmd.add_flag("--no_resplit", o.no_resplit,
                "keep per_device_train_batch_size and gradient_accumulation_steps as given when planning");
+  cmd.add_option("--memory_report", o.memory_report,
+                 "with --max_memory: write an SVG of the predicted breakdown per candidate and, after training, the "
+                 "measured peak per logged step against the budget");
 }
 
 std::vector<std::string> expand_json_arguments(const CLI::App& command, const std::vector<std::string>& args) {
