@@ -422,7 +422,7 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
       for (const auto kind : optimizers) {
         Candidate candidate;
         candidate.knobs.micro_batch = m;
-        candidate.knobs.accumulation = request.micro_batch ? request.effective_batch / m : request.effective_batch / m;
+        candidate.knobs.accumulation = request.effective_batch / m;  // the effective batch is kept
         candidate.knobs.checkpointed_layers = n;
         candidate.knobs.optimizer = kind;
         candidate.knobs.bf16 = request.bf16;
