@@ -12,17 +12,22 @@ trap 'rm -rf "$out"' EXIT
 echo "== 1. The model people fine-tune (google/pegasus-cnn_dailymail shape): where the memory goes"
 "$fitsum" info --model data/pegasus
 echo
-echo "== 2. Train a small PEGASUS (random init, real tokenizer) on 300 SAMSum dialogues for 40 steps"
+echo "== 2. Plan training in 200 MiB: every configuration's predicted peak and speed, the fastest that fits"
+"$fitsum" plan --config_name configs/pegasus-tiny --device cpu \
+  --config_overrides vocab_size=8000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,decoder_ffn_dim=1024 \
+  --max_source_length 256 --max_target_length 64 --per_device_train_batch_size 8 --max_memory 200MiB
+echo
+echo "== 3. Train a small PEGASUS (random init, real tokenizer) on 300 SAMSum dialogues for 40 steps"
 "$fitsum" train --config_name configs/pegasus-tiny --tokenizer_name data/pegasus \
   --train_file data/samsum/train.jsonl --validation_file data/samsum/validation.jsonl --max_eval_samples 20 \
   --max_source_length 256 --max_target_length 64 --per_device_train_batch_size 4 --gradient_accumulation_steps 2 \
   --max_steps 40 --learning_rate 1e-3 --warmup_steps 5 --optim adafactor --logging_steps 10 \
   --evaluation_strategy steps --eval_steps 20 --save_strategy no --output_dir "$out/model"
 echo
-echo "== 3. Evaluate on 10 test dialogues (beam search, ROUGE)"
+echo "== 4. Evaluate on 10 test dialogues (beam search, ROUGE)"
 "$fitsum" eval --model "$out/model" --test_file data/samsum/test.jsonl --max_eval_samples 10 \
   --num_beams 4 --max_length 32 --min_length 5 --no_repeat_ngram_size 3 --max_source_length 256
 echo
-echo "== 4. Summarize dialogues from stdin"
+echo "== 5. Summarize dialogues from stdin"
 printf 'Amanda: I baked cookies. Do you want some?\nJerry: Sure!\nAmanda: I will bring you tomorrow :-)\n\nOlivia: Who are you voting for in this election?\nOliver: Liberals as always.\n' |
   "$fitsum" summarize --model "$out/model" --num_beams 4 --max_length 32 --no_repeat_ngram_size 3

@@ -179,43 +179,138 @@ void Trainer::log(nlohmann::ordered_json entry) {
   if (callbacks_.on_log) callbacks_.on_log(entry);
 }
 
-Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t>>& micro_batches) {
+Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t>>& planned) {
   auto& model = *in_.model;
-  StepOutcome outcome;
-  // The denominator of the exact accumulated loss: every label token of the whole optimizer step.
+  // The denominator of the exact accumulated loss: every label token of the whole optimizer step. Splitting a
+  // micro-batch after an out-of-memory error changes neither it nor the examples the step covers.
   std::int64_t step_tokens = 0;
-  for (const auto& mb : micro_batches) {
+  for (const auto& mb : planned) {
     for (auto i : mb) step_tokens += label_tokens(in_.train_examples[i]);
   }
   if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
   const double denominator = static_cast<double>(step_tokens);
-  double loss_sum = 0.0;
-  for (const auto& mb : micro_batches) {
-    auto batch = data::collate(in_.train_examples, mb, in_.collator);
-    auto ids = batch.input_ids.to(in_.device);
-    auto mask = batch.attention_mask.to(in_.device);
-    auto labels = batch.labels.to(in_.device);
-    model::TokenLoss token_loss;
-    {
-      util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
-      auto encoded = model.encode(ids, mask);
-      auto hidden = model.decode(model.shift_tokens_right(labels), encoded, mask);
-      token_loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
+  auto micro_batches = planned;
+  const auto step_rng = rng_state(in_.device);
+  oom_splits_in_step_ = 0;
+  for (;;) {  // one pass per attempt: redone only when an out-of-memory error hit a backward
+    StepOutcome outcome;
+    double loss_sum = 0.0;
+    std::int64_t samples = 0;
+    bool redo = false;
+    for (std::size_t i = 0; i < micro_batches.size();) {
+      const auto mb = micro_batches[i];
+      auto batch = data::collate(in_.train_examples, mb, in_.collator);
+      auto ids = batch.input_ids.to(in_.device);
+      auto mask = batch.attention_mask.to(in_.device);
+      auto labels = batch.labels.to(in_.device);
+      const auto micro_rng = rng_state(in_.device);
+      model::TokenLoss token_loss;
+      try {
+        util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
+        auto encoded = model.encode(ids, mask);
+        auto hidden = model.decode(model.shift_tokens_right(labels), encoded, mask);
+        token_loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
+      } catch (const c10::OutOfMemoryError& e) {
+        // The forward's tensors were freed as its scope unwound; no gradient was touched: retry in halves.
+        token_loss = {};
+        split_after_oom(micro_batches, i, "forward", e);
+        set_rng_state(in_.device, micro_rng);
+        continue;
+      }
+      try {
+        (token_loss.sum / denominator).backward();
+      } catch (const c10::OutOfMemoryError& e) {
+        // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start.
+        token_loss = {};
+        split_after_oom(micro_batches, i, "backward", e);
+        optimizer_->zero_grad();
+        set_rng_state(in_.device, step_rng);
+        redo = true;
+        break;
+      }
+      loss_sum += token_loss.sum.item<double>();
+      outcome.tokens += mask.sum().item<std::int64_t>() + token_loss.tokens;
+      samples += static_cast<std::int64_t>(mb.size());
+      ++i;
+      if (g_stop_signal.load() != 0) {
+        train_samples_ += samples;
+        outcome.interrupted = true;
+        return outcome;
+      }
     }
-    (token_loss.sum / denominator).backward();
-    loss_sum += token_loss.sum.item<double>();
-    outcome.tokens += mask.sum().item<std::int64_t>() + token_loss.tokens;
-    train_samples_ += static_cast<std::int64_t>(mb.size());
-    if (g_stop_signal.load() != 0) {
-      outcome.interrupted = true;
-      return outcome;
-    }
+    if (redo) continue;
+    train_samples_ += samples;
+    outcome.loss = loss_sum / denominator;
+    outcome.grad_norm = optim::clip_grad_norm(parameter_list_, args_.max_grad_norm);
+    optimizer_->step();
+    optimizer_->zero_grad();
+    return outcome;
   }
-  outcome.loss = loss_sum / denominator;
-  outcome.grad_norm = optim::clip_grad_norm(parameter_list_, args_.max_grad_norm);
-  optimizer_->step();
-  optimizer_->zero_grad();
-  return outcome;
+}
+
+bool Trainer::fully_checkpointed() const {
+  if (!args_.gradient_checkpointing) return false;
+  const auto& config = in_.model->config();
+  return args_.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max()) >=
+         std::max(config.encoder_layers, config.decoder_layers);
+}
+
+void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batches, std::size_t index,
+                              const char* phase, const c10::OutOfMemoryError& error) {
+  auto& mb = micro_batches[index];
+  oom_splits_in_step_ += 1;
+  oom_splits_since_log_ += 1;
+  const std::string where = std::string("out of memory in the ") + phase + " of a micro-batch of " +
+                            std::to_string(mb.size()) + " examples at step " + std::to_string(global_step_ + 1);
+  if (mb.size() < 2) {
+    if (fully_checkpointed()) {  // nothing left to split or recompute: train() explains what held the memory
+      TORCH_CHECK_WITH(OutOfMemoryError, false, where,
+                       ": even one example with gradient checkpointing of all layers does not fit; ",
+                       error.what_without_backtrace());
+    }
+    args_.gradient_checkpointing = true;
+    args_.gradient_checkpointing_layers.reset();
+    in_.model->set_gradient_checkpointing(std::numeric_limits<std::int64_t>::max(),
+                                          std::numeric_limits<std::int64_t>::max());
+    if (callbacks_.on_message) callbacks_.on_message(where + ": one example cannot be split; retrying with "
+                                                             "gradient checkpointing of all layers");
+    return;
+  }
+  const auto half = static_cast<std::ptrdiff_t>(mb.size() / 2);
+  std::vector<std::size_t> first(mb.begin(), mb.begin() + half), second(mb.begin() + half, mb.end());
+  if (callbacks_.on_message) {
+    callbacks_.on_message(where + ": split into " + std::to_string(first.size()) + " + " +
+                          std::to_string(second.size()) +
+                          (std::string(phase) == "backward" ? ", redoing the step" : ", carrying on") +
+                          " (same examples, same update)");
+  }
+  micro_batches[index] = std::move(second);
+  micro_batches.insert(micro_batches.begin() + static_cast<std::ptrdiff_t>(index), std::move(first));
+}
+
+bool Trainer::replan_after_repeated_oom() {
+  std::string change;
+  if (!fully_checkpointed()) {
+    args_.gradient_checkpointing = true;
+    args_.gradient_checkpointing_layers.reset();
+    in_.model->set_gradient_checkpointing(std::numeric_limits<std::int64_t>::max(),
+                                          std::numeric_limits<std::int64_t>::max());
+    change = "gradient checkpointing of all layers";
+  } else if (args_.per_device_train_batch_size > 1 && args_.per_device_train_batch_size % 2 == 0) {
+    args_.per_device_train_batch_size /= 2;
+    args_.gradient_accumulation_steps *= 2;
+    change = "--per_device_train_batch_size " + std::to_string(args_.per_device_train_batch_size) +
+             " --gradient_accumulation_steps " + std::to_string(args_.gradient_accumulation_steps) +
+             " (same effective batch)";
+  } else {
+    return false;
+  }
+  if (callbacks_.on_message) {
+    callbacks_.on_message("out of memory in " + std::to_string(oom_steps_in_a_row_) +
+                          " steps in a row: re-planned with " + change);
+  }
+  oom_steps_in_a_row_ = 0;
+  return true;
 }
 
 nlohmann::ordered_json Trainer::evaluate() {
@@ -391,8 +486,8 @@ TrainResult Trainer::train() {
   try {
     while (global_step_ < max_steps_) {
       const auto order = data::epoch_order(lengths, sampler, static_cast<std::uint64_t>(epoch_));
-      const auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
-                                          static_cast<std::size_t>(args_.gradient_accumulation_steps));
+      auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
+                                    static_cast<std::size_t>(args_.gradient_accumulation_steps));
       while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
         // The random state at the start of the step: an interrupted step is redone from it on resume.
         const auto step_rng = rng_state(in_.device);
@@ -409,6 +504,12 @@ TrainResult Trainer::train() {
         }
         global_step_ += 1;
         step_in_epoch_ += 1;
+        oom_steps_in_a_row_ = oom_splits_in_step_ > 0 ? oom_steps_in_a_row_ + 1 : 0;
+        if (oom_steps_in_a_row_ >= 2 && replan_after_repeated_oom()) {
+          // The epoch order does not depend on the micro-batch size, so the remaining steps keep their examples.
+          steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
+                                   static_cast<std::size_t>(args_.gradient_accumulation_steps));
+        }
         for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
         loss_since_log_ += outcome.loss;
         steps_since_log_ += 1;
@@ -431,7 +532,10 @@ TrainResult Trainer::train() {
           entry["epoch"] = epoch_value;
           entry["step"] = global_step_;
           entry["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens_since_log_) / seconds : 0.0;
+          if (in_.predicted_peak_bytes) entry["predicted_peak_bytes"] = *in_.predicted_peak_bytes;
           entry["peak_memory_bytes"] = mem.peak_bytes;
+          if (oom_splits_since_log_ > 0) entry["oom_splits"] = oom_splits_since_log_;
+          oom_splits_since_log_ = 0;
           if (in_.device.is_cuda()) {
             entry["peak_reserved_bytes"] = mem.peak_reserved_bytes;
             entry["alloc_retries"] = mem.alloc_retries;
@@ -468,7 +572,7 @@ TrainResult Trainer::train() {
     }
   } catch (const c10::OutOfMemoryError& e) {
     const auto mem = memory::read_memory(in_.device);
-    throw std::runtime_error(out_of_memory_advice(std::string(e.what()).substr(0, 400), model.config(), args_, mem));
+    throw std::runtime_error(out_of_memory_advice(std::string(e.what_without_backtrace()).substr(0, 600), model.config(), args_, mem));
   }
   train_seconds_ += seconds_since(run_start);
 

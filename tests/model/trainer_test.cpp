@@ -1,4 +1,4 @@
-// The Trainer as a library: an out-of-memory error explains itself.
+// The Trainer as a library: an out-of-memory error that recovery cannot get around explains itself.
 #include <gtest/gtest.h>
 
 #include "fitsum/memory/tracking_allocator.h"
@@ -40,9 +40,9 @@ TEST(Trainer, OutOfMemorySaysWhatHeldTheMemoryAndWhichKnobsHelp) {
   EXPECT_NE(message.find("out of memory while training"), std::string::npos) << message;
   EXPECT_NE(message.find("weights"), std::string::npos) << message;
   EXPECT_NE(message.find("optimizer state"), std::string::npos) << message;
-  EXPECT_NE(message.find("--gradient_checkpointing"), std::string::npos) << message;
-  EXPECT_NE(message.find("--per_device_train_batch_size 2 --gradient_accumulation_steps 2"), std::string::npos)
-      << message;
+  // Recovery split the micro-batch down to one example and turned on full checkpointing before giving up.
+  EXPECT_NE(message.find("even one example with gradient checkpointing of all layers does not fit"),
+            std::string::npos) << message;
   EXPECT_NE(message.find("--optim adafactor"), std::string::npos) << message;
 }
 

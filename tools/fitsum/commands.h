@@ -13,6 +13,7 @@ struct ExitStatus {
 };
 
 void add_info_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_rouge_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);

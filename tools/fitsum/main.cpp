@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("fitsum 0.1.0"));
   fitsum::cli::add_info_command(app);
+  fitsum::cli::add_plan_command(app);
   fitsum::cli::add_rouge_command(app);
   fitsum::cli::add_tokenize_command(app);
   fitsum::cli::add_train_command(app);

@@ -18,6 +18,11 @@
 #include "fitsum/util/files.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/memory/device_memory.h"
+#include "fitsum/memory/planner.h"
+#include "fitsum/memory/static_memory.h"
+#include "memory_report.h"
+#include "planning.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -27,18 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 
 void on_stop_signal(int signal_number) { train::request_stop(signal_number); }
-
-torch::Device resolve_device(const std::string& name) {
-  if (name == "cpu") return torch::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch build");
-    }
-    return torch::kCUDA;
-  }
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  throw std::invalid_argument("--device '" + name + "' is not one of cpu, cuda, auto");
-}
 
 bool holds_a_run(const fs::path& dir) {
   if (!fs::exists(dir)) return false;
@@ -83,9 +76,89 @@ void print_configuration(const TrainCommandOptions& o, const io::LoadedModel& lo
   std::fflush(stdout);
 }
 
-void run_train(TrainCommandOptions o) {
+// --max_memory: calibrates the model, chooses the fastest plan that fits and applies it to `args`, or fails fast
+// naming the budget the user's settings need and a plan that fits. Returns the predicted peak of the chosen plan.
+std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, model::Seq2SeqLMImpl& model,
+                             const std::vector<data::Example>& examples, const torch::Device& device,
+                             std::uint64_t budget, memory::Plan& plan_out, std::int64_t& layers_out) {
+  const auto worst = worst_batch_shape(examples, o.data);
+  memory::CalibrationOptions calibration_options;
+  calibration_options.max_source_length = worst.source;
+  calibration_options.max_target_length = worst.target;
+  calibration_options.bf16 = o.training.bf16;
+  calibration_options.label_smoothing = o.training.label_smoothing_factor;
+  const auto request = make_plan_request(command, o, worst, budget);
+  if (request.optimizer) {
+    // Fail in seconds, before the probe, when weights, gradients and the chosen optimizer's state alone exceed
+    // the budget (the seed's story: AdamW's 16 bytes per parameter on a device that holds less).
+    const auto counts = model::count_parameters(model.config());
+    const auto fixed = memory::static_training_memory(counts, *request.optimizer, memory::StorageDtype::fp32);
+    if (static_cast<double>(fixed.total()) * (1.0 + request.margin) > static_cast<double>(budget)) {
+      const auto other = *request.optimizer == memory::OptimizerKind::adamw ? memory::OptimizerKind::adafactor
+                                                                             : memory::OptimizerKind::adamw;
+      const auto alternative = memory::static_training_memory(counts, other, memory::StorageDtype::fp32);
+      std::string message =
+          "--max_memory " + util::format_bytes(budget) + " is too small for --optim " + o.training.optim +
+          ": its weights, gradients and optimizer state alone need " + util::format_bytes(fixed.total()) + " (" +
+          util::format_bytes(fixed.weights) + " + " + util::format_bytes(fixed.gradients) + " + " +
+          util::format_bytes(fixed.optimizer_state) + "), at least " +
+          util::format_bytes(static_cast<std::uint64_t>(static_cast<double>(fixed.total()) * (1.0 + request.margin))) +
+          " with the planner's margin, before any activation.";
+      if (static_cast<double>(alternative.total()) * (1.0 + request.margin) < static_cast<double>(budget)) {
+        message += " A plan that fits starts from --optim " + std::string(memory::to_string(other) == std::string("adamw")
+                                                                              ? "adamw_torch"
+                                                                              : "adafactor") +
+                   " (" + util::format_bytes(alternative.total()) +
+                   " before activations); leave --optim unset (or --optim auto) and the planner chooses micro-batch "
+                   "and checkpointing too, or run `fitsum plan` with these flags for the table.";
+      }
+      throw std::invalid_argument(message);
+    }
+  }
+  model.to(device);
+  const auto calibration = memory::calibrate(model, calibration_options);
+  const auto layers = std::max(calibration.encoder_layers, calibration.decoder_layers);
+  const auto plan = memory::choose_plan(calibration, request);
+  std::printf("memory plan (worst batch %lld source x %lld target tokens, probe %.1f s)\n%s",
+              static_cast<long long>(worst.source), static_cast<long long>(worst.target), calibration.probe_seconds,
+              plan_table(plan, calibration, budget).c_str());
+  std::fflush(stdout);
+  if (!plan.chosen) {
+    // What the user fixed cannot fit: name what it needs and a plan with the planner's choices that does.
+    auto relaxed = request;
+    relaxed.optimizer.reset();
+    relaxed.checkpointed_layers.reset();
+    relaxed.micro_batch.reset();
+    const auto alternative = memory::choose_plan(calibration, relaxed);
+    std::string message = "--max_memory " + util::format_bytes(budget) + " is too small for these settings: " +
+                          plan.explanation;
+    if (alternative.chosen) {
+      message += ". A plan that fits: " + plan_flags(alternative.candidates[*alternative.chosen], layers) +
+                 " (predicted peak " + util::format_bytes(alternative.candidates[*alternative.chosen].prediction.peak) +
+                 "); leave --optim / --gradient_checkpointing unset (or --optim auto) to let the planner choose";
+    } else {
+      message += ". Even micro-batch 1 with full checkpointing and adafactor needs " +
+                 util::format_bytes(alternative.minimum_budget);
+    }
+    throw std::invalid_argument(message);
+  }
+  plan_out = plan;
+  layers_out = layers;
+  const auto& chosen = plan.candidates[*plan.chosen];
+  apply_plan(o.training, chosen, layers);
+  std::printf("memory plan: %s\n  flags: %s\n", plan.explanation.c_str(), plan_flags(chosen, layers).c_str());
+  std::fflush(stdout);
+  return static_cast<std::int64_t>(chosen.prediction.peak);
+}
+
+void run_train(TrainCommandOptions o, const CLI::App& command) {
   auto& args = o.training;
   args.group_by_length = args.group_by_length || o.data.group_by_length;
+  const bool planned = !o.max_memory.empty();
+  if (args.optim == "auto") {
+    if (!planned) throw std::invalid_argument("--optim auto needs --max_memory (the planner chooses the optimizer)");
+    args.optim = "adamw_torch";  // a placeholder until the plan is applied
+  }
   args.validate();
   if (o.train_file.empty()) throw std::invalid_argument("--train_file is required");
   if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
@@ -99,6 +172,12 @@ void run_train(TrainCommandOptions o) {
     ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
   }
   const auto device = resolve_device(o.device);
+  std::uint64_t budget = 0;
+  if (planned) {
+    // Counted from here, so the budget covers the weights too.
+    memory::start_tracking(device);
+    budget = memory::resolve_memory_budget(o.max_memory, device);
+  }
 
   auto loaded = io::load_model(o.model, static_cast<std::uint64_t>(args.seed));
   const auto& config = loaded.model->config();
@@ -138,12 +217,23 @@ void run_train(TrainCommandOptions o) {
   if (args.predict_with_generate && !tokenizer) {
     std::cerr << "fitsum: warning: --predict_with_generate without a tokenizer: generation runs, ROUGE is skipped\n";
   }
+  memory::Plan plan;
+  std::int64_t layers = 0;
+  if (planned) {
+    inputs.predicted_peak_bytes =
+        plan_for_budget(o, command, *loaded.model, inputs.train_examples, device, budget, plan, layers);
+    memory::apply_memory_budget(device, budget);
+  }
   print_configuration(o, loaded, device, inputs.train_examples.size(), inputs.eval_examples.size());
 
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   train::TrainerCallbacks callbacks;
-  callbacks.on_log = [tty](const nlohmann::ordered_json& entry) {
+  auto measured = std::make_shared<std::vector<MeasuredPeak>>();
+  callbacks.on_log = [tty, measured](const nlohmann::ordered_json& entry) {
+    if (entry.contains("peak_memory_bytes") && entry.contains("step")) {
+      measured->push_back({entry["step"].get<std::int64_t>(), entry["peak_memory_bytes"].get<std::uint64_t>()});
+    }
     if (tty) std::printf("\r\033[K");
     std::printf("%s\n", entry.dump().c_str());
     std::fflush(stdout);
@@ -195,6 +285,10 @@ void run_train(TrainCommandOptions o) {
     std::fflush(stdout);
     throw ExitStatus{128 + result.stop_signal};
   }
+  if (planned && !o.memory_report.empty()) {
+    write_memory_report(o.memory_report, plan, layers, budget, *measured);
+    std::printf("fitsum: wrote %s\n", o.memory_report.c_str());
+  }
   std::printf("done: %lld steps in %.1f s, train_loss %.6f; model saved to %s\n",
               static_cast<long long>(result.global_step), result.metrics["train_runtime"].get<double>(),
               result.metrics["train_loss"].get<double>(), args.output_dir.c_str());
@@ -208,7 +302,7 @@ void add_train_command(CLI::App& app) {
                                  "Fine-tune a model (Hugging Face TrainingArguments names; an args.json may come "
                                  "first, flags override it)");
   add_training_flags(*cmd, *options);
-  cmd->callback([options]() { run_train(*options); });
+  cmd->callback([options, cmd]() { run_train(*options, *cmd); });
 }
 
 }  // namespace fitsum::cli

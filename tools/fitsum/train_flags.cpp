@@ -54,7 +54,9 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   cmd.add_option("--warmup_steps", t.warmup_steps, "linear warmup steps")->capture_default_str();
   cmd.add_option("--warmup_ratio", t.warmup_ratio, "warmup as a fraction of the steps (when warmup_steps is 0)")
       ->capture_default_str();
-  cmd.add_option("--optim", t.optim, "adamw_torch (adamw_hf is an alias) or adafactor")->capture_default_str();
+  cmd.add_option("--optim", t.optim,
+                 "adamw_torch (adamw_hf is an alias), adafactor, or auto (the planner's choice; the default under "
+                 "--max_memory)")->capture_default_str();
   cmd.add_option("--label_smoothing_factor", t.label_smoothing_factor, "label smoothing epsilon")
       ->capture_default_str();
   cmd.add_flag("--gradient_checkpointing", t.gradient_checkpointing,
@@ -90,6 +92,15 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   cmd.add_option("--cuda_alloc_conf", o.cuda_alloc_conf,
                  "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF)");
   cmd.add_option("--num_threads", o.num_threads, "intra-op threads (0: LibTorch's default)")->capture_default_str();
+  // Memory planning (docs/memory.md)
+  cmd.add_option("--max_memory", o.max_memory,
+                 "memory budget, e.g. 6GiB or 800MiB, or auto (free memory): plan the fastest configuration that "
+                 "fits and enforce the budget");
+  cmd.add_flag("--no_resplit", o.no_resplit,
+               "keep per_device_train_batch_size and gradient_accumulation_steps as given when planning");
+  cmd.add_option("--memory_report", o.memory_report,
+                 "with --max_memory: write an SVG of the predicted breakdown per candidate and, after training, the "
+                 "measured peak per logged step against the budget");
 }
 
 std::vector<std::string> expand_json_arguments(const CLI::App& command, const std::vector<std::string>& args) {

@@ -9,6 +9,12 @@
 //  - Checkpoints (output_dir/checkpoint-N) hold the model, name-keyed optimizer state, RNG state, data position
 //    and trainer_state.json, written to a temporary folder and renamed into place: a crash never leaves one that
 //    looks complete but is not. Resuming continues exactly (same data order, same random numbers, same result).
+//  - An out-of-memory error inside a micro-batch is survived: in its forward, that micro-batch is split in two and
+//    accumulation carries on; in its backward (gradients partly accumulated), the step is redone from its random
+//    state with the split micro-batches. The loss denominator is the step's label tokens, so the update covers
+//    exactly the same examples. Two steps in a row that needed splits re-plan the run: full checkpointing first,
+//    then half the micro-batch with twice the accumulation (same effective batch). Only a single example that
+//    does not fit with full checkpointing ends the run, with the out-of-memory advice.
 //  - A stop request (SIGINT / SIGTERM through request_stop) ends the current micro-batch, saves a checkpoint of the
 //    last completed step and returns; the interrupted step is redone on resume.
 #pragma once
@@ -21,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
@@ -50,6 +57,8 @@ struct TrainerInputs {
   // For --predict_with_generate: the model folder's decoding defaults and the tokenizer that decodes for ROUGE.
   generate::GenerationOptions generation;
   std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
+  // The memory planner's prediction for this run (memory/planner.h), logged next to the measured peak.
+  std::optional<std::int64_t> predicted_peak_bytes;
 };
 
 // What the caller sees while training runs (the CLI prints; tests record).
@@ -92,6 +101,13 @@ class Trainer {
     bool interrupted = false;
   };
   StepOutcome run_step(const std::vector<std::vector<std::size_t>>& micro_batches);
+  // Splits micro_batches[index] in two after an out-of-memory error in `phase`; a single example cannot be split,
+  // so that turns on full checkpointing instead, or rethrows when it is already on.
+  void split_after_oom(std::vector<std::vector<std::size_t>>& micro_batches, std::size_t index, const char* phase,
+                       const c10::OutOfMemoryError& error);
+  // After repeated out-of-memory steps: more checkpointing, else a smaller micro-batch. False when neither is left.
+  bool replan_after_repeated_oom();
+  bool fully_checkpointed() const;
   void save_checkpoint(const torch::Tensor& rng_state);
   void resume(const fs::path& checkpoint);
   void log(nlohmann::ordered_json entry);
@@ -129,6 +145,9 @@ class Trainer {
   double train_seconds_ = 0.0;
   std::int64_t train_tokens_ = 0;
   std::int64_t train_samples_ = 0;
+  std::int64_t oom_splits_since_log_ = 0;
+  std::int64_t oom_splits_in_step_ = 0;
+  std::int64_t oom_steps_in_a_row_ = 0;
 };
 
 }  // namespace fitsum::train

@@ -1,0 +1,122 @@
+// `fitsum plan` and `fitsum train --max_memory` as users run them, on a random-init model with a small vocabulary
+// (about 9.5M parameters: AdamW's 16 bytes per parameter need about 150 MB before any activation).
+#include <chrono>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fitsum/util/files.h"
+#include "test_support.h"
+
+namespace fitsum::test {
+namespace {
+
+std::string model_args() {
+  return " --config_name '" + (source_dir() / "configs" / "pegasus-tiny" / "config.json").string() +
+         "' --config_overrides vocab_size=8000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
+         "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8 ";
+}
+
+// Sixteen records of 40 source and 12 summary tokens.
+fs::path write_records(const fs::path& dir) {
+  std::ofstream out(dir / "train.jsonl");
+  for (int i = 0; i < 16; ++i) {
+    nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
+    for (int j = 0; j < 39; ++j) ids.push_back(103 + (i * 13 + j * 7) % 500);
+    ids.push_back(1);
+    for (int j = 0; j < 11; ++j) labels.push_back(103 + (i * 11 + j * 5) % 500);
+    labels.push_back(1);
+    out << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
+  }
+  return dir / "train.jsonl";
+}
+
+TEST(PlanCommand, JsonOnStdoutKeepsTheEffectiveBatchAndChoosesAFittingCandidate) {
+  const auto dir = temp_dir("plan-json");
+  const auto data = write_records(dir);
+  // The subshell keeps stderr out of the captured output: stdout alone must parse as JSON.
+  const auto r = run_command("(" + fitsum_binary().string() + " plan" + model_args() + "--train_file '" +
+                             data.string() +
+                             "' --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --max_memory 400MiB"
+                             " --format json 2>'" + (dir / "stderr.txt").string() + "')");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);  // stdout holds only the JSON
+  ASSERT_TRUE(j.contains("candidates") && j.contains("chosen")) << r.output;
+  EXPECT_EQ(j["candidates"].size(), 4u * 3u * 2u);  // micro-batch 8/4/2/1 x checkpointing x optimizer
+  for (const auto& c : j["candidates"]) {
+    EXPECT_EQ(c["per_device_train_batch_size"].get<int>() * c["gradient_accumulation_steps"].get<int>(), 8);
+    EXPECT_TRUE(c.contains("gradient_checkpointing_layers") && c.contains("optim") && c.contains("bf16"));
+    EXPECT_GT(c["predicted_peak_bytes"].get<double>(), 0);
+    EXPECT_GT(c["predicted_tokens_per_s"].get<double>(), 0);
+  }
+  const auto& chosen = j["chosen"];
+  EXPECT_TRUE(chosen["fits"].get<bool>());
+  EXPECT_LE(chosen["predicted_peak_bytes"].get<double>(), 400.0 * 1024 * 1024);
+  for (const auto& c : j["candidates"]) {
+    if (c["fits"].get<bool>()) {
+      EXPECT_LE(c["predicted_tokens_per_s"].get<double>(), chosen["predicted_tokens_per_s"].get<double>() * 1.0001);
+    }
+  }
+}
+
+TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
+  const auto dir = temp_dir("plan-fixed");
+  const auto data = write_records(dir);
+  const auto r = run_command(fitsum_binary().string() + " plan" + model_args() + "--train_file '" + data.string() +
+                             "' --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --no_resplit"
+                             " --optim adamw_torch --gradient_checkpointing --max_memory 100MiB 2>/dev/null");
+  EXPECT_EQ(r.exit_code, 3) << r.output;  // nothing fits
+  EXPECT_NE(r.output.find("no candidate fits"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("adamw"), std::string::npos) << r.output;
+}
+
+TEST(TrainWithBudget, ExplicitAdamWFailsFastNamingTheBudgetAndAPlanThatFits) {
+  const auto dir = temp_dir("train-adamw-too-big");
+  const auto data = write_records(dir);
+  const auto r = run_command(fitsum_binary().string() + " train" + model_args() + "--train_file '" + data.string() +
+                             "' --output_dir '" + (dir / "out").string() +
+                             "' --per_device_train_batch_size 8 --optim adamw_torch --max_memory 130MiB"
+                             " --max_steps 2 --save_strategy no --device cpu");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is too small for --optim adamw_torch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("A plan that fits"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--optim adafactor"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "trainer_state.json"));
+}
+
+TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) {
+  const auto dir = temp_dir("train-planned");
+  const auto data = write_records(dir);
+  const auto r = run_command(fitsum_binary().string() + " train" + model_args() + "--train_file '" + data.string() +
+                             "' --output_dir '" + (dir / "out").string() +
+                             "' --per_device_train_batch_size 8 --max_memory 130MiB --max_steps 2 --logging_steps 1"
+                             " --save_strategy no --device cpu --memory_report '" + (dir / "report.svg").string() +
+                             "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("memory plan: chose"), std::string::npos) << r.output;
+  const auto state = util::read_json_file(dir / "out" / "trainer_state.json");
+  int entries = 0;
+  for (const auto& e : state["log_history"]) {
+    if (!e.contains("peak_memory_bytes")) continue;
+    ++entries;
+    ASSERT_TRUE(e.contains("predicted_peak_bytes")) << e.dump();
+    EXPECT_LE(e["peak_memory_bytes"].get<double>(), 130.0 * 1024 * 1024) << e.dump();
+    EXPECT_LE(e["peak_memory_bytes"].get<double>(), e["predicted_peak_bytes"].get<double>() * 1.10) << e.dump();
+  }
+  EXPECT_EQ(entries, 2);
+  // The picture: 24 candidates x 4 stacked parts, one bar per logged step, a 4-entry legend.
+  std::ifstream svg_file(dir / "report.svg");
+  const std::string svg((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 200);
+  std::size_t rects = 0;
+  for (auto at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
+  EXPECT_EQ(rects, 24u * 4u + 2u + 4u);
+  EXPECT_NE(svg.find("measured peak per logged step"), std::string::npos);
+  const auto args = util::read_json_file(dir / "out" / "training_args.json");
+  EXPECT_EQ(args["optim"], "adafactor");
+  EXPECT_EQ(args["per_device_train_batch_size"].get<int>() * args["gradient_accumulation_steps"].get<int>(), 8);
+}
+
+}  // namespace
+}  // namespace fitsum::test

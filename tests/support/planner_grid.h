@@ -1,0 +1,147 @@
+// The planner's accuracy check, shared by the default subset (tests/model/planner_test.cpp) and the full grid
+// (tests/slow/planner_grid_test.cpp): predict a configuration's peak from the calibration probe, then train two
+// real optimizer steps of it with the Trainer and measure the peak exactly with the tracking allocator.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "fitsum/io/model_loader.h"
+#include "fitsum/memory/planner.h"
+#include "fitsum/memory/tracking_allocator.h"
+#include "fitsum/train/trainer.h"
+#include "test_support.h"
+
+namespace fitsum::test {
+
+// Random-init PEGASUS layouts with a shrunk vocabulary, so a grid cell trains in about a second.
+struct GridModel {
+  std::string name;
+  std::string overrides;
+};
+
+inline GridModel grid_model_small() {
+  return {"d128-L2", "vocab_size=8000,d_model=128,encoder_layers=2,decoder_layers=2,encoder_ffn_dim=512,"
+                     "decoder_ffn_dim=512,encoder_attention_heads=4,decoder_attention_heads=4"};
+}
+inline GridModel grid_model_large() {
+  return {"d256-L4", "vocab_size=16000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
+                     "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8"};
+}
+
+inline model::Seq2SeqLM make_grid_model(const GridModel& m) {
+  io::ModelSource source;
+  source.config_name = (source_dir() / "configs" / "pegasus-tiny" / "config.json").string();
+  source.config_overrides = m.overrides;
+  return io::load_model(source, 7).model;
+}
+
+// `count` examples of exactly `source` and `target` tokens (eos last): every batch is the worst batch.
+inline std::vector<data::Example> fixed_length_examples(std::int64_t count, std::int64_t source, std::int64_t target,
+                                                        std::int64_t vocab) {
+  std::vector<data::Example> out;
+  for (std::int64_t i = 0; i < count; ++i) {
+    data::Example e;
+    e.line = static_cast<std::size_t>(i + 1);
+    for (std::int64_t j = 0; j + 1 < source; ++j) e.input_ids.push_back(static_cast<data::TokenId>(2 + (i * 31 + j * 7) % (vocab - 2)));
+    e.input_ids.push_back(1);
+    std::vector<data::TokenId> labels;
+    for (std::int64_t j = 0; j + 1 < target; ++j) labels.push_back(static_cast<data::TokenId>(2 + (i * 17 + j * 5) % (vocab - 2)));
+    labels.push_back(1);
+    e.labels = labels;
+    out.push_back(e);
+  }
+  return out;
+}
+
+struct GridCell {
+  std::string model;
+  memory::PlanKnobs knobs;
+  std::int64_t source = 0;
+  std::int64_t target = 0;
+  std::uint64_t predicted = 0;
+  std::uint64_t measured = 0;
+  double error() const {
+    return (static_cast<double>(predicted) - static_cast<double>(measured)) / static_cast<double>(measured);
+  }
+};
+
+// Measured peak of two optimizer steps, counted from `baseline` (the allocator's bytes before the model existed).
+inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory::PlanKnobs& knobs,
+                                           std::int64_t source, std::int64_t target, std::int64_t baseline,
+                                           const fs::path& output_dir) {
+  train::TrainingArguments args;
+  args.output_dir = output_dir.string();
+  args.overwrite_output_dir = true;
+  args.max_steps = 2;
+  args.logging_steps = 1;
+  args.save_strategy = "no";
+  args.per_device_train_batch_size = knobs.micro_batch;
+  args.gradient_accumulation_steps = knobs.accumulation;
+  args.gradient_checkpointing = knobs.checkpointed_layers > 0;
+  args.optim = knobs.optimizer == memory::OptimizerKind::adafactor ? "adafactor" : "adamw_torch";
+  train::TrainerInputs inputs;
+  inputs.model = model;
+  inputs.train_examples =
+      fixed_length_examples(2 * knobs.micro_batch * knobs.accumulation, source, target, model->config().vocab_size);
+  std::int64_t peak = 0;
+  train::TrainerCallbacks callbacks;
+  callbacks.on_log = [&peak](const nlohmann::ordered_json& entry) {
+    if (entry.contains("peak_memory_bytes")) peak = std::max(peak, entry["peak_memory_bytes"].get<std::int64_t>());
+  };
+  train::Trainer trainer(args, std::move(inputs), callbacks);
+  trainer.train();
+  return static_cast<std::uint64_t>(peak - baseline);
+}
+
+// Predicts and measures every combination for one model; each cell is appended to `cells`.
+inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_batches,
+                     const std::vector<std::int64_t>& sources, std::int64_t target,
+                     const std::vector<bool>& checkpointing, const std::vector<memory::OptimizerKind>& optimizers,
+                     std::vector<GridCell>& cells) {
+  auto& allocator = memory::TrackingCpuAllocator::instance();
+  const auto baseline = allocator.current_bytes();
+  auto model = make_grid_model(m);
+  memory::CalibrationOptions options;
+  options.max_source_length = *std::max_element(sources.begin(), sources.end());
+  options.max_target_length = target;
+  const auto calibration = memory::calibrate(*model, options);
+  const auto dir = temp_dir("grid-" + m.name);
+  for (const auto s : sources) {
+    for (const auto mb : micro_batches) {
+      for (const bool all : checkpointing) {
+        for (const auto kind : optimizers) {
+          GridCell cell;
+          cell.model = m.name;
+          cell.source = s;
+          cell.target = target;
+          cell.knobs.micro_batch = mb;
+          cell.knobs.accumulation = 1;
+          cell.knobs.checkpointed_layers = all ? std::max(model->config().encoder_layers, model->config().decoder_layers) : 0;
+          cell.knobs.optimizer = kind;
+          cell.predicted = memory::predict(calibration, cell.knobs, {mb, s, target}).peak;
+          cell.measured = measure_training_peak(model, cell.knobs, s, target, baseline, dir);
+          model->set_gradient_checkpointing(0, 0);
+          cells.push_back(cell);
+        }
+      }
+    }
+  }
+}
+
+inline void print_grid(const std::vector<GridCell>& cells) {
+  std::printf("| model | micro-batch | source x target | checkpointing | optimizer | predicted MiB | measured MiB | error |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const auto& c : cells) {
+    std::printf("| %s | %lld | %lld x %lld | %s | %s | %.2f | %.2f | %+.2f%% |\n", c.model.c_str(),
+                static_cast<long long>(c.knobs.micro_batch), static_cast<long long>(c.source),
+                static_cast<long long>(c.target), c.knobs.checkpointed_layers > 0 ? "all" : "off",
+                memory::to_string(c.knobs.optimizer), static_cast<double>(c.predicted) / 1048576.0,
+                static_cast<double>(c.measured) / 1048576.0, 100.0 * c.error());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace fitsum::test
