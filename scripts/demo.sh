@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The quick-start demo: what fitsum knows about a model before training, then a small PEGASUS trained from random
-# weights on the bundled SAMSum sample, evaluated with ROUGE, and used to summarize. (A randomly initialised model
+# The quick-start demo: what fitsum knows about a model before training, a memory plan, then a small PEGASUS trained
+# from random weights on the bundled SAMSum sample under a memory budget, evaluated with ROUGE, and used to summarize. (A randomly initialised model
 # trained for a minute on a laptop CPU writes poor summaries: the point is the pipeline, not the scores.)
 set -euo pipefail
 build=${1:-build}
@@ -17,11 +17,12 @@ echo "== 2. Plan training in 200 MiB: every configuration's predicted peak and s
   --config_overrides vocab_size=8000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,decoder_ffn_dim=1024 \
   --max_source_length 256 --max_target_length 64 --per_device_train_batch_size 8 --max_memory 200MiB
 echo
-echo "== 3. Train a small PEGASUS (random init, real tokenizer) on 300 SAMSum dialogues for 40 steps"
+echo "== 3. Train a small PEGASUS (random init, real tokenizer) on 300 SAMSum dialogues for 40 steps in 300 MiB:"
+echo "      effective batch 8; the planner picks micro-batch, accumulation, checkpointing and optimizer"
 "$fitsum" train --config_name configs/pegasus-tiny --tokenizer_name data/pegasus \
   --train_file data/samsum/train.jsonl --validation_file data/samsum/validation.jsonl --max_eval_samples 20 \
-  --max_source_length 256 --max_target_length 64 --per_device_train_batch_size 4 --gradient_accumulation_steps 2 \
-  --max_steps 40 --learning_rate 1e-3 --warmup_steps 5 --optim adafactor --logging_steps 10 \
+  --max_source_length 256 --max_target_length 64 --per_device_train_batch_size 8 --max_memory 300MiB \
+  --max_steps 40 --learning_rate 1e-3 --warmup_steps 5 --logging_steps 10 \
   --evaluation_strategy steps --eval_steps 20 --save_strategy no --output_dir "$out/model"
 echo
 echo "== 4. Evaluate on 10 test dialogues (beam search, ROUGE)"
