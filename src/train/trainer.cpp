@@ -20,6 +20,7 @@
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/train/train_step.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/torch_compat.h"
@@ -194,14 +195,11 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
     auto ids = batch.input_ids.to(in_.device);
     auto mask = batch.attention_mask.to(in_.device);
     auto labels = batch.labels.to(in_.device);
-    model::TokenLoss token_loss;
-    {
-      util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
-      auto encoded = model.encode(ids, mask);
-      auto hidden = model.decode(model.shift_tokens_right(labels), encoded, mask);
-      token_loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
-    }
-    (token_loss.sum / denominator).backward();
+    MicroBatchOptions options;
+    options.loss_scale = 1.0 / denominator;
+    options.label_smoothing = args_.label_smoothing_factor;
+    options.bf16 = args_.bf16;
+    const auto token_loss = forward_backward(model, ids, mask, labels, options);
     loss_sum += token_loss.sum.item<double>();
     outcome.tokens += mask.sum().item<std::int64_t>() + token_loss.tokens;
     train_samples_ += static_cast<std::int64_t>(mb.size());
@@ -211,9 +209,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
     }
   }
   outcome.loss = loss_sum / denominator;
-  outcome.grad_norm = optim::clip_grad_norm(parameter_list_, args_.max_grad_norm);
-  optimizer_->step();
-  optimizer_->zero_grad();
+  outcome.grad_norm = optimizer_step(*optimizer_, parameter_list_, args_.max_grad_norm);
   return outcome;
 }
 

@@ -16,5 +16,6 @@ void add_info_command(CLI::App& app);
 void add_rouge_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace fitsum::cli

@@ -19,6 +19,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "fitsum/model/config.h"
+#include "fitsum/model/loss.h"
 
 namespace fitsum::model {
 
@@ -147,6 +148,7 @@ class EncoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
   // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
+  void set_in_place_embedding_gradient(bool enabled) { in_place_embedding_gradient_ = enabled; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -159,6 +161,7 @@ class EncoderImpl : public torch::nn::Module {
   double dropout_;
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
+  bool in_place_embedding_gradient_ = true;
 };
 TORCH_MODULE(Encoder);
 
@@ -170,6 +173,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                         const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
+  void set_in_place_embedding_gradient(bool enabled) { in_place_embedding_gradient_ = enabled; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -182,6 +186,7 @@ class DecoderImpl : public torch::nn::Module {
   double dropout_;
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
+  bool in_place_embedding_gradient_ = true;
 };
 TORCH_MODULE(Decoder);
 
@@ -214,6 +219,10 @@ class Seq2SeqLMImpl : public torch::nn::Module {
                        const torch::Tensor& attention_mask, DecoderCache* cache = nullptr);
   // decoder states (B, T, D) -> logits (B, T, V): the tied (or separate) LM head plus final_logits_bias.
   torch::Tensor lm_logits(const torch::Tensor& decoder_hidden);
+  // The summed token loss of decoder states (B, T, D) against labels (B, T): label_loss_sum(lm_logits(hidden),
+  // labels, label_smoothing) computed by the fused LM head + cross-entropy (model/loss.h), which never holds the
+  // (B, T, V) logits. What training uses; lm_logits is for generation.
+  TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels, double label_smoothing = 0.0);
   // Full pass with teacher forcing: decoder inputs are labels shifted right (HF shift_tokens_right).
   Seq2SeqOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& labels);
@@ -228,6 +237,9 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   void set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // The LM head's weight: model.shared.weight when tied.
   torch::Tensor lm_head_weight() const;
+  // Whether token-embedding lookups add their gradient into model.shared.weight's .grad in place
+  // (model/tied_embedding.h; the default) or go through autograd's dense embedding backward. Same gradients.
+  void set_in_place_embedding_gradient(bool enabled);
 
   Seq2SeqModel model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // registered only when tie_word_embeddings is false
@@ -237,18 +249,6 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   ModelConfig config_;
 };
 TORCH_MODULE(Seq2SeqLM);
-
-// Mean cross-entropy of logits (B, T, V) against labels (B, T), ignoring -100.
-torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels);
-
-// The summed loss of the label tokens (those not -100) and their count. With label_smoothing = eps, each token
-// costs (1 - eps) * nll + eps * mean over the vocabulary of -log p, as HF's LabelSmoother computes; dividing the
-// sum by the tokens of a whole accumulated batch gives the exact loss of that batch.
-struct TokenLoss {
-  torch::Tensor sum;        // () float32
-  std::int64_t tokens = 0;
-};
-TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing = 0.0);
 
 // HF's _init_weights for these models: normal(0, init_std) for Linear and Embedding weights, zero biases and the
 // padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero. Deterministic in `seed`.
