@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 namespace fitsum::model {
@@ -15,63 +14,70 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-constexpr std::int64_t kGrain = std::int64_t{1} << 15;  // elements per task; even, so pairs never straddle tasks
+// The keys of one dropout call, from one 64-bit draw of LibTorch's generator.
+struct MaskKeys {
+  std::uint32_t offset;
+  std::uint32_t mix;
+};
 
-// splitmix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix; applied to seed + counter it is a fine
-// counter-based generator for masks.
-inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
+// A counter-based generator: element i's 32-bit uniform is murmur3's finaliser (fmix32) of a Weyl sequence
+// i * golden + offset, xor-ed with a second key. fmix32 is a bijection with full avalanche, so each call's
+// uniforms are distinct, evenly spread and uncorrelated between neighbours; 32-bit arithmetic vectorises.
+inline std::uint32_t uniform32(std::uint32_t i, MaskKeys k) {
+  std::uint32_t h = (i * 0x9E3779B9u + k.offset) ^ k.mix;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
 }
 
-// Element i is kept when its 32-bit uniform (one half of splitmix64(seed + i / 2)) is at least `threshold`.
+// Element i is kept when its uniform is at least `threshold` (= p * 2^32). The loops are compiled twice, for AVX2
+// and for plain x86-64, and the loader picks the one the processor runs.
 template <typename T>
-void dropout_forward_kernel(const T* in, T* out, std::uint8_t* mask, std::int64_t n, std::uint64_t seed,
-                            std::uint32_t threshold, float scale) {
-  at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      const std::uint64_t bits = splitmix64(seed + static_cast<std::uint64_t>(i >> 1));
-      const auto uniform = static_cast<std::uint32_t>((i & 1) ? bits >> 32 : bits);
-      const bool keep = uniform >= threshold;
-      mask[i] = keep;
-      out[i] = keep ? static_cast<T>(static_cast<float>(in[i]) * scale) : static_cast<T>(0.0f);
-    }
-  });
+__attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(
+    const T* in, T* out, std::uint8_t* mask, std::int64_t n, MaskKeys keys, std::uint32_t threshold, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint8_t keep = uniform32(static_cast<std::uint32_t>(i), keys) >= threshold;
+    mask[i] = keep;
+    out[i] = static_cast<T>(static_cast<float>(in[i]) * (scale * static_cast<float>(keep)));
+  }
 }
 
 template <typename T>
-void dropout_backward_kernel(const T* grad, T* out, const std::uint8_t* mask, std::int64_t n, float scale) {
-  at::parallel_for(0, n, kGrain, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t i = begin; i < end; ++i) {
-      out[i] = mask[i] ? static_cast<T>(static_cast<float>(grad[i]) * scale) : static_cast<T>(0.0f);
-    }
-  });
+__attribute__((target_clones("avx2", "default"))) void dropout_backward_kernel(const T* grad, T* out,
+                                                                                const std::uint8_t* mask,
+                                                                                std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = static_cast<T>(static_cast<float>(grad[i]) * (scale * static_cast<float>(mask[i])));
+  }
 }
 
-std::uint64_t draw_seed() {
+MaskKeys draw_keys() {
   auto generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());
-  return at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+  const std::uint64_t bits = at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+  return {static_cast<std::uint32_t>(bits), static_cast<std::uint32_t>(bits >> 32)};
 }
 
 class DropoutFunction : public torch::autograd::Function<DropoutFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, double p) {
     const auto x = input.contiguous();
+    TORCH_CHECK(x.numel() < (std::int64_t{1} << 32), "dropout: at most 2^32 elements per tensor, got ", x.numel());
     auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
     auto mask = at::empty(x.sizes(), x.options().dtype(at::kByte));
     // keep with probability 1 - p: uniform in [0, 2^32) at least p * 2^32
     const auto threshold = static_cast<std::uint32_t>(p * 4294967296.0);
     const auto scale = static_cast<float>(1.0 / (1.0 - p));
-    const auto seed = draw_seed();
+    const auto keys = draw_keys();
     if (x.scalar_type() == at::kFloat) {
       dropout_forward_kernel(x.data_ptr<float>(), out.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), x.numel(),
-                             seed, threshold, scale);
+                             keys, threshold, scale);
     } else {
       dropout_forward_kernel(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(),
-                             mask.data_ptr<std::uint8_t>(), x.numel(), seed, threshold, scale);
+                             mask.data_ptr<std::uint8_t>(), x.numel(), keys, threshold, scale);
     }
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = static_cast<double>(scale);

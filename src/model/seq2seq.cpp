@@ -16,6 +16,14 @@
 
 namespace fitsum::model {
 
+namespace {
+
+torch::Tensor apply_dropout(const torch::Tensor& x, double p, bool training, bool byte_mask) {
+  return byte_mask ? model::dropout(x, p, training) : torch::dropout(x, p, training);
+}
+
+}  // namespace
+
 torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
   TORCH_CHECK(attention_mask.dim() == 2, "attention_mask must be (batch, length), got ", attention_mask.sizes());
   const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
@@ -97,7 +105,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
     scores.add_(mask);  // in place, broadcast over heads: the product's backward needs only its operands
   }
   auto probs = torch::softmax(scores, -1);
-  probs = model::dropout(probs, dropout_, is_training());
+  probs = apply_dropout(probs, dropout_, is_training(), byte_mask_dropout_);
   context = torch::matmul(probs, value);  // (B, H, T, hd)
 #endif
   context = context.transpose(1, 2).reshape({batch, length, heads_ * head_dim_});  // (B, T, D)
@@ -166,15 +174,15 @@ template <typename Block>
 torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
                              bool training, Block&& block) {
   if (s.normalize_before) {
-    return hidden + model::dropout(block(norm->forward(hidden)), s.dropout, training);
+    return hidden + apply_dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
   }
-  return norm->forward(hidden + model::dropout(block(hidden), s.dropout, training));
+  return norm->forward(hidden + apply_dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
 }
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
   auto h = activate(fc1->forward(x), s.activation);  // (B, T, ffn)
-  h = model::dropout(h, s.activation_dropout, training);
+  h = apply_dropout(h, s.activation_dropout, training, s.byte_mask_dropout);
   return fc2->forward(h);  // (B, T, D)
 }
 
@@ -186,6 +194,11 @@ EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c) : settings_(layer_setti
   fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.encoder_ffn_dim));
   fc2 = register_module("fc2", torch::nn::Linear(c.encoder_ffn_dim, c.d_model));
   final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
+}
+
+void EncoderLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
+  settings_.byte_mask_dropout = kernels.byte_mask_dropout;
+  self_attn->set_kernel_choices(kernels);
 }
 
 torch::Tensor EncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
@@ -205,6 +218,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) : settings_(layer_setti
   fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.decoder_ffn_dim));
   fc2 = register_module("fc2", torch::nn::Linear(c.decoder_ffn_dim, c.d_model));
   final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
+}
+
+void DecoderLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
+  settings_.byte_mask_dropout = kernels.byte_mask_dropout;
+  self_attn->set_kernel_choices(kernels);
+  encoder_attn->set_kernel_choices(kernels);
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -273,14 +292,19 @@ EncoderImpl::EncoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
   }
 }
 
+void EncoderImpl::set_kernel_choices(const KernelChoices& kernels) {
+  kernels_ = kernels;
+  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<EncoderLayer>()->set_kernel_choices(kernels);
+}
+
 torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& mask) {
-  auto h = embed_tokens(embed_tokens_, input_ids, padding_idx_, in_place_embedding_gradient_);  // (B, S, D)
+  auto h = embed_tokens(embed_tokens_, input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, S, D)
   h = h * embed_scale_;
   h = h + embed_positions->forward(input_ids.size(1));
   if (!layernorm_embedding.is_empty()) {
     h = layernorm_embedding->forward(h);
   }
-  h = model::dropout(h, dropout_, is_training());
+  h = apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
   for (std::size_t i = 0; i < layers->size(); ++i) {
     auto layer = layers[i]->as<EncoderLayer>();
     if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
@@ -314,17 +338,22 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
   }
 }
 
+void DecoderImpl::set_kernel_choices(const KernelChoices& kernels) {
+  kernels_ = kernels;
+  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<DecoderLayer>()->set_kernel_choices(kernels);
+}
+
 torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                                    const torch::Tensor& cross_mask, DecoderCache* cache) {
   const auto length = decoder_input_ids.size(1);
   const std::int64_t past = cache ? cache->length : 0;
-  auto h = embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_, in_place_embedding_gradient_);  // (B, T, D)
+  auto h = embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
   h = h * embed_scale_;
   h = h + embed_positions->forward(length, past);
   if (!layernorm_embedding.is_empty()) {
     h = layernorm_embedding->forward(h);
   }
-  h = model::dropout(h, dropout_, is_training());
+  h = apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
   // A single new position may see every cached one: no mask needed.
   torch::Tensor self_mask;
   if (length > 1) {
@@ -402,9 +431,10 @@ TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const t
   return linear_cross_entropy(decoder_hidden, lm_head_weight(), final_logits_bias, labels, options);
 }
 
-void Seq2SeqLMImpl::set_in_place_embedding_gradient(bool enabled) {
-  model->encoder->set_in_place_embedding_gradient(enabled);
-  model->decoder->set_in_place_embedding_gradient(enabled);
+void Seq2SeqLMImpl::set_kernel_choices(const KernelChoices& kernels) {
+  kernels_ = kernels;
+  model->encoder->set_kernel_choices(kernels);
+  model->decoder->set_kernel_choices(kernels);
 }
 
 torch::Tensor Seq2SeqLMImpl::shift_tokens_right(const torch::Tensor& labels) const {

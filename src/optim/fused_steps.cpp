@@ -16,8 +16,14 @@ namespace {
 
 // Sums are split over at most this many fixed blocks of rows, so their rounding never depends on the thread count.
 constexpr std::int64_t kBlocks = 64;
-// Elements per task of an element-wise loop.
-constexpr std::int64_t kGrain = std::int64_t{1} << 15;
+// Tensors below this many elements are updated by the calling thread alone: a parallel region costs more than it
+// saves on them, and on a busy machine a region waits for every one of its threads to be scheduled.
+constexpr std::int64_t kParallelElements = std::int64_t{1} << 22;
+
+// Grain for at::parallel_for over `range` items of `items_size` elements each: one task for small tensors.
+std::int64_t grain_for(std::int64_t range, std::int64_t item_elements, std::int64_t parallel_grain) {
+  return range * item_elements < kParallelElements ? range + 1 : parallel_grain;
+}
 
 struct Blocks {
   std::int64_t size = 1;   // rows per block
@@ -34,6 +40,67 @@ Blocks split_rows(std::int64_t rows) {
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
   TORCH_CHECK(a.scalar_type() == at::kFloat && a.is_contiguous() && a.sizes() == b.sizes(), "fused optimizer step: ",
               what, " must be contiguous float32 of shape ", b.sizes(), ", got ", a.scalar_type(), " ", a.sizes());
+}
+
+// The row loops below are compiled twice, for AVX2 and for plain x86-64 (the loader picks what the processor
+// runs). Sums go into kLanes fixed accumulators, which vectorises them without making the result depend on
+// anything but the data. No fused multiply-add is enabled, so every float operation rounds as the tensor ops do.
+constexpr int kLanes = 8;
+
+// For one row: adds u = g^2 + eps1 into col_partial[c] and returns the sum of u over the row.
+__attribute__((target_clones("avx2", "default"))) double add_squares(const float* g, double* col_partial,
+                                                                     std::int64_t cols, float eps1) {
+  double lanes[kLanes] = {};
+  std::int64_t c = 0;
+  for (; c + kLanes <= cols; c += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float u = g[c + k] * g[c + k] + eps1;
+      lanes[k] += u;
+      col_partial[c + k] += u;
+    }
+  }
+  double sum = 0.0;
+  for (; c < cols; ++c) {
+    const float u = g[c] * g[c] + eps1;
+    sum += u;
+    col_partial[c] += u;
+  }
+  for (const double lane : lanes) sum += lane;
+  return sum;
+}
+
+// For one row: the sum over c of (row_factor * col_factor[c] * g[c])^2.
+__attribute__((target_clones("avx2", "default"))) double update_squares(const float* g, const float* col_factor,
+                                                                        std::int64_t cols, float row_factor) {
+  double lanes[kLanes] = {};
+  std::int64_t c = 0;
+  for (; c + kLanes <= cols; c += kLanes) {
+    for (int k = 0; k < kLanes; ++k) {
+      const float u = row_factor * col_factor[c + k] * g[c + k];
+      lanes[k] += static_cast<double>(u) * u;
+    }
+  }
+  double sum = 0.0;
+  for (; c < cols; ++c) {
+    const float u = row_factor * col_factor[c] * g[c];
+    sum += static_cast<double>(u) * u;
+  }
+  for (const double lane : lanes) sum += lane;
+  return sum;
+}
+
+// For one row: p = p - lr * wd * p - lr * (row_factor * col_factor * g) / divisor, in HF's order of operations.
+__attribute__((target_clones("avx2", "default"))) void update_row(float* p, const float* g, const float* col_factor,
+                                                                  std::int64_t cols, float row_factor, float divisor,
+                                                                  float lr, float neg_decay, bool decays) {
+  for (std::int64_t c = 0; c < cols; ++c) {
+    float u = row_factor * col_factor[c] * g[c];
+    u = u / divisor;
+    u = u * lr;
+    float pi = p[c];
+    if (decays) pi = pi + neg_decay * pi;
+    p[c] = pi + (-u);
+  }
 }
 
 }  // namespace
@@ -65,7 +132,8 @@ void fused_adamw_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp
   const auto sqrt_bias_correction2 = static_cast<float>(std::sqrt(bias_correction2));
   const auto eps = static_cast<float>(s.eps);
   const bool decays = s.weight_decay != 0.0;
-  at::parallel_for(0, param.numel(), kGrain, [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t n = param.numel();
+  at::parallel_for(0, n, grain_for(n, 1, std::int64_t{1} << 16), [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t i = begin; i < end; ++i) {
       float pi = decays ? p[i] * decay : p[i];
       const float gi = g[i];
@@ -102,17 +170,12 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   // Pass 1 over the gradient: means of grad^2 + eps1 along each row and each column.
   std::vector<float> row_mean(static_cast<std::size_t>(rows));
   std::vector<double> col_partial(static_cast<std::size_t>(blocks.count * cols), 0.0);
-  at::parallel_for(0, blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
+  at::parallel_for(0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1), [&](std::int64_t first,
+                                                                                        std::int64_t last) {
     for (std::int64_t b = first; b < last; ++b) {
       double* partial = col_partial.data() + b * cols;
       for (std::int64_t r = b * blocks.size; r < std::min(rows, (b + 1) * blocks.size); ++r) {
-        const float* gr = g + r * cols;
-        double sum = 0.0;
-        for (std::int64_t c = 0; c < cols; ++c) {
-          const float u = gr[c] * gr[c] + eps1;
-          sum += u;
-          partial[c] += u;
-        }
+        const double sum = add_squares(g + r * cols, partial, cols, eps1);
         row_mean[static_cast<std::size_t>(r)] = static_cast<float>(sum / static_cast<double>(cols));
       }
     }
@@ -133,20 +196,18 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   // HF _approx_sq_grad: (row / mean(row)).rsqrt() (x) col.rsqrt()
   const auto row_state_mean = static_cast<float>(row_total / static_cast<double>(rows));
   std::vector<float> row_factor(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) row_factor[static_cast<std::size_t>(r)] = 1.0f / std::sqrt(row[r] / row_state_mean);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    row_factor[static_cast<std::size_t>(r)] = 1.0f / std::sqrt(row[r] / row_state_mean);
+  }
 
   // Pass 2: the RMS of the update r_i c_j g_ij, for clipping.
   std::vector<double> sq_partial(static_cast<std::size_t>(blocks.count), 0.0);
-  at::parallel_for(0, blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
+  at::parallel_for(0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1), [&](std::int64_t first,
+                                                                                        std::int64_t last) {
     for (std::int64_t b = first; b < last; ++b) {
       double sum = 0.0;
       for (std::int64_t r = b * blocks.size; r < std::min(rows, (b + 1) * blocks.size); ++r) {
-        const float* gr = g + r * cols;
-        const float rf = row_factor[static_cast<std::size_t>(r)];
-        for (std::int64_t c = 0; c < cols; ++c) {
-          const float u = rf * col_factor[static_cast<std::size_t>(c)] * gr[c];
-          sum += static_cast<double>(u) * u;
-        }
+        sum += update_squares(g + r * cols, col_factor.data(), cols, row_factor[static_cast<std::size_t>(r)]);
       }
       sq_partial[static_cast<std::size_t>(b)] = sum;
     }
@@ -160,19 +221,11 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   const bool decays = s.weight_decay != 0.0;
 
   // Pass 3: p = p - lr * wd * p - lr * update / divisor
-  at::parallel_for(0, rows, std::max<std::int64_t>(1, kGrain / cols), [&](std::int64_t first, std::int64_t last) {
+  at::parallel_for(0, rows, grain_for(rows, cols, std::max<std::int64_t>(1, (std::int64_t{1} << 16) / cols)),
+                   [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t r = first; r < last; ++r) {
-      float* pr = p + r * cols;
-      const float* gr = g + r * cols;
-      const float rf = row_factor[static_cast<std::size_t>(r)];
-      for (std::int64_t c = 0; c < cols; ++c) {
-        float u = rf * col_factor[static_cast<std::size_t>(c)] * gr[c];
-        u = u / divisor;
-        u = u * lr;
-        float pi = pr[c];
-        if (decays) pi = pi + neg_decay * pi;
-        pr[c] = pi + (-u);
-      }
+      update_row(p + r * cols, g + r * cols, col_factor.data(), cols, row_factor[static_cast<std::size_t>(r)], divisor,
+                 lr, neg_decay, decays);
     }
   });
 }

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/util/threads.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::train {
@@ -25,8 +26,9 @@ model::TokenLoss forward_backward(model::Seq2SeqLMImpl& model, const torch::Tens
 }
 
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
-                      double max_grad_norm) {
-  const double norm = optim::clip_grad_norm(parameters, max_grad_norm);
+                      const UpdateOptions& options) {
+  util::IntraOpThreadsGuard threads(options.threads);
+  const double norm = optim::clip_grad_norm(parameters, options.max_grad_norm);
   optimizer.step();
   optimizer.zero_grad();
   return norm;

@@ -209,7 +209,10 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
     }
   }
   outcome.loss = loss_sum / denominator;
-  outcome.grad_norm = optimizer_step(*optimizer_, parameter_list_, args_.max_grad_norm);
+  UpdateOptions update;
+  update.max_grad_norm = args_.max_grad_norm;
+  update.threads = in_.update_threads;
+  outcome.grad_norm = optimizer_step(*optimizer_, parameter_list_, update);
   return outcome;
 }
 

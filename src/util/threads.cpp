@@ -28,6 +28,15 @@ ThreadSettings default_thread_settings() {
   ThreadSettings s;
   s.intra_op = 1;
   s.blas = hardware_threads();
+  s.update = 1;
+  return s;
+}
+
+ThreadSettings resolve_thread_settings(const ThreadSettings& requested) {
+  auto s = default_thread_settings();
+  if (requested.intra_op > 0) s.intra_op = requested.intra_op;
+  if (requested.blas > 0) s.blas = requested.blas;
+  if (requested.update > 0) s.update = requested.update;
   return s;
 }
 
@@ -36,6 +45,14 @@ void apply_thread_settings(const ThreadSettings& settings) {
   if (settings.blas > 0) {
     if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(settings.blas);
   }
+}
+
+IntraOpThreadsGuard::IntraOpThreadsGuard(int threads) : previous_(at::get_num_threads()) {
+  if (threads > 0 && threads != previous_) at::set_num_threads(threads);
+}
+
+IntraOpThreadsGuard::~IntraOpThreadsGuard() {
+  if (at::get_num_threads() != previous_) at::set_num_threads(previous_);
 }
 
 int blas_threads() {

@@ -65,7 +65,9 @@ std::map<std::string, torch::Tensor> step_gradients(std::int64_t padding_idx, bo
   model::Seq2SeqLM m(config);
   model::init_weights(*m, 5);
   m->train();
-  m->set_in_place_embedding_gradient(fast);
+  model::KernelChoices kernels;
+  kernels.in_place_embedding_gradient = fast;
+  m->set_kernel_choices(kernels);
   const auto batch = make_batch(config.vocab_size);
   for (int micro = 0; micro < 2; ++micro) {
     auto hidden = m->decode(m->shift_tokens_right(batch.labels), m->encode(batch.ids, batch.mask), batch.mask);
@@ -189,11 +191,12 @@ TEST(FusedLoss, WithoutGradientsAndWithoutLabelTokens) {
 
 // ---- optimizers ----
 
-// A matrix (weight-decayed), a vector and a tall matrix like an embedding, with fresh random gradients per step.
+// Matrices, a vector and a tall matrix like an embedding, with fresh random gradients per step.
 std::vector<torch::Tensor> run_optimizer(bool fused, const std::string& kind, int steps) {
   torch::manual_seed(21);
+  // The last one is large enough for the kernels to split it between threads.
   std::vector<torch::Tensor> params = {torch::randn({37, 53}) * 0.1, torch::randn({53}) * 0.1,
-                                       torch::randn({611, 24}) * 0.1};
+                                       torch::randn({611, 24}) * 0.1, torch::randn({2100, 2048}) * 0.1};
   for (auto& p : params) p.requires_grad_(true);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(params);
@@ -214,7 +217,8 @@ std::vector<torch::Tensor> run_optimizer(bool fused, const std::string& kind, in
   }
   std::vector<torch::Tensor> out;
   for (auto& p : params) out.push_back(p.detach().clone());
-  const auto state = optim::export_optimizer_state(*opt, {{"a", params[0]}, {"b", params[1]}, {"c", params[2]}});
+  const auto state = optim::export_optimizer_state(
+      *opt, {{"a", params[0]}, {"b", params[1]}, {"c", params[2]}, {"d", params[3]}});
   for (const auto& [name, t] : state) out.push_back(t.to(torch::kDouble));
   return out;
 }

@@ -57,6 +57,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 struct ThreadFlags {
   int num_threads = 0;
   int blas_threads = 0;
+  int update_threads = 0;
 };
 
 void add_thread_flags(CLI::App& cmd, ThreadFlags& t) {
@@ -65,14 +66,15 @@ void add_thread_flags(CLI::App& cmd, ThreadFlags& t) {
                  "LibTorch intra-op threads (0: fitsum's default, " + std::to_string(defaults.intra_op) + ")");
   cmd.add_option("--blas_threads", t.blas_threads,
                  "BLAS threads for matrix products (0: fitsum's default, " + std::to_string(defaults.blas) + ")");
+  cmd.add_option("--update_threads", t.update_threads,
+                 "intra-op threads of the optimizer step (0: fitsum's default, " + std::to_string(defaults.update) +
+                     ")");
 }
 
-util::ThreadSettings resolve_threads(const ThreadFlags& t) {
-  auto s = util::default_thread_settings();
-  if (t.num_threads > 0) s.intra_op = t.num_threads;
-  if (t.blas_threads > 0) s.blas = t.blas_threads;
-  util::apply_thread_settings(s);
-  return s;
+util::ThreadSettings apply_threads(const ThreadFlags& t) {
+  const auto settings = util::resolve_thread_settings({t.num_threads, t.blas_threads, t.update_threads});
+  util::apply_thread_settings(settings);
+  return settings;
 }
 
 torch::Device bench_device(const std::string& name) {
@@ -109,7 +111,7 @@ struct BenchTrainOptions {
   bool bf16 = false;
   std::string device = "cpu";
   std::uint64_t seed = 0;
-  std::vector<std::string> unfused;  // loss, embedding, optimizer: the plain path, for before/after comparisons
+  std::vector<std::string> unfused;  // loss, embedding, optimizer, dropout: the plain paths, for before/after
   std::string profile;               // a chrome://tracing file of one more step
   ThreadFlags threads;
 };
@@ -119,7 +121,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   if (o.batch < 1 || o.src_len < 1 || o.tgt_len < 2) {
     throw std::invalid_argument("--batch and --src_len must be at least 1, --tgt_len at least 2");
   }
-  const auto threads = resolve_threads(o.threads);
+  const auto threads = apply_threads(o.threads);
   const auto device = bench_device(o.device);
   memory::start_tracking(device);  // before the model exists: its weights count
 
@@ -141,7 +143,10 @@ void run_bench_train(const BenchTrainOptions& o) {
   };
   model::Seq2SeqLM model(config);
   model::init_weights(*model, o.seed);
-  model->set_in_place_embedding_gradient(!plain("embedding"));
+  model::KernelChoices kernels;
+  kernels.in_place_embedding_gradient = !plain("embedding");
+  kernels.byte_mask_dropout = !plain("dropout");
+  model->set_kernel_choices(kernels);
   model->to(device);
   model->train();
   if (o.gradient_checkpointing) model->set_gradient_checkpointing(config.encoder_layers, config.decoder_layers);
@@ -166,6 +171,9 @@ void run_bench_train(const BenchTrainOptions& o) {
   micro.loss_scale = 1.0 / static_cast<double>(o.batch * o.tgt_len);
   micro.bf16 = o.bf16;
   micro.fused_loss = !plain("loss");
+  train::UpdateOptions update;
+  update.max_grad_norm = o.max_grad_norm;
+  update.threads = threads.update;
   torch::manual_seed(o.seed);
   std::vector<double> times, update_times;
   double loss = 0.0;
@@ -176,7 +184,7 @@ void run_bench_train(const BenchTrainOptions& o) {
     const auto token_loss = train::forward_backward(*model, input_ids, attention_mask, labels, micro);
     loss = token_loss.sum.item<double>() / static_cast<double>(token_loss.tokens);
     const auto update_start = Clock::now();
-    train::optimizer_step(*optimizer, parameters, o.max_grad_norm);
+    train::optimizer_step(*optimizer, parameters, update);
     synchronize(device);
     if (step >= o.warmup) {
       times.push_back(seconds_since(start));
@@ -187,7 +195,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   if (!o.profile.empty()) {
     torch::autograd::profiler::RecordProfile record(o.profile);
     train::forward_backward(*model, input_ids, attention_mask, labels, micro);
-    train::optimizer_step(*optimizer, parameters, o.max_grad_norm);
+    train::optimizer_step(*optimizer, parameters, update);
     synchronize(device);
   }
   const double step_s = median(times);
@@ -201,6 +209,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   out["tgt_len"] = o.tgt_len;
   out["threads"] = at::get_num_threads();
   out["blas_threads"] = util::blas_threads();
+  out["update_threads"] = threads.update;
   out["step_s_median"] = step_s;
   out["step_s_all"] = times;
   out["update_s_median"] = median(update_times);  // clipping, optimizer step and zeroing the gradients
@@ -215,7 +224,6 @@ void run_bench_train(const BenchTrainOptions& o) {
   out["device"] = device.str();
   out["dropout"] = {config.dropout, config.attention_dropout, config.activation_dropout};
   out["unfused"] = o.unfused;
-  (void)threads;
   std::cout << out.dump() << std::endl;
 }
 
@@ -229,7 +237,7 @@ struct BenchMatmulOptions {
 };
 
 void run_bench_matmul(const BenchMatmulOptions& o) {
-  resolve_threads(o.threads);
+  apply_threads(o.threads);
   const auto device = bench_device(o.device);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
   auto a = torch::randn({o.size, o.size}, generator).to(device);
@@ -285,9 +293,9 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--device", train->device, "cpu or cuda")->capture_default_str();
   t->add_option("--seed", train->seed, "seed of weights, tokens and dropout")->capture_default_str();
   t->add_option("--unfused", train->unfused,
-                "run the plain path of: loss, embedding, optimizer, all (for before/after comparisons)")
+                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, all (before/after comparisons)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "all"}));
+      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "all"}));
   t->add_option("--profile", train->profile,
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");

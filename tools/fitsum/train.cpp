@@ -16,6 +16,7 @@
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/threads.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -69,7 +70,8 @@ void print_configuration(const TrainCommandOptions& o, const io::LoadedModel& lo
   std::printf("  %-28s %s\n", "model", loaded.description.c_str());
   std::printf("  %-28s %s\n", "tokenizer", loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)"
                                                                         : loaded.tokenizer_dir.c_str());
-  std::printf("  %-28s %s, %d intra-op threads\n", "device", device.str().c_str(), at::get_num_threads());
+  std::printf("  %-28s %s, %d intra-op threads, %d BLAS threads (%s)\n", "device", device.str().c_str(),
+              at::get_num_threads(), util::blas_threads(), util::blas_description().c_str());
   std::printf("  %-28s %zu train, %zu eval\n", "examples", train_examples, eval_examples);
   std::printf("  %-28s %lld / %lld tokens\n", "max_source/target_length",
               static_cast<long long>(o.data.max_source_length), static_cast<long long>(o.data.max_target_length));
@@ -91,7 +93,8 @@ void run_train(TrainCommandOptions o) {
                                 "' already holds a training run; pass --overwrite_output_dir to write over it or "
                                 "--resume_from_checkpoint latest to continue it");
   }
-  if (o.num_threads > 0) at::set_num_threads(o.num_threads);
+  const auto threads = util::resolve_thread_settings({o.num_threads, o.blas_threads, 0});
+  util::apply_thread_settings(threads);
   if (!o.cuda_alloc_conf.empty()) {
     // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
     ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
@@ -124,6 +127,7 @@ void run_train(TrainCommandOptions o) {
   inputs.collator.pad_token_id = config.pad_token_id;
   inputs.collator.pad_to_multiple_of = o.data.pad_to_multiple_of;
   inputs.device = device;
+  inputs.update_threads = threads.update;
   print_configuration(o, loaded, device, inputs.train_examples.size(), inputs.eval_examples.size());
 
   const bool tty = ::isatty(STDOUT_FILENO) != 0;

@@ -1,7 +1,7 @@
 // Inverted dropout with torch.nn.functional.dropout's semantics (each element zeroed with probability p, the rest
 // scaled by 1 / (1 - p)), and a CPU kernel built for training memory and speed: the mask kept for backward is one
-// byte per element instead of a float, and the random bits come from a counter-based generator (splitmix64 of the
-// element's index) seeded by one draw from LibTorch's default generator, multi-threaded. The masks differ from
+// byte per element instead of a float, and the random bits come from a counter-based generator (a 32-bit hash of
+// the element's index, keyed by one draw from LibTorch's default generator) in vectorised loops. The masks differ from
 // torch::dropout's, but a seed (torch::manual_seed) reproduces them, and so does activation checkpointing's
 // replay of the generator state. Other devices and dtypes run torch::dropout.
 #pragma once

@@ -53,6 +53,14 @@ struct DecoderCache {
   void select(const torch::Tensor& index);
 };
 
+// How the model computes, not what: each choice has a plain LibTorch alternative with the same results up to float
+// rounding (dropout draws other, equally distributed masks). All on by default; turning one off is for
+// before/after measurements (`fitsum bench train --unfused`) and tests.
+struct KernelChoices {
+  bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (model/tied_embedding.h)
+  bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout);
@@ -65,6 +73,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward_cross_cached(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask,
                                      AttentionCache& cache);
 
+  void set_kernel_choices(const KernelChoices& kernels) { byte_mask_dropout_ = kernels.byte_mask_dropout; }
+
   torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};
 
  private:
@@ -76,6 +86,7 @@ class AttentionImpl : public torch::nn::Module {
   std::int64_t head_dim_;
   double scaling_;
   double dropout_;
+  bool byte_mask_dropout_ = true;
 };
 TORCH_MODULE(Attention);
 
@@ -85,6 +96,7 @@ struct LayerSettings {
   double dropout = 0.0;
   double activation_dropout = 0.0;
   bool normalize_before = true;
+  bool byte_mask_dropout = true;  // KernelChoices
 };
 
 class EncoderLayerImpl : public torch::nn::Module {
@@ -92,6 +104,7 @@ class EncoderLayerImpl : public torch::nn::Module {
   EncoderLayerImpl(const ModelConfig& config);
   // hidden (B, S, D), mask (B, 1, 1, S) -> (B, S, D)
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
+  void set_kernel_choices(const KernelChoices& kernels);
 
   Attention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm{nullptr};
@@ -111,6 +124,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
                         const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
                         AttentionCache* self_cache = nullptr, AttentionCache* cross_cache = nullptr);
+  void set_kernel_choices(const KernelChoices& kernels);
 
   Attention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm{nullptr};
@@ -148,7 +162,7 @@ class EncoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
   // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
-  void set_in_place_embedding_gradient(bool enabled) { in_place_embedding_gradient_ = enabled; }
+  void set_kernel_choices(const KernelChoices& kernels);
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -161,7 +175,7 @@ class EncoderImpl : public torch::nn::Module {
   double dropout_;
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
-  bool in_place_embedding_gradient_ = true;
+  KernelChoices kernels_;
 };
 TORCH_MODULE(Encoder);
 
@@ -173,7 +187,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                         const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
-  void set_in_place_embedding_gradient(bool enabled) { in_place_embedding_gradient_ = enabled; }
+  void set_kernel_choices(const KernelChoices& kernels);
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -186,7 +200,7 @@ class DecoderImpl : public torch::nn::Module {
   double dropout_;
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
-  bool in_place_embedding_gradient_ = true;
+  KernelChoices kernels_;
 };
 TORCH_MODULE(Decoder);
 
@@ -237,9 +251,8 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   void set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // The LM head's weight: model.shared.weight when tied.
   torch::Tensor lm_head_weight() const;
-  // Whether token-embedding lookups add their gradient into model.shared.weight's .grad in place
-  // (model/tied_embedding.h; the default) or go through autograd's dense embedding backward. Same gradients.
-  void set_in_place_embedding_gradient(bool enabled);
+  void set_kernel_choices(const KernelChoices& kernels);
+  const KernelChoices& kernel_choices() const { return kernels_; }
 
   Seq2SeqModel model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // registered only when tie_word_embeddings is false
@@ -247,6 +260,7 @@ class Seq2SeqLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
+  KernelChoices kernels_;
 };
 TORCH_MODULE(Seq2SeqLM);
 

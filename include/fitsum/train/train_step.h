@@ -29,9 +29,13 @@ model::TokenLoss forward_backward(model::Seq2SeqLMImpl& model, const torch::Tens
                                   const torch::Tensor& attention_mask, const torch::Tensor& labels,
                                   const MicroBatchOptions& options);
 
-// clip_grad_norm (max_grad_norm <= 0: measure only), optimizer.step(), zero the gradients. Returns the norm
-// before clipping.
+struct UpdateOptions {
+  double max_grad_norm = 1.0;  // clip_grad_norm's max_norm; <= 0 measures only
+  int threads = 0;             // LibTorch intra-op threads for the update (util/threads.h); 0: as they are
+};
+
+// clip_grad_norm, optimizer.step(), zero the gradients. Returns the norm before clipping.
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
-                      double max_grad_norm);
+                      const UpdateOptions& options);
 
 }  // namespace fitsum::train

@@ -42,6 +42,7 @@ struct TrainerInputs {
   std::vector<data::Example> eval_examples;
   data::CollatorOptions collator;
   torch::Device device = torch::kCPU;
+  int update_threads = 0;  // LibTorch intra-op threads for the optimizer step (util/threads.h); 0: as they are
 };
 
 // What the caller sees while training runs (the CLI prints; tests record).
