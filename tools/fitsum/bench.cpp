@@ -23,6 +23,7 @@
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/train_step.h"
+#include "fitsum/util/bytes.h"
 #include "fitsum/util/threads.h"
 
 namespace fitsum::cli {
@@ -101,6 +102,8 @@ struct BenchTrainOptions {
   std::int64_t batch = 2;
   std::int64_t src_len = 256;
   std::int64_t tgt_len = 64;
+  std::int64_t gradient_accumulation_steps = 1;
+  std::string max_memory;
   int steps = 5;
   int warmup = 1;
   std::string optim = "adafactor";
@@ -121,9 +124,11 @@ void run_bench_train(const BenchTrainOptions& o) {
   if (o.batch < 1 || o.src_len < 1 || o.tgt_len < 2) {
     throw std::invalid_argument("--batch and --src_len must be at least 1, --tgt_len at least 2");
   }
+  if (o.gradient_accumulation_steps < 1) throw std::invalid_argument("--gradient_accumulation_steps must be at least 1");
   const auto threads = apply_threads(o.threads);
   const auto device = bench_device(o.device);
   memory::start_tracking(device);  // before the model exists: its weights count
+  if (!o.max_memory.empty()) memory::set_memory_limit(device, static_cast<std::int64_t>(util::parse_bytes(o.max_memory)));
 
   nlohmann::json config_json;
   model::ModelConfig config;
@@ -168,7 +173,8 @@ void run_bench_train(const BenchTrainOptions& o) {
   auto labels = torch::randint(low, config.vocab_size, {o.batch, o.tgt_len}, generator, torch::kLong).to(device);
 
   train::MicroBatchOptions micro;
-  micro.loss_scale = 1.0 / static_cast<double>(o.batch * o.tgt_len);
+  const auto accumulation = o.gradient_accumulation_steps;
+  micro.loss_scale = 1.0 / static_cast<double>(accumulation * o.batch * o.tgt_len);
   micro.bf16 = o.bf16;
   micro.fused_loss = !plain("loss");
   train::UpdateOptions update;
@@ -181,8 +187,14 @@ void run_bench_train(const BenchTrainOptions& o) {
     if (step == o.warmup) memory::reset_peak_memory(device);
     synchronize(device);
     const auto start = Clock::now();
-    const auto token_loss = train::forward_backward(*model, input_ids, attention_mask, labels, micro);
-    loss = token_loss.sum.item<double>() / static_cast<double>(token_loss.tokens);
+    double loss_sum = 0.0;
+    std::int64_t loss_tokens = 0;
+    for (std::int64_t m = 0; m < accumulation; ++m) {  // the same batch each time: speed does not care
+      const auto token_loss = train::forward_backward(*model, input_ids, attention_mask, labels, micro);
+      loss_sum += token_loss.sum.item<double>();
+      loss_tokens += token_loss.tokens;
+    }
+    loss = loss_sum / static_cast<double>(loss_tokens);
     const auto update_start = Clock::now();
     train::optimizer_step(*optimizer, parameters, update);
     synchronize(device);
@@ -199,7 +211,7 @@ void run_bench_train(const BenchTrainOptions& o) {
     synchronize(device);
   }
   const double step_s = median(times);
-  const auto tokens = static_cast<double>(o.batch * (o.src_len + o.tgt_len));
+  const auto tokens = static_cast<double>(accumulation * o.batch * (o.src_len + o.tgt_len));
   nlohmann::ordered_json out;
   out["impl"] = "fitsum";
   out["shape"] = o.config_name.empty() ? o.shape : o.config_name;
@@ -207,6 +219,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   out["batch"] = o.batch;
   out["src_len"] = o.src_len;
   out["tgt_len"] = o.tgt_len;
+  out["gradient_accumulation_steps"] = accumulation;
   out["threads"] = at::get_num_threads();
   out["blas_threads"] = util::blas_threads();
   out["update_threads"] = threads.update;
@@ -214,11 +227,16 @@ void run_bench_train(const BenchTrainOptions& o) {
   out["step_s_all"] = times;
   out["update_s_median"] = median(update_times);  // clipping, optimizer step and zeroing the gradients
   out["tokens_per_s"] = tokens / step_s;
+  out["samples_per_s"] = static_cast<double>(accumulation * o.batch) / step_s;
   out["peak_rss_mib"] = peak_rss_mib();
   out["loss_last"] = loss;
   out["peak_tracked_mib"] = static_cast<double>(memory.peak_bytes) / kMiB;
-  if (device.is_cuda()) out["peak_reserved_mib"] = static_cast<double>(memory.peak_reserved_bytes) / kMiB;
-  out["flops_per_step"] = model::training_matmul_flops(config, o.batch, o.src_len, o.tgt_len);
+  if (device.is_cuda()) {
+    out["peak_allocated_mib"] = static_cast<double>(memory.peak_bytes) / kMiB;
+    out["peak_reserved_mib"] = static_cast<double>(memory.peak_reserved_bytes) / kMiB;
+  }
+  out["flops_per_step"] =
+      static_cast<double>(accumulation) * model::training_matmul_flops(config, o.batch, o.src_len, o.tgt_len);
   out["gradient_checkpointing"] = o.gradient_checkpointing;
   out["bf16"] = o.bf16;
   out["device"] = device.str();
@@ -282,6 +300,10 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--batch", train->batch, "sequences per step")->capture_default_str();
   t->add_option("--src_len", train->src_len, "source tokens per sequence")->capture_default_str();
   t->add_option("--tgt_len", train->tgt_len, "target tokens per sequence")->capture_default_str();
+  t->add_option("--gradient_accumulation_steps", train->gradient_accumulation_steps,
+                "micro-batches per optimizer step")->capture_default_str();
+  t->add_option("--max_memory", train->max_memory, "cap on tensor memory, e.g. 16GiB (CPU: exact; CUDA: the "
+                "caching allocator's fraction)");
   t->add_option("--steps", train->steps, "timed steps (the median is reported)")->capture_default_str();
   t->add_option("--warmup", train->warmup, "untimed steps first")->capture_default_str();
   t->add_option("--optim", train->optim, "adafactor or adamw_torch")->capture_default_str();
@@ -300,7 +322,13 @@ void add_bench_command(CLI::App& app) {
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");
   add_thread_flags(*t, train->threads);
-  t->callback([train]() { run_bench_train(*train); });
+  t->callback([train]() {
+    try {
+      run_bench_train(*train);
+    } catch (const c10::OutOfMemoryError& e) {
+      throw std::runtime_error(std::string("out of memory: ") + e.what_without_backtrace());
+    }
+  });
 
   auto matmul = std::make_shared<BenchMatmulOptions>();
   auto* m = bench->add_subcommand("matmul", "The fp32 matrix-product rate (n x n x n); prints one JSON line");
