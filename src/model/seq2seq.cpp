@@ -24,9 +24,13 @@ torch::Tensor apply_dropout(const torch::Tensor& x, double p, bool training, boo
 
 }  // namespace
 
+double padding_mask_value(torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+}
+
 torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
   TORCH_CHECK(attention_mask.dim() == 2, "attention_mask must be (batch, length), got ", attention_mask.sizes());
-  const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+  const double lowest = padding_mask_value(dtype);
   // (B, S) -> (B, 1, 1, S): 0 where attending is allowed, the lowest finite value where the key is padding.
   auto allowed = attention_mask.to(dtype).unsqueeze(1).unsqueeze(2);
   return (1.0 - allowed) * lowest;
@@ -34,7 +38,7 @@ torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarTyp
 
 torch::Tensor causal_mask(std::int64_t query_length, std::int64_t past_length, torch::ScalarType dtype,
                           torch::Device device) {
-  const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+  const double lowest = padding_mask_value(dtype);
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
   // Key j is hidden from query i when j > past_length + i.   (T, past + T)
   auto mask = torch::full({query_length, past_length + query_length}, lowest, options);
@@ -96,13 +100,22 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   auto query = split_heads(q_proj->forward(x) * scaling_);  // (B, H, T, hd)
   torch::Tensor context;
 #if FITSUM_HAS_SDPA
-  context = at::scaled_dot_product_attention(query, key, value, mask.defined() ? c10::optional<at::Tensor>(mask)
-                                                                              : c10::nullopt,
-                                             is_training() ? dropout_ : 0.0, /*is_causal=*/false, /*scale=*/1.0);
+  // The fused kernels keep no (T, S) probabilities for backward; the mask broadcasts over heads as it is. A mask
+  // of another dtype than the (autocast) queries is converted, keeping "hidden" finite: padding_mask's values.
+  c10::optional<at::Tensor> attention_mask;
+  if (mask.defined()) {
+    attention_mask = mask.scalar_type() == query.scalar_type()
+                         ? mask
+                         : mask.to(query.scalar_type()).clamp_min(padding_mask_value(query.scalar_type()));
+  }
+  context = at::scaled_dot_product_attention(query, key, value, attention_mask, is_training() ? dropout_ : 0.0,
+                                             /*is_causal=*/false, /*scale=*/1.0);
 #else
   auto scores = torch::matmul(query, key.transpose(-1, -2));  // (B, H, T, S)
   if (mask.defined()) {
-    scores.add_(mask);  // in place, broadcast over heads: the product's backward needs only its operands
+    // In place when the dtypes agree (the product's backward needs only its operands); under autocast the float
+    // mask promotes the bfloat16 scores to float, as before.
+    scores = scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
   }
   auto probs = torch::softmax(scores, -1);
   probs = apply_dropout(probs, dropout_, is_training(), byte_mask_dropout_);

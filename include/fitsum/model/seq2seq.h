@@ -25,6 +25,7 @@ namespace fitsum::model {
 
 // Additive attention masks, as HF builds them: 0 where attending is allowed, the dtype's lowest finite value
 // where it is not (so a fully padded row never produces NaN).
+double padding_mask_value(torch::ScalarType dtype);  // that lowest finite value (float32 or bfloat16)
 // attention_mask (B, S) of 0/1  ->  (B, 1, 1, S)
 torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
 // Query i (at absolute position past_length + i) may see keys 0 .. past_length + i  ->  (1, 1, T, past_length + T)
