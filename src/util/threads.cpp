@@ -3,9 +3,14 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/empty.h>
 
 namespace fitsum::util {
 
@@ -63,6 +68,20 @@ int blas_threads() {
 std::string blas_description() {
   if (auto config = openblas_symbol<char* (*)()>("openblas_get_config")) return config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
   return "unknown BLAS";
+}
+
+double quick_matmul_gflops(std::int64_t n) {
+  const auto a = at::randn({n, n});
+  const auto b = at::randn({n, n});
+  auto c = at::empty({n, n});
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {  // the first one also wakes the BLAS threads
+    const auto start = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double nd = static_cast<double>(n);
+  return 2.0 * nd * nd * nd / std::max(best, 1e-9) / 1e9;
 }
 
 }  // namespace fitsum::util

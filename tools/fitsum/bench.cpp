@@ -14,8 +14,14 @@
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
-#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
+
+#include "fitsum/util/torch_compat.h"
+// LibTorch 1.13's chrome://tracing recorder; newer LibTorch moved profiling to Kineto.
+#define FITSUM_HAS_RECORD_PROFILE !FITSUM_TORCH_AT_LEAST(2, 0)
+#if FITSUM_HAS_RECORD_PROFILE
+#include <torch/csrc/autograd/profiler_legacy.h>
+#endif
 
 #include "commands.h"
 #include "fitsum/io/hf_config.h"
@@ -205,10 +211,14 @@ void run_bench_train(const BenchTrainOptions& o) {
   }
   const auto memory = memory::read_memory(device);
   if (!o.profile.empty()) {
+#if FITSUM_HAS_RECORD_PROFILE
     torch::autograd::profiler::RecordProfile record(o.profile);
     train::forward_backward(*model, input_ids, attention_mask, labels, micro);
     train::optimizer_step(*optimizer, parameters, update);
     synchronize(device);
+#else
+    std::cerr << "fitsum: warning: --profile needs LibTorch 1.x's recorder; nothing written\n";
+#endif
   }
   const double step_s = median(times);
   const auto tokens = static_cast<double>(accumulation * o.batch * (o.src_len + o.tgt_len));

@@ -100,6 +100,14 @@ void run_train(TrainCommandOptions o) {
     ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
   }
   const auto device = resolve_device(o.device);
+  if (device.is_cpu()) {
+    const double gflops = util::quick_matmul_gflops();
+    if (gflops < 20.0) {
+      std::cerr << "fitsum: warning: matrix products run at " << static_cast<int>(gflops) << " GFLOP/s on this CPU ("
+                << util::blas_description() << "): LibTorch may be using Debian's reference BLAS; "
+                << "apt-get install libopenblas0-pthread makes them ~35x faster\n";
+    }
+  }
 
   auto loaded = io::load_model(o.model, static_cast<std::uint64_t>(args.seed));
   const auto& config = loaded.model->config();

@@ -4,6 +4,7 @@
 // against a particular BLAS.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace fitsum::util {
@@ -44,5 +45,9 @@ void apply_thread_settings(const ThreadSettings& settings);
 int blas_threads();
 // "OpenBLAS 0.3.21 ..." (its build configuration), or "unknown BLAS".
 std::string blas_description();
+
+// A quick fp32 matrix-product rate on the CPU (best of a few n x n x n products, a few milliseconds), in GFLOP/s:
+// enough to tell an optimised BLAS (tens to hundreds) from Debian's reference one (about 5).
+double quick_matmul_gflops(std::int64_t n = 256);
 
 }  // namespace fitsum::util
