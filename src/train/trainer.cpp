@@ -235,7 +235,8 @@ double Trainer::evaluate() {
     auto labels = batch.labels.to(in_.device);
     util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
     auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
-    const auto loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
+    // The fused head + loss: without gradients it walks the vocabulary in chunks, never holding (B, T, V) logits.
+    const auto loss = model.token_loss(hidden, labels, args_.label_smoothing_factor);
     weighted += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens)) *
                 static_cast<double>(indices.size());
     examples += static_cast<std::int64_t>(indices.size());
