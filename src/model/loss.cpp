@@ -219,8 +219,10 @@ TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
   const bool weight_in_place = accumulates_in_place(weight);
   const bool wants_gradient = torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   const bool gradient_in_forward = wants_gradient && out.tokens * vocab * 4 <= options.keep_logits_bytes;
-  // Autograd functions take defined tensors only: no bias is an empty one.
-  const auto bias_or_empty = bias.defined() ? bias.reshape({1, vocab}) : torch::empty({0}, weight.options());
+  // Autograd functions take defined tensors only: no bias is an empty one. A bias of zeros (PEGASUS's
+  // final_logits_bias, a buffer nobody trains) is skipped too: adding it costs a pass over the (M, V) logits.
+  const bool has_bias = bias.defined() && bias.numel() > 0 && bias.ne(0).any().item<bool>();
+  const auto bias_or_empty = has_bias ? bias.reshape({1, vocab}) : torch::empty({0}, weight.options());
   out.sum = LinearCrossEntropyFunction::apply(hidden, weight, bias_or_empty, rows, targets, options.label_smoothing,
                                               chunk, gradient_in_forward, weight_in_place);
   return out;

@@ -178,6 +178,9 @@ TEST(FusedLoss, WithoutGradientsAndWithoutLabelTokens) {
     const auto plain = model::label_loss_sum(torch::linear(hidden, weight), labels, 0.1);
     const auto fused = model::linear_cross_entropy(hidden, weight, {}, labels, {0.1});
     EXPECT_NEAR(fused.sum.item<double>(), plain.sum.item<double>(), 1e-5 * plain.sum.item<double>());
+    // A bias of zeros (skipped) is no bias.
+    const auto zero_bias = model::linear_cross_entropy(hidden, weight, torch::zeros({1, 300}), labels, {0.1});
+    EXPECT_EQ(zero_bias.sum.item<double>(), fused.sum.item<double>());
   }
   auto trainable = hidden.clone().requires_grad_(true);
   const auto none = model::linear_cross_entropy(trainable, weight, {}, torch::full({2, 3}, -100, torch::kLong));
