@@ -26,6 +26,7 @@
 #include "commands.h"
 #include "fitsum/io/hf_config.h"
 #include "fitsum/memory/device_memory.h"
+#include "fitsum/memory/host_allocator.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/train_step.h"
@@ -122,6 +123,7 @@ struct BenchTrainOptions {
   std::uint64_t seed = 0;
   std::vector<std::string> unfused;  // loss, embedding, optimizer, dropout: the plain paths, for before/after
   std::string profile;               // a chrome://tracing file of one more step
+  bool malloc_defaults = false;      // keep glibc's allocator settings (memory/host_allocator.h)
   ThreadFlags threads;
 };
 
@@ -132,6 +134,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   }
   if (o.gradient_accumulation_steps < 1) throw std::invalid_argument("--gradient_accumulation_steps must be at least 1");
   const auto threads = apply_threads(o.threads);
+  if (!o.malloc_defaults) memory::tune_host_allocator_for_training();
   const auto device = bench_device(o.device);
   memory::start_tracking(device);  // before the model exists: its weights count
   if (!o.max_memory.empty()) memory::set_memory_limit(device, static_cast<std::int64_t>(util::parse_bytes(o.max_memory)));
@@ -252,6 +255,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   out["device"] = device.str();
   out["dropout"] = {config.dropout, config.attention_dropout, config.activation_dropout};
   out["unfused"] = o.unfused;
+  out["malloc_defaults"] = o.malloc_defaults;
   std::cout << out.dump() << std::endl;
 }
 
@@ -331,6 +335,8 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--profile", train->profile,
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");
+  t->add_flag("--malloc_defaults", train->malloc_defaults,
+              "keep the C allocator's default settings (fitsum tunes them for training: memory/host_allocator.h)");
   add_thread_flags(*t, train->threads);
   t->callback([train]() {
     try {

@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "data_flags.h"
+#include "fitsum/memory/host_allocator.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/bytes.h"
@@ -95,6 +96,7 @@ void run_train(TrainCommandOptions o) {
   }
   const auto threads = util::resolve_thread_settings({o.num_threads, o.blas_threads, 0});
   util::apply_thread_settings(threads);
+  memory::tune_host_allocator_for_training();
   if (!o.cuda_alloc_conf.empty()) {
     // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
     ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
