@@ -71,7 +71,8 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
     auto labels = batch.labels.to(device);
     util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
     auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
-    const auto loss = model::label_loss_sum(model.lm_logits(hidden), labels, options.label_smoothing);
+    // The fused head + loss: without gradients it walks the vocabulary in chunks, never holding (B, T, V) logits.
+    const auto loss = model.token_loss(hidden, labels, options.label_smoothing);
     weighted += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens)) *
                 static_cast<double>(batch_indices.size());
   }

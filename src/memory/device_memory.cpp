@@ -4,7 +4,10 @@
 
 #include "fitsum/memory/tracking_allocator.h"
 
+#include <algorithm>
+
 #ifdef FITSUM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
@@ -45,6 +48,20 @@ void reset_peak_memory(const c10::Device& device) {
   }
 #endif
   TrackingCpuAllocator::instance().reset_peak();
+}
+
+void set_memory_limit(const c10::Device& device, std::int64_t bytes) {
+#ifdef FITSUM_WITH_CUDA
+  if (device.is_cuda()) {
+    const int index = device.index() < 0 ? 0 : device.index();
+    const auto total = static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / total)
+                                                                 : 1.0,
+                                                       index);
+    return;
+  }
+#endif
+  TrackingCpuAllocator::instance().set_limit(bytes);
 }
 
 }  // namespace fitsum::memory

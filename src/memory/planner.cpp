@@ -15,6 +15,7 @@
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/train/train_step.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -146,14 +147,12 @@ void micro_step(model::Seq2SeqLMImpl& model, const BatchShape& shape, const Cali
   auto labels = (torch::arange(shape.batch * shape.target, torch::kLong) * 7 % (vocab - 2) + 2)
                     .view({shape.batch, shape.target})
                     .to(device);
-  model::TokenLoss loss;
-  {
-    util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
-    auto encoded = model.encode(ids, mask);
-    auto hidden = model.decode(model.shift_tokens_right(labels), encoded, mask);
-    loss = model::label_loss_sum(model.lm_logits(hidden), labels, options.label_smoothing);
-  }
-  (loss.sum / static_cast<double>(loss.tokens)).backward();
+  // Exactly the micro-step the trainer runs (train/train_step.h), so what is measured is what training allocates.
+  train::MicroBatchOptions micro;
+  micro.loss_scale = 1.0 / static_cast<double>(shape.batch * shape.target);
+  micro.label_smoothing = options.label_smoothing;
+  micro.bf16 = options.bf16;
+  train::forward_backward(model, ids, mask, labels, micro);
 }
 
 // The optimizer step (with clipping) on one stand-alone tensor shaped like the model's largest parameter: its

@@ -137,4 +137,52 @@ ParameterCounts count_parameters(const ModelConfig& c) {
   return counts;
 }
 
+double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int64_t source_length,
+                             std::int64_t target_length) {
+  const double b = static_cast<double>(batch);
+  const double s = static_cast<double>(source_length);
+  const double t = static_cast<double>(target_length);
+  const double d = static_cast<double>(c.d_model);
+  // One (m x k) x (k x n) product costs 2mkn.
+  const auto product = [](double m, double k, double n) { return 2.0 * m * k * n; };
+  double forward = 0.0;
+  // Encoder layer: q, k, v, out projections; scores and weighted values; the two feed-forward products.
+  const double encoder_layer = 4.0 * product(b * s, d, d) + 2.0 * product(b * s, d, s) +
+                               2.0 * product(b * s, d, static_cast<double>(c.encoder_ffn_dim));
+  // Decoder layer: causal self-attention over t, cross-attention (k and v projected from the s encoder states).
+  const double decoder_layer = 4.0 * product(b * t, d, d) + 2.0 * product(b * t, d, t) +
+                               2.0 * product(b * t, d, d) + 2.0 * product(b * s, d, d) +
+                               2.0 * product(b * t, d, s) +
+                               2.0 * product(b * t, d, static_cast<double>(c.decoder_ffn_dim));
+  forward += static_cast<double>(c.encoder_layers) * encoder_layer;
+  forward += static_cast<double>(c.decoder_layers) * decoder_layer;
+  forward += product(b * t, d, static_cast<double>(c.vocab_size));  // LM head
+  return 3.0 * forward;  // backward: the gradients of both operands of every product
+}
+
+ModelConfig pegasus_shape(const std::string& name) {
+  ModelConfig c;  // the defaults are google/pegasus-large
+  c.dropout = 0.1;
+  c.attention_dropout = 0.1;
+  c.activation_dropout = 0.1;
+  const auto set = [&c](std::int64_t d_model, std::int64_t layers, std::int64_t ffn, std::int64_t heads) {
+    c.d_model = d_model;
+    c.encoder_layers = c.decoder_layers = layers;
+    c.encoder_ffn_dim = c.decoder_ffn_dim = ffn;
+    c.encoder_attention_heads = c.decoder_attention_heads = heads;
+  };
+  if (name == "tiny") {
+    set(64, 2, 256, 4);
+  } else if (name == "small") {
+    set(512, 6, 2048, 8);
+  } else if (name == "base") {
+    set(768, 12, 3072, 12);
+  } else if (name == "large") {
+    set(1024, 16, 4096, 16);
+  } else {
+    throw std::invalid_argument("unknown model shape '" + name + "' (choose tiny, small, base or large)");
+  }
+  return c;
+}
+
 }  // namespace fitsum::model

@@ -10,15 +10,27 @@
 #include <torch/torch.h>
 
 #include "fitsum/model/activation_checkpoint.h"
+#include "fitsum/model/dropout.h"
+#include "fitsum/model/tied_embedding.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
 
-namespace F = torch::nn::functional;
+namespace {
+
+torch::Tensor apply_dropout(const torch::Tensor& x, double p, bool training, bool byte_mask) {
+  return byte_mask ? model::dropout(x, p, training) : torch::dropout(x, p, training);
+}
+
+}  // namespace
+
+double padding_mask_value(torch::ScalarType dtype) {
+  return dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+}
 
 torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype) {
   TORCH_CHECK(attention_mask.dim() == 2, "attention_mask must be (batch, length), got ", attention_mask.sizes());
-  const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+  const double lowest = padding_mask_value(dtype);
   // (B, S) -> (B, 1, 1, S): 0 where attending is allowed, the lowest finite value where the key is padding.
   auto allowed = attention_mask.to(dtype).unsqueeze(1).unsqueeze(2);
   return (1.0 - allowed) * lowest;
@@ -26,7 +38,7 @@ torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarTyp
 
 torch::Tensor causal_mask(std::int64_t query_length, std::int64_t past_length, torch::ScalarType dtype,
                           torch::Device device) {
-  const double lowest = dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
+  const double lowest = padding_mask_value(dtype);
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
   // Key j is hidden from query i when j > past_length + i.   (T, past + T)
   auto mask = torch::full({query_length, past_length + query_length}, lowest, options);
@@ -88,16 +100,25 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   auto query = split_heads(q_proj->forward(x) * scaling_);  // (B, H, T, hd)
   torch::Tensor context;
 #if FITSUM_HAS_SDPA
-  context = at::scaled_dot_product_attention(query, key, value, mask.defined() ? c10::optional<at::Tensor>(mask)
-                                                                              : c10::nullopt,
-                                             is_training() ? dropout_ : 0.0, /*is_causal=*/false, /*scale=*/1.0);
+  // The fused kernels keep no (T, S) probabilities for backward; the mask broadcasts over heads as it is. A mask
+  // of another dtype than the (autocast) queries is converted, keeping "hidden" finite: padding_mask's values.
+  c10::optional<at::Tensor> attention_mask;
+  if (mask.defined()) {
+    attention_mask = mask.scalar_type() == query.scalar_type()
+                         ? mask
+                         : mask.to(query.scalar_type()).clamp_min(padding_mask_value(query.scalar_type()));
+  }
+  context = at::scaled_dot_product_attention(query, key, value, attention_mask, is_training() ? dropout_ : 0.0,
+                                             /*is_causal=*/false, /*scale=*/1.0);
 #else
   auto scores = torch::matmul(query, key.transpose(-1, -2));  // (B, H, T, S)
   if (mask.defined()) {
-    scores = scores + mask;
+    // In place when the dtypes agree (the product's backward needs only its operands); under autocast the float
+    // mask promotes the bfloat16 scores to float, as before.
+    scores = scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
   }
   auto probs = torch::softmax(scores, -1);
-  probs = torch::dropout(probs, dropout_, is_training());
+  probs = apply_dropout(probs, dropout_, is_training(), byte_mask_dropout_);
   context = torch::matmul(probs, value);  // (B, H, T, hd)
 #endif
   context = context.transpose(1, 2).reshape({batch, length, heads_ * head_dim_});  // (B, T, D)
@@ -166,15 +187,15 @@ template <typename Block>
 torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
                              bool training, Block&& block) {
   if (s.normalize_before) {
-    return hidden + torch::dropout(block(norm->forward(hidden)), s.dropout, training);
+    return hidden + apply_dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
   }
-  return norm->forward(hidden + torch::dropout(block(hidden), s.dropout, training));
+  return norm->forward(hidden + apply_dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
 }
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
   auto h = activate(fc1->forward(x), s.activation);  // (B, T, ffn)
-  h = torch::dropout(h, s.activation_dropout, training);
+  h = apply_dropout(h, s.activation_dropout, training, s.byte_mask_dropout);
   return fc2->forward(h);  // (B, T, D)
 }
 
@@ -186,6 +207,11 @@ EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c) : settings_(layer_setti
   fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.encoder_ffn_dim));
   fc2 = register_module("fc2", torch::nn::Linear(c.encoder_ffn_dim, c.d_model));
   final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
+}
+
+void EncoderLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
+  settings_.byte_mask_dropout = kernels.byte_mask_dropout;
+  self_attn->set_kernel_choices(kernels);
 }
 
 torch::Tensor EncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
@@ -205,6 +231,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) : settings_(layer_setti
   fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.decoder_ffn_dim));
   fc2 = register_module("fc2", torch::nn::Linear(c.decoder_ffn_dim, c.d_model));
   final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
+}
+
+void DecoderLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
+  settings_.byte_mask_dropout = kernels.byte_mask_dropout;
+  self_attn->set_kernel_choices(kernels);
+  encoder_attn->set_kernel_choices(kernels);
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -246,8 +278,11 @@ torch::Tensor PositionalEmbeddingImpl::forward(std::int64_t length, std::int64_t
 
 namespace {
 
-torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tensor& ids, std::int64_t padding_idx) {
-  return torch::embedding(table->weight, ids, padding_idx);  // (B, T, D)
+torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tensor& ids, std::int64_t padding_idx,
+                           bool in_place_gradient) {
+  // (B, T) -> (B, T, D)
+  return in_place_gradient ? embedding_lookup(table->weight, ids, padding_idx)
+                           : torch::embedding(table->weight, ids, padding_idx);
 }
 
 }  // namespace
@@ -270,13 +305,19 @@ EncoderImpl::EncoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
   }
 }
 
+void EncoderImpl::set_kernel_choices(const KernelChoices& kernels) {
+  kernels_ = kernels;
+  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<EncoderLayer>()->set_kernel_choices(kernels);
+}
+
 torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& mask) {
-  auto h = embed_tokens(embed_tokens_, input_ids, padding_idx_) * embed_scale_;  // (B, S, D)
+  auto h = embed_tokens(embed_tokens_, input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, S, D)
+  h = h * embed_scale_;
   h = h + embed_positions->forward(input_ids.size(1));
   if (!layernorm_embedding.is_empty()) {
     h = layernorm_embedding->forward(h);
   }
-  h = torch::dropout(h, dropout_, is_training());
+  h = apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
   for (std::size_t i = 0; i < layers->size(); ++i) {
     auto layer = layers[i]->as<EncoderLayer>();
     if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
@@ -310,16 +351,22 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
   }
 }
 
+void DecoderImpl::set_kernel_choices(const KernelChoices& kernels) {
+  kernels_ = kernels;
+  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<DecoderLayer>()->set_kernel_choices(kernels);
+}
+
 torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                                    const torch::Tensor& cross_mask, DecoderCache* cache) {
   const auto length = decoder_input_ids.size(1);
   const std::int64_t past = cache ? cache->length : 0;
-  auto h = embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_) * embed_scale_;  // (B, T, D)
+  auto h = embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
+  h = h * embed_scale_;
   h = h + embed_positions->forward(length, past);
   if (!layernorm_embedding.is_empty()) {
     h = layernorm_embedding->forward(h);
   }
-  h = torch::dropout(h, dropout_, is_training());
+  h = apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
   // A single new position may see every cached one: no mask needed.
   torch::Tensor self_mask;
   if (length > 1) {
@@ -338,7 +385,9 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const
           },
           {h, encoder_hidden})[0];
     } else {
-      h = layer->forward(h, self_mask, encoder_hidden, cross_mask);
+      // Through a view of its own, the layer's key and value gradients of the encoder states are summed before
+      // they join the other layers', as in the checkpointed branch: both runs round identically.
+      h = layer->forward(h, self_mask, encoder_hidden.view_as(encoder_hidden), cross_mask);
     }
   }
   if (cache) {
@@ -388,6 +437,19 @@ torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
   return torch::linear(decoder_hidden, lm_head_weight()) + final_logits_bias;
 }
 
+TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
+                                    double label_smoothing) {
+  LinearCrossEntropyOptions options;
+  options.label_smoothing = label_smoothing;
+  return linear_cross_entropy(decoder_hidden, lm_head_weight(), final_logits_bias, labels, options);
+}
+
+void Seq2SeqLMImpl::set_kernel_choices(const KernelChoices& kernels) {
+  kernels_ = kernels;
+  model->encoder->set_kernel_choices(kernels);
+  model->decoder->set_kernel_choices(kernels);
+}
+
 torch::Tensor Seq2SeqLMImpl::shift_tokens_right(const torch::Tensor& labels) const {
   auto shifted = torch::empty_like(labels);
   shifted.narrow(1, 1, labels.size(1) - 1).copy_(labels.narrow(1, 0, labels.size(1) - 1));
@@ -416,31 +478,6 @@ DecoderCache Seq2SeqLMImpl::new_cache() const {
   cache.self_attention.resize(config_.decoder_layers);
   cache.cross_attention.resize(config_.decoder_layers);
   return cache;
-}
-
-torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) {
-  const auto vocab = logits.size(-1);
-  return F::cross_entropy(logits.reshape({-1, vocab}), labels.reshape({-1}),
-                          F::CrossEntropyFuncOptions().ignore_index(-100));
-}
-
-TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing) {
-  const auto vocab = logits.size(-1);
-  auto flat_logits = logits.reshape({-1, vocab}).to(torch::kFloat);  // (N, V)
-  auto flat_labels = labels.reshape({-1});                             // (N)
-  TokenLoss out;
-  out.tokens = flat_labels.ne(-100).sum().item<std::int64_t>();
-  if (label_smoothing == 0.0) {
-    out.sum = F::cross_entropy(flat_logits, flat_labels,
-                               F::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
-    return out;
-  }
-  auto neg_log_probs = -torch::log_softmax(flat_logits, -1);  // (N, V)
-  auto padding = flat_labels.eq(-100);
-  auto nll = neg_log_probs.gather(-1, flat_labels.clamp_min(0).unsqueeze(-1)).squeeze(-1).masked_fill(padding, 0.0);
-  auto smoothed = neg_log_probs.sum(-1).masked_fill(padding, 0.0);
-  out.sum = (1.0 - label_smoothing) * nll.sum() + label_smoothing * smoothed.sum() / static_cast<double>(vocab);
-  return out;
 }
 
 void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/optim/fused_steps.h"
+
 namespace fitsum::optim {
 
 namespace {
@@ -84,6 +86,17 @@ torch::Tensor AdamW::step(LossClosure closure) {
       }
       auto& s = static_cast<AdamWParamState&>(*slot);
       s.step += 1;
+      if (o.fused() && fused_step_applies(p, grad) && s.exp_avg.is_contiguous() && s.exp_avg_sq.is_contiguous()) {
+        AdamWStepScalars scalars;
+        scalars.lr = o.lr();
+        scalars.beta1 = o.beta1();
+        scalars.beta2 = o.beta2();
+        scalars.eps = o.eps();
+        scalars.weight_decay = o.weight_decay();
+        scalars.step = s.step;
+        fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq, scalars);
+        continue;
+      }
       p.mul_(1.0 - o.lr() * o.weight_decay());
       s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
       s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
@@ -145,6 +158,7 @@ torch::Tensor Adafactor::step(LossClosure closure) {
       // HF upcasts half-precision parameters and gradients; the state is always fp32.
       auto grad = p.grad().to(torch::kFloat);
       const bool factored = p.dim() >= 2;
+      const bool fused = o.fused() && fused_step_applies(p, grad);
       auto& slot = state()[state_key(p)];
       if (!slot) {
         auto fresh = std::make_unique<AdafactorParamState>();
@@ -162,6 +176,20 @@ torch::Tensor Adafactor::step(LossClosure closure) {
       s.step += 1;
       const double lr = o.lr();  // relative_step=False, scale_parameter=False: the learning rate as given
       const double beta2t = 1.0 - std::pow(static_cast<double>(s.step), o.decay_rate());
+      if (fused) {
+        AdafactorStepScalars scalars;
+        scalars.lr = lr;
+        scalars.beta2t = beta2t;
+        scalars.eps1 = o.eps1();
+        scalars.clip_threshold = o.clip_threshold();
+        scalars.weight_decay = o.weight_decay();
+        if (factored) {
+          fused_adafactor_matrix_step(p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, scalars);
+        } else {
+          fused_adafactor_vector_step(p, grad, s.exp_avg_sq, scalars);
+        }
+        continue;
+      }
       auto update = grad * grad + o.eps1();
       if (factored) {
         s.exp_avg_sq_row.mul_(beta2t).add_(update.mean(-1), 1.0 - beta2t);
@@ -235,7 +263,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model
   }
   if (settings.type == OptimizerType::adamw_torch) {
     AdamWOptions base(settings.learning_rate);
-    base.beta1(settings.adam_beta1).beta2(settings.adam_beta2).eps(settings.adam_epsilon);
+    base.beta1(settings.adam_beta1).beta2(settings.adam_beta2).eps(settings.adam_epsilon).fused(settings.fused);
     auto decayed = std::make_unique<AdamWOptions>(base);
     decayed->weight_decay(settings.weight_decay);
     auto plain = std::make_unique<AdamWOptions>(base);
@@ -246,6 +274,7 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model
     return std::make_unique<AdamW>(std::move(groups), base);
   }
   AdafactorOptions base(settings.learning_rate);
+  base.fused(settings.fused);
   auto decayed = std::make_unique<AdafactorOptions>(base);
   decayed->weight_decay(settings.weight_decay);
   auto plain = std::make_unique<AdafactorOptions>(base);

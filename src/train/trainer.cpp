@@ -21,6 +21,7 @@
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/train/train_step.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/torch_compat.h"
@@ -205,11 +206,12 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
       auto labels = batch.labels.to(in_.device);
       const auto micro_rng = rng_state(in_.device);
       model::TokenLoss token_loss;
+      MicroBatchOptions options;
+      options.loss_scale = 1.0 / denominator;
+      options.label_smoothing = args_.label_smoothing_factor;
+      options.bf16 = args_.bf16;
       try {
-        util::AutocastGuard autocast(in_.device.type(), torch::kBFloat16, args_.bf16);
-        auto encoded = model.encode(ids, mask);
-        auto hidden = model.decode(model.shift_tokens_right(labels), encoded, mask);
-        token_loss = model::label_loss_sum(model.lm_logits(hidden), labels, args_.label_smoothing_factor);
+        token_loss = micro_batch_loss(model, ids, mask, labels, options);
       } catch (const c10::OutOfMemoryError& e) {
         // The forward's tensors were freed as its scope unwound; no gradient was touched: retry in halves.
         token_loss = {};
@@ -218,7 +220,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
         continue;
       }
       try {
-        (token_loss.sum / denominator).backward();
+        (token_loss.sum * options.loss_scale).backward();
       } catch (const c10::OutOfMemoryError& e) {
         // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start.
         token_loss = {};
@@ -241,9 +243,10 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
     if (redo) continue;
     train_samples_ += samples;
     outcome.loss = loss_sum / denominator;
-    outcome.grad_norm = optim::clip_grad_norm(parameter_list_, args_.max_grad_norm);
-    optimizer_->step();
-    optimizer_->zero_grad();
+    UpdateOptions update;
+    update.max_grad_norm = args_.max_grad_norm;
+    update.threads = in_.update_threads;
+    outcome.grad_norm = optimizer_step(*optimizer_, parameter_list_, update);
     return outcome;
   }
 }

@@ -140,7 +140,7 @@ RunRecord train_three_steps(std::int64_t micro_batch, std::int64_t accumulation,
   // allocator would raise it, after part of the gradients are already accumulated.
   auto armed = std::make_shared<bool>(false);
   if (fail_one_backward) {
-    model->named_parameters()["model.shared.weight"].register_hook([armed](const torch::Tensor& grad) {
+    model->named_parameters()["model.encoder.layers.0.fc1.weight"].register_hook([armed](const torch::Tensor& grad) {
       if (*armed) {
         *armed = false;
         TORCH_CHECK_WITH(OutOfMemoryError, false, "injected: out of memory during backward");

@@ -19,5 +19,6 @@ void add_tokenize_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_summarize_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace fitsum::cli

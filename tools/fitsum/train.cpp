@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/generate/options.h"
+#include "fitsum/memory/host_allocator.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/util/files.h"
 #include "fitsum/train/trainer.h"
@@ -23,6 +24,7 @@
 #include "fitsum/memory/static_memory.h"
 #include "memory_report.h"
 #include "planning.h"
+#include "fitsum/util/threads.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -64,7 +66,8 @@ void print_configuration(const TrainCommandOptions& o, const io::LoadedModel& lo
   std::printf("  %-28s %s\n", "model", loaded.description.c_str());
   std::printf("  %-28s %s\n", "tokenizer", loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)"
                                                                         : loaded.tokenizer_dir.c_str());
-  std::printf("  %-28s %s, %d intra-op threads\n", "device", device.str().c_str(), at::get_num_threads());
+  std::printf("  %-28s %s, %d intra-op threads, %d BLAS threads (%s)\n", "device", device.str().c_str(),
+              at::get_num_threads(), util::blas_threads(), util::blas_description().c_str());
   std::printf("  %-28s %zu train, %zu eval\n", "examples", train_examples, eval_examples);
   std::printf("  %-28s %lld / %lld tokens\n", "max_source/target_length",
               static_cast<long long>(o.data.max_source_length), static_cast<long long>(o.data.max_target_length));
@@ -166,12 +169,22 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
                                 "' already holds a training run; pass --overwrite_output_dir to write over it or "
                                 "--resume_from_checkpoint latest to continue it");
   }
-  if (o.num_threads > 0) at::set_num_threads(o.num_threads);
+  const auto threads = util::resolve_thread_settings({o.num_threads, o.blas_threads, 0});
+  util::apply_thread_settings(threads);
+  memory::tune_host_allocator_for_training();
   if (!o.cuda_alloc_conf.empty()) {
     // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
     ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
   }
   const auto device = resolve_device(o.device);
+  if (device.is_cpu()) {
+    const double gflops = util::quick_matmul_gflops();
+    if (gflops < 20.0) {
+      std::cerr << "fitsum: warning: matrix products run at " << static_cast<int>(gflops) << " GFLOP/s on this CPU ("
+                << util::blas_description() << "): LibTorch may be using Debian's reference BLAS; "
+                << "apt-get install libopenblas0-pthread makes them ~35x faster\n";
+    }
+  }
   std::uint64_t budget = 0;
   if (planned) {
     // Counted from here, so the budget covers the weights too.
@@ -224,6 +237,7 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
         plan_for_budget(o, command, *loaded.model, inputs.train_examples, device, budget, plan, layers);
     memory::apply_memory_budget(device, budget);
   }
+  inputs.update_threads = threads.update;
   print_configuration(o, loaded, device, inputs.train_examples.size(), inputs.eval_examples.size());
 
   const bool tty = ::isatty(STDOUT_FILENO) != 0;

@@ -91,7 +91,10 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   cmd.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str();
   cmd.add_option("--cuda_alloc_conf", o.cuda_alloc_conf,
                  "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF)");
-  cmd.add_option("--num_threads", o.num_threads, "intra-op threads (0: LibTorch's default)")->capture_default_str();
+  cmd.add_option("--num_threads", o.num_threads, "LibTorch intra-op threads (0: fitsum's default, 1)")
+      ->capture_default_str();
+  cmd.add_option("--blas_threads", o.blas_threads, "BLAS threads for matrix products (0: fitsum's default, one per core)")
+      ->capture_default_str();
   // Memory planning (docs/memory.md)
   cmd.add_option("--max_memory", o.max_memory,
                  "memory budget, e.g. 6GiB or 800MiB, or auto (free memory): plan the fastest configuration that "

@@ -24,7 +24,8 @@ struct TrainCommandOptions {
   std::string train_file;
   std::string validation_file;
   std::string device = "auto";  // cpu, cuda, auto
-  int num_threads = 0;          // 0: LibTorch's default
+  int num_threads = 0;          // intra-op threads; 0: fitsum's default (util/threads.h)
+  int blas_threads = 0;         // BLAS threads; 0: fitsum's default
   std::string cuda_alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF, set before CUDA initialises
   bool keep_empty_examples = false;
   std::string max_memory;   // --max_memory: a size or "auto"; empty = no budget

@@ -20,5 +20,8 @@ struct MemorySnapshot {
 void start_tracking(const c10::Device& device);
 MemorySnapshot read_memory(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
+// Caps what tensors may hold on `device` (0: no cap): the tracking allocator's limit on the CPU, the caching
+// allocator's memory fraction on CUDA. Allocations beyond it fail with c10::OutOfMemoryError.
+void set_memory_limit(const c10::Device& device, std::int64_t bytes);
 
 }  // namespace fitsum::memory

@@ -79,4 +79,19 @@ struct ParameterCounts {
 };
 ParameterCounts count_parameters(const ModelConfig& config);
 
+// Matrix-product floating-point operations of one training step (forward + backward = 3x forward) of `batch`
+// sequences of `source_length` and `target_length` tokens: projections, attention products, feed-forward and the
+// LM head, at 2 FLOPs per multiply-add. Recomputation (activation checkpointing) is not counted: the model's
+// FLOPs, as MFU is usually defined.
+double training_matmul_flops(const ModelConfig& config, std::int64_t batch, std::int64_t source_length,
+                             std::int64_t target_length);
+
+// The PEGASUS architectures of the benchmarks, random init (configs/ holds the same as config.json files):
+//   tiny   d_model 64,   2 + 2 layers,   ffn 256,  4 heads
+//   small  d_model 512,  6 + 6 layers,   ffn 2048, 8 heads
+//   base   d_model 768,  12 + 12 layers, ffn 3072, 12 heads
+//   large  d_model 1024, 16 + 16 layers, ffn 4096, 16 heads (google/pegasus-large)
+// all with the 96103-token vocabulary and dropout 0.1 everywhere. Throws std::invalid_argument for another name.
+ModelConfig pegasus_shape(const std::string& name);
+
 }  // namespace fitsum::model

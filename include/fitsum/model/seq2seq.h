@@ -19,11 +19,13 @@
 #include <torch/nn/pimpl.h>
 
 #include "fitsum/model/config.h"
+#include "fitsum/model/loss.h"
 
 namespace fitsum::model {
 
 // Additive attention masks, as HF builds them: 0 where attending is allowed, the dtype's lowest finite value
 // where it is not (so a fully padded row never produces NaN).
+double padding_mask_value(torch::ScalarType dtype);  // that lowest finite value (float32 or bfloat16)
 // attention_mask (B, S) of 0/1  ->  (B, 1, 1, S)
 torch::Tensor padding_mask(const torch::Tensor& attention_mask, torch::ScalarType dtype);
 // Query i (at absolute position past_length + i) may see keys 0 .. past_length + i  ->  (1, 1, T, past_length + T)
@@ -52,6 +54,14 @@ struct DecoderCache {
   void select(const torch::Tensor& index);
 };
 
+// How the model computes, not what: each choice has a plain LibTorch alternative with the same results up to float
+// rounding (dropout draws other, equally distributed masks). All on by default; turning one off is for
+// before/after measurements (`fitsum bench train --unfused`) and tests.
+struct KernelChoices {
+  bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (model/tied_embedding.h)
+  bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout);
@@ -64,6 +74,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward_cross_cached(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask,
                                      AttentionCache& cache);
 
+  void set_kernel_choices(const KernelChoices& kernels) { byte_mask_dropout_ = kernels.byte_mask_dropout; }
+
   torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};
 
  private:
@@ -75,6 +87,7 @@ class AttentionImpl : public torch::nn::Module {
   std::int64_t head_dim_;
   double scaling_;
   double dropout_;
+  bool byte_mask_dropout_ = true;
 };
 TORCH_MODULE(Attention);
 
@@ -84,6 +97,7 @@ struct LayerSettings {
   double dropout = 0.0;
   double activation_dropout = 0.0;
   bool normalize_before = true;
+  bool byte_mask_dropout = true;  // KernelChoices
 };
 
 class EncoderLayerImpl : public torch::nn::Module {
@@ -91,6 +105,7 @@ class EncoderLayerImpl : public torch::nn::Module {
   EncoderLayerImpl(const ModelConfig& config);
   // hidden (B, S, D), mask (B, 1, 1, S) -> (B, S, D)
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
+  void set_kernel_choices(const KernelChoices& kernels);
 
   Attention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm{nullptr};
@@ -110,6 +125,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
                         const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
                         AttentionCache* self_cache = nullptr, AttentionCache* cross_cache = nullptr);
+  void set_kernel_choices(const KernelChoices& kernels);
 
   Attention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm{nullptr};
@@ -147,6 +163,7 @@ class EncoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
   // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
+  void set_kernel_choices(const KernelChoices& kernels);
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -159,6 +176,7 @@ class EncoderImpl : public torch::nn::Module {
   double dropout_;
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
+  KernelChoices kernels_;
 };
 TORCH_MODULE(Encoder);
 
@@ -170,6 +188,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                         const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
+  void set_kernel_choices(const KernelChoices& kernels);
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -182,6 +201,7 @@ class DecoderImpl : public torch::nn::Module {
   double dropout_;
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
+  KernelChoices kernels_;
 };
 TORCH_MODULE(Decoder);
 
@@ -214,6 +234,10 @@ class Seq2SeqLMImpl : public torch::nn::Module {
                        const torch::Tensor& attention_mask, DecoderCache* cache = nullptr);
   // decoder states (B, T, D) -> logits (B, T, V): the tied (or separate) LM head plus final_logits_bias.
   torch::Tensor lm_logits(const torch::Tensor& decoder_hidden);
+  // The summed token loss of decoder states (B, T, D) against labels (B, T): label_loss_sum(lm_logits(hidden),
+  // labels, label_smoothing) computed by the fused LM head + cross-entropy (model/loss.h), which never holds the
+  // (B, T, V) logits. What training uses; lm_logits is for generation.
+  TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels, double label_smoothing = 0.0);
   // Full pass with teacher forcing: decoder inputs are labels shifted right (HF shift_tokens_right).
   Seq2SeqOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& labels);
@@ -228,6 +252,8 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   void set_gradient_checkpointing(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // The LM head's weight: model.shared.weight when tied.
   torch::Tensor lm_head_weight() const;
+  void set_kernel_choices(const KernelChoices& kernels);
+  const KernelChoices& kernel_choices() const { return kernels_; }
 
   Seq2SeqModel model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // registered only when tie_word_embeddings is false
@@ -235,20 +261,9 @@ class Seq2SeqLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
+  KernelChoices kernels_;
 };
 TORCH_MODULE(Seq2SeqLM);
-
-// Mean cross-entropy of logits (B, T, V) against labels (B, T), ignoring -100.
-torch::Tensor label_cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels);
-
-// The summed loss of the label tokens (those not -100) and their count. With label_smoothing = eps, each token
-// costs (1 - eps) * nll + eps * mean over the vocabulary of -log p, as HF's LabelSmoother computes; dividing the
-// sum by the tokens of a whole accumulated batch gives the exact loss of that batch.
-struct TokenLoss {
-  torch::Tensor sum;        // () float32
-  std::int64_t tokens = 0;
-};
-TokenLoss label_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels, double label_smoothing = 0.0);
 
 // HF's _init_weights for these models: normal(0, init_std) for Linear and Embedding weights, zero biases and the
 // padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero. Deterministic in `seed`.

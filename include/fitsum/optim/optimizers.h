@@ -36,6 +36,9 @@ struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOption
   TORCH_ARG(double, beta2) = 0.999;
   TORCH_ARG(double, eps) = 1e-8;
   TORCH_ARG(double, weight_decay) = 0.0;
+  // One multi-threaded pass per parameter (optim/fused_steps.h) where it applies (contiguous float32 on the CPU);
+  // false: the tensor-op formulas. Same results up to float rounding.
+  TORCH_ARG(bool, fused) = true;
   double get_lr() const override { return lr_; }
   void set_lr(const double lr) override { lr_ = lr; }
 };
@@ -67,6 +70,9 @@ struct AdafactorOptions : public torch::optim::OptimizerCloneableOptions<Adafact
   TORCH_ARG(double, clip_threshold) = 1.0;   // the update's RMS is clipped to this
   TORCH_ARG(double, decay_rate) = -0.8;      // beta2_t = 1 - t^decay_rate
   TORCH_ARG(double, weight_decay) = 0.0;
+  // Three passes over the gradient per parameter, no temporaries (optim/fused_steps.h) where it applies
+  // (contiguous float32 matrices and vectors on the CPU); false: the tensor-op formulas.
+  TORCH_ARG(bool, fused) = true;
   double get_lr() const override { return lr_; }
   void set_lr(const double lr) override { lr_ = lr; }
 };
@@ -104,6 +110,7 @@ struct OptimizerSettings {
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
+  bool fused = true;  // the fused kernels where they apply (AdamWOptions::fused, AdafactorOptions::fused)
 };
 
 // The Trainer's rule (get_decay_parameter_names): weight decay for every trainable parameter except biases and

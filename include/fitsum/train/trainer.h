@@ -59,6 +59,7 @@ struct TrainerInputs {
   std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
   // The memory planner's prediction for this run (memory/planner.h), logged next to the measured peak.
   std::optional<std::int64_t> predicted_peak_bytes;
+  int update_threads = 0;  // LibTorch intra-op threads for the optimizer step (util/threads.h); 0: as they are
 };
 
 // What the caller sees while training runs (the CLI prints; tests record).

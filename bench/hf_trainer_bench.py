@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The Hugging Face baseline of bench/gpu.sh: PegasusForConditionalGeneration (random init from a config.json)
+trained by transformers' Trainer on random tokens, timed per optimizer step, under a cap on CUDA memory.
+
+    python3 bench/hf_trainer_bench.py --config data/pegasus/config.json --batch 1 --accumulation 64 \\
+        --gradient_checkpointing --optim adafactor --max_memory_gib 16 [--bf16]
+
+Prints one JSON line with the fields of `fitsum bench train`: impl, step_s_median, samples_per_s, tokens_per_s,
+peak_allocated_mib, peak_reserved_mib (torch.cuda.max_memory_allocated / _reserved), loss_last; or, when the cap
+is too small, {"impl": "hf-trainer", "error": "out of memory", ...}.
+"""
+import argparse
+import inspect
+import json
+import statistics
+import tempfile
+import time
+
+import torch
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    """Random ids above the special tokens, every position real (as fitsum bench train draws them)."""
+
+    def __init__(self, n, src_len, tgt_len, vocab, seed):
+        g = torch.Generator().manual_seed(seed)
+        self.src = torch.randint(103, vocab, (n, src_len), generator=g)
+        self.tgt = torch.randint(103, vocab, (n, tgt_len), generator=g)
+
+    def __len__(self):
+        return self.src.shape[0]
+
+    def __getitem__(self, i):
+        return {"input_ids": self.src[i], "attention_mask": torch.ones_like(self.src[i]), "labels": self.tgt[i]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--accumulation", type=int, default=64)
+    ap.add_argument("--src_len", type=int, default=512)
+    ap.add_argument("--tgt_len", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=2, help="timed optimizer steps")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--optim", default="adafactor")
+    ap.add_argument("--gradient_checkpointing", action="store_true")
+    ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--max_memory_gib", type=float, default=16.0)
+    a = ap.parse_args()
+
+    from transformers import (PegasusConfig, PegasusForConditionalGeneration, Trainer, TrainerCallback,
+                              TrainingArguments, default_data_collator)
+
+    device = torch.device("cuda")
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, a.max_memory_gib * 2**30 / total), 0)
+    torch.manual_seed(0)
+    config = PegasusConfig.from_json_file(a.config)
+    model = PegasusForConditionalGeneration(config).to(device)
+
+    steps = a.warmup + a.steps
+    dataset = RandomTokens(steps * a.accumulation * a.batch, a.src_len, a.tgt_len, config.vocab_size, seed=0)
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times, self.start = [], None
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            torch.cuda.synchronize()
+            self.times.append(time.perf_counter() - self.start)
+
+    wanted = dict(output_dir=tempfile.mkdtemp(prefix="hf-bench-"), per_device_train_batch_size=a.batch,
+                  gradient_accumulation_steps=a.accumulation, max_steps=steps, learning_rate=1e-3,
+                  weight_decay=0.01, optim=a.optim, gradient_checkpointing=a.gradient_checkpointing, bf16=a.bf16,
+                  logging_steps=1, save_strategy="no", report_to="none", dataloader_num_workers=0,
+                  disable_tqdm=True, seed=0, remove_unused_columns=False)
+    accepted = inspect.signature(TrainingArguments.__init__).parameters
+    args = TrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
+    timer = StepTimer()
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
+                      callbacks=[timer])
+    torch.cuda.reset_peak_memory_stats()
+    out = {"impl": "hf-trainer", "batch": a.batch, "gradient_accumulation_steps": a.accumulation,
+           "src_len": a.src_len, "tgt_len": a.tgt_len, "optim": a.optim,
+           "gradient_checkpointing": a.gradient_checkpointing, "bf16": a.bf16, "max_memory_gib": a.max_memory_gib}
+    try:
+        result = trainer.train()
+    except torch.cuda.OutOfMemoryError as e:
+        out.update(error="out of memory", detail=str(e)[:300],
+                   peak_allocated_mib=torch.cuda.max_memory_allocated() / 2**20,
+                   peak_reserved_mib=torch.cuda.max_memory_reserved() / 2**20)
+        print(json.dumps(out))
+        return
+    timed = timer.times[a.warmup:] or timer.times
+    step = statistics.median(timed)
+    samples = a.batch * a.accumulation
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    out.update(step_s_median=step, step_s_all=timer.times, samples_per_s=samples / step,
+               tokens_per_s=samples * (a.src_len + a.tgt_len) / step,
+               peak_allocated_mib=torch.cuda.max_memory_allocated() / 2**20,
+               peak_reserved_mib=torch.cuda.max_memory_reserved() / 2**20,
+               loss_last=losses[-1] if losses else result.training_loss)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""fitsum against eager PyTorch, side by side in one run: training tokens/s, peak memory and MFU.
+
+For each shape the runner first measures the machine's fp32 matmul rate (`fitsum bench matmul`, the
+denominator of MFU), then alternates the eager baseline (../shared/reference/bench_eager.py, on the same
+LibTorch through Debian's python3-torch) and `fitsum bench train` (plus any --variant) for --rounds rounds, one
+process per measurement, so that a slow spell of the machine hits every contender alike. A contender's
+step time is the median over rounds of its per-run median; its memory is the largest peak RSS (VmHWM) seen.
+
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes tiny,small
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 \\
+        --variant "plain=--unfused all" --variant "threads 2+1=--num_threads 2 --blas_threads 1"
+
+Prints a Markdown table (and, with --json FILE, writes every run's output there).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = {
+    "tiny": os.path.join(ROOT, "configs", "pegasus-tiny", "config.json"),
+    "small": os.path.join(ROOT, "configs", "pegasus-small", "config.json"),
+    "base": os.path.join(ROOT, "configs", "pegasus-base", "config.json"),
+    "large": os.path.join(ROOT, "data", "pegasus", "config.json"),
+}
+
+
+def run_json(command, timeout):
+    """Runs a benchmark process and returns the last JSON line it printed."""
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{' '.join(command)} printed no JSON line:\n{result.stdout[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def load_average():
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fitsum", default=os.path.join(ROOT, "build", "fitsum"), help="the fitsum binary")
+    ap.add_argument("--eager", default=os.path.join(ROOT, "..", "shared", "reference", "bench_eager.py"),
+                    help="the eager baseline script")
+    ap.add_argument("--python", default="/usr/bin/python3", help="the Python with torch for the baseline")
+    ap.add_argument("--shapes", default="tiny,small", help="comma-separated: tiny, small, base, large")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--src_len", type=int, default=256)
+    ap.add_argument("--tgt_len", type=int, default=64)
+    ap.add_argument("--optim", default="adafactor", choices=["adafactor", "adamw"])
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per run (large: consider 2)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2, help="alternations of the contenders per shape")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=FLAGS: another fitsum contender, e.g. 'plain=--unfused all'")
+    ap.add_argument("--no_eager", action="store_true", help="fitsum contenders only")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per process")
+    ap.add_argument("--json", help="write every run's JSON output to this file")
+    a = ap.parse_args()
+
+    fitsum_optim = "adamw_torch" if a.optim == "adamw" else "adafactor"
+    contenders = [] if a.no_eager else [("eager", None)]
+    contenders.append(("fitsum", []))
+    for v in a.variant:
+        name, _, flags = v.partition("=")
+        contenders.append((f"fitsum {name}", flags.split()))
+
+    runs = []
+    rows = []
+    loads = [load_average()]
+    for shape in a.shapes.split(","):
+        if shape not in CONFIGS:
+            sys.exit(f"unknown shape '{shape}' (choose {', '.join(CONFIGS)})")
+        matmul = run_json([a.fitsum, "bench", "matmul"], a.timeout)
+        runs.append({"shape": shape, "contender": "matmul", **matmul})
+        results = {name: [] for name, _ in contenders}
+        for round_index in range(a.rounds):
+            for name, flags in contenders:
+                common = ["--batch", str(a.batch), "--src_len", str(a.src_len), "--tgt_len", str(a.tgt_len),
+                          "--steps", str(a.steps), "--warmup", str(a.warmup)]
+                if flags is None:
+                    command = [a.python, a.eager, "--config", CONFIGS[shape], "--optim", a.optim] + common
+                else:
+                    command = [a.fitsum, "bench", "train", "--shape", shape, "--optim", fitsum_optim] + common + flags
+                started = time.time()
+                out = run_json(command, a.timeout)
+                out["wall_s"] = time.time() - started
+                out["load_average"] = load_average()
+                loads.append(out["load_average"])
+                results[name].append(out)
+                runs.append({"shape": shape, "contender": name, "round": round_index, **out})
+                print(f"  {shape:5s} {name:24s} round {round_index + 1}: {out['step_s_median']:.3f} s/step, "
+                      f"{out['peak_rss_mib']:.0f} MiB peak RSS (load {out['load_average']:.1f})", file=sys.stderr)
+        # MFU needs the model's FLOPs: fitsum reports them (the same shapes and lengths for every contender).
+        fitsum_runs = [r for name, rs in results.items() if name != "eager" for r in rs]
+        flops = fitsum_runs[0]["flops_per_step"]
+        rate = matmul["gflops"] * 1e9
+        summary = {}
+        for name, rs in results.items():
+            step = statistics.median(r["step_s_median"] for r in rs)
+            summary[name] = {
+                "step_s": step,
+                "tokens_per_s": a.batch * (a.src_len + a.tgt_len) / step,
+                "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
+                "peak_tracked_mib": max((r.get("peak_tracked_mib", float("nan")) for r in rs)),
+                "mfu": flops / step / rate,
+            }
+        rows.append((shape, matmul["gflops"], summary))
+
+    base = "eager" if not a.no_eager else "fitsum"
+    print(f"\nbatch {a.batch}, source {a.src_len}, target {a.tgt_len} tokens, {a.optim}, {a.rounds} rounds of "
+          f"{a.steps} timed steps; load average {min(loads):.1f}-{max(loads):.1f}\n")
+    header = "| shape | contender | tokens/s | vs " + base + " | peak RSS MiB | vs " + base + \
+             " | tracked peak MiB | MFU | matmul GFLOP/s |"
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    for shape, gflops, summary in rows:
+        ref = summary[base]
+        for name, s in summary.items():
+            tracked = "" if s["peak_tracked_mib"] != s["peak_tracked_mib"] else f"{s['peak_tracked_mib']:.0f}"
+            print(f"| {shape} | {name} | {s['tokens_per_s']:.0f} | {s['tokens_per_s'] / ref['tokens_per_s']:.2f}x | "
+                  f"{s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / ref['peak_rss_mib']:.2f}x | {tracked} | "
+                  f"{100 * s['mfu']:.0f}% | {gflops:.0f} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

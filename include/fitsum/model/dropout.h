@@ -1,0 +1,16 @@
+// Inverted dropout with torch.nn.functional.dropout's semantics (each element zeroed with probability p, the rest
+// scaled by 1 / (1 - p)), and a CPU kernel built for training memory and speed: the mask kept for backward is one
+// byte per element instead of a float, and the random bits come from a counter-based generator (a 32-bit hash of
+// the element's index, keyed by one draw from LibTorch's default generator) in vectorised loops. The masks differ from
+// torch::dropout's, but a seed (torch::manual_seed) reproduces them, and so does activation checkpointing's
+// replay of the generator state. Other devices and dtypes run torch::dropout.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace fitsum::model {
+
+// Returns `input` itself when not training or p == 0.
+at::Tensor dropout(const at::Tensor& input, double p, bool training);
+
+}  // namespace fitsum::model

@@ -1,0 +1,113 @@
+// Implements include/fitsum/model/dropout.h: a custom autograd Function that saves the uint8 keep-mask.
+#include "fitsum/model/dropout.h"
+
+#include <cstdint>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
+namespace fitsum::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The keys of one dropout call, from one 64-bit draw of LibTorch's generator.
+struct MaskKeys {
+  std::uint32_t offset;
+  std::uint32_t mix;
+};
+
+// A counter-based generator: element i's 32-bit uniform is murmur3's finaliser (fmix32) of a Weyl sequence
+// i * golden + offset, xor-ed with a second key. fmix32 is a bijection with full avalanche, so each call's
+// uniforms are distinct, evenly spread and uncorrelated between neighbours; 32-bit arithmetic vectorises.
+inline std::uint32_t uniform32(std::uint32_t i, MaskKeys k) {
+  std::uint32_t h = (i * 0x9E3779B9u + k.offset) ^ k.mix;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
+
+// Element i is kept when its uniform is at least `threshold` (= p * 2^32). The loops are compiled twice, for AVX2
+// and for plain x86-64, and the loader picks the one the processor runs.
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(
+    const T* in, T* out, std::uint8_t* mask, std::int64_t n, MaskKeys keys, std::uint32_t threshold, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint8_t keep = uniform32(static_cast<std::uint32_t>(i), keys) >= threshold;
+    mask[i] = keep;
+    out[i] = static_cast<T>(static_cast<float>(in[i]) * (scale * static_cast<float>(keep)));
+  }
+}
+
+template <typename T>
+__attribute__((target_clones("avx2", "default"))) void dropout_backward_kernel(const T* grad, T* out,
+                                                                                const std::uint8_t* mask,
+                                                                                std::int64_t n, float scale) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = static_cast<T>(static_cast<float>(grad[i]) * (scale * static_cast<float>(mask[i])));
+  }
+}
+
+MaskKeys draw_keys() {
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  const std::uint64_t bits = at::check_generator<at::CPUGeneratorImpl>(generator)->random64();
+  return {static_cast<std::uint32_t>(bits), static_cast<std::uint32_t>(bits >> 32)};
+}
+
+class DropoutFunction : public torch::autograd::Function<DropoutFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, double p) {
+    const auto x = input.contiguous();
+    TORCH_CHECK(x.numel() < (std::int64_t{1} << 32), "dropout: at most 2^32 elements per tensor, got ", x.numel());
+    auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
+    auto mask = at::empty(x.sizes(), x.options().dtype(at::kByte));
+    // keep with probability 1 - p: uniform in [0, 2^32) at least p * 2^32
+    const auto threshold = static_cast<std::uint32_t>(p * 4294967296.0);
+    const auto scale = static_cast<float>(1.0 / (1.0 - p));
+    const auto keys = draw_keys();
+    if (x.scalar_type() == at::kFloat) {
+      dropout_forward_kernel(x.data_ptr<float>(), out.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), x.numel(),
+                             keys, threshold, scale);
+    } else {
+      dropout_forward_kernel(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(),
+                             mask.data_ptr<std::uint8_t>(), x.numel(), keys, threshold, scale);
+    }
+    ctx->saved_data["mask"] = mask;
+    ctx->saved_data["scale"] = static_cast<double>(scale);
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto mask = ctx->saved_data["mask"].toTensor();
+    const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
+    const auto grad = grad_outputs[0].contiguous();
+    auto grad_input = at::empty_like(grad, at::MemoryFormat::Contiguous);
+    if (grad.scalar_type() == at::kFloat) {
+      dropout_backward_kernel(grad.data_ptr<float>(), grad_input.data_ptr<float>(), mask.data_ptr<std::uint8_t>(),
+                              grad.numel(), scale);
+    } else {
+      dropout_backward_kernel(grad.data_ptr<at::BFloat16>(), grad_input.data_ptr<at::BFloat16>(),
+                              mask.data_ptr<std::uint8_t>(), grad.numel(), scale);
+    }
+    return {grad_input, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor dropout(const at::Tensor& input, double p, bool training) {
+  if (!training || p == 0.0 || input.numel() == 0) return input;
+  const bool own_kernel = input.device().is_cpu() && p > 0.0 && p < 1.0 &&
+                          (input.scalar_type() == at::kFloat || input.scalar_type() == at::kBFloat16);
+  if (!own_kernel) return torch::dropout(input, p, training);
+  return DropoutFunction::apply(input, p);
+}
+
+}  // namespace fitsum::model

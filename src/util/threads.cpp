@@ -1,0 +1,88 @@
+// Implements include/fitsum/util/threads.h.
+#include "fitsum/util/threads.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/empty.h>
+
+namespace fitsum::util {
+
+namespace {
+
+// OpenBLAS's C entry points, looked up in the process (libblas.so.3 is already loaded by LibTorch).
+template <typename Fn>
+Fn openblas_symbol(const char* name) {
+  return reinterpret_cast<Fn>(::dlsym(RTLD_DEFAULT, name));
+}
+
+int hardware_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace
+
+ThreadSettings default_thread_settings() {
+  ThreadSettings s;
+  s.intra_op = 1;
+  s.blas = hardware_threads();
+  s.update = 1;
+  return s;
+}
+
+ThreadSettings resolve_thread_settings(const ThreadSettings& requested) {
+  auto s = default_thread_settings();
+  if (requested.intra_op > 0) s.intra_op = requested.intra_op;
+  if (requested.blas > 0) s.blas = requested.blas;
+  if (requested.update > 0) s.update = requested.update;
+  return s;
+}
+
+void apply_thread_settings(const ThreadSettings& settings) {
+  if (settings.intra_op > 0) at::set_num_threads(settings.intra_op);
+  if (settings.blas > 0) {
+    if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(settings.blas);
+  }
+}
+
+IntraOpThreadsGuard::IntraOpThreadsGuard(int threads) : previous_(at::get_num_threads()) {
+  if (threads > 0 && threads != previous_) at::set_num_threads(threads);
+}
+
+IntraOpThreadsGuard::~IntraOpThreadsGuard() {
+  if (at::get_num_threads() != previous_) at::set_num_threads(previous_);
+}
+
+int blas_threads() {
+  if (auto get = openblas_symbol<int (*)()>("openblas_get_num_threads")) return get();
+  return 0;
+}
+
+std::string blas_description() {
+  if (auto config = openblas_symbol<char* (*)()>("openblas_get_config")) return config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  return "unknown BLAS";
+}
+
+double quick_matmul_gflops(std::int64_t n) {
+  // Constant operands: the rate does not depend on the values, and the global random stream stays untouched.
+  const auto a = at::full({n, n}, 0.5f);
+  const auto b = at::full({n, n}, 0.25f);
+  auto c = at::empty({n, n});
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {  // the first one also wakes the BLAS threads
+    const auto start = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double nd = static_cast<double>(n);
+  return 2.0 * nd * nd * nd / std::max(best, 1e-9) / 1e9;
+}
+
+}  // namespace fitsum::util

@@ -1,0 +1,64 @@
+// The benchmark shapes built in code equal the config files users can read (configs/, data/pegasus), and the
+// FLOP count of a training step matches a hand count.
+#include <gtest/gtest.h>
+
+#include "fitsum/io/hf_config.h"
+#include "fitsum/model/config.h"
+#include "fitsum/util/threads.h"
+#include "test_support.h"
+
+namespace fitsum::test {
+namespace {
+
+TEST(BenchmarkShapes, EqualTheConfigFiles) {
+  const std::vector<std::pair<std::string, fs::path>> shapes = {
+      {"tiny", source_dir() / "configs" / "pegasus-tiny"},
+      {"small", source_dir() / "configs" / "pegasus-small"},
+      {"base", source_dir() / "configs" / "pegasus-base"},
+      {"large", source_dir() / "data" / "pegasus"}};
+  for (const auto& [name, dir] : shapes) {
+    const auto built = model::pegasus_shape(name);
+    const auto file = io::read_model_config(dir);
+    EXPECT_EQ(built.vocab_size, file.vocab_size) << name;
+    EXPECT_EQ(built.d_model, file.d_model) << name;
+    EXPECT_EQ(built.encoder_layers, file.encoder_layers) << name;
+    EXPECT_EQ(built.decoder_layers, file.decoder_layers) << name;
+    EXPECT_EQ(built.encoder_attention_heads, file.encoder_attention_heads) << name;
+    EXPECT_EQ(built.decoder_attention_heads, file.decoder_attention_heads) << name;
+    EXPECT_EQ(built.encoder_ffn_dim, file.encoder_ffn_dim) << name;
+    EXPECT_EQ(built.decoder_ffn_dim, file.decoder_ffn_dim) << name;
+    EXPECT_EQ(built.dropout, file.dropout) << name;
+    EXPECT_EQ(built.attention_dropout, file.attention_dropout) << name;
+    EXPECT_EQ(built.activation_dropout, file.activation_dropout) << name;
+    EXPECT_EQ(built.activation_function, file.activation_function) << name;
+    EXPECT_EQ(built.max_position_embeddings, file.max_position_embeddings) << name;
+    EXPECT_EQ(built.scale_embedding, file.scale_embedding) << name;
+  }
+  EXPECT_THROW(model::pegasus_shape("huge"), std::invalid_argument);
+}
+
+TEST(BenchmarkShapes, TrainingFlopsCountEveryProduct) {
+  model::ModelConfig c;
+  c.vocab_size = 10;
+  c.d_model = 4;
+  c.encoder_layers = 1;
+  c.decoder_layers = 1;
+  c.encoder_attention_heads = c.decoder_attention_heads = 2;
+  c.encoder_ffn_dim = c.decoder_ffn_dim = 8;
+  // batch 1, source 3, target 2; per forward:
+  //   encoder: 4 projections 2*3*4*4 = 384, scores + values 2 * 2*3*4*3 = 144, ffn 2 * 2*3*4*8 = 384
+  //   decoder: self 4 * 2*2*4*4 = 256 + 2 * 2*2*4*2 = 64; cross q,o 2 * 2*2*4*4 = 128, k,v 2 * 2*3*4*4 = 192,
+  //            scores + values 2 * 2*2*4*3 = 96; ffn 2 * 2*2*4*8 = 256
+  //   head 2*2*4*10 = 160
+  const double forward = 384 + 144 + 384 + 256 + 64 + 128 + 192 + 96 + 256 + 160;
+  EXPECT_DOUBLE_EQ(model::training_matmul_flops(c, 1, 3, 2), 3 * forward);
+}
+
+TEST(Threads, DefaultKeepsOneIntraOpThreadAndGivesTheCoresToBlas) {
+  const auto defaults = util::default_thread_settings();
+  EXPECT_EQ(defaults.intra_op, 1);
+  EXPECT_GE(defaults.blas, 1);
+}
+
+}  // namespace
+}  // namespace fitsum::test
