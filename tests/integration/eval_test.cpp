@@ -7,6 +7,7 @@
 
 #include "fitsum/util/files.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
@@ -92,7 +93,7 @@ TEST(EvalCommand, ReportsTheEvaluationLoss) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto metrics = util::read_json_file(dir / "metrics.json");
   const double want = c["loss"];
-  EXPECT_NEAR(metrics["eval_loss"].get<double>(), want, 1e-5 * want);
+  EXPECT_CLOSE(metrics["eval_loss"].get<double>(), want, relative(1e-5));
   EXPECT_EQ(metrics["eval_samples"], 2);
 }
 

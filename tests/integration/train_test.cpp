@@ -15,7 +15,9 @@
 
 #include "fitsum/io/safetensors.h"
 #include "fitsum/util/files.h"
+#include "fixture_support.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
@@ -75,9 +77,7 @@ void expect_same_weights(const fs::path& a, const fs::path& b, double relative) 
   ASSERT_EQ(wa.size(), wb.size());
   for (const auto& [name, t] : wa) {
     if (name.find("k_proj.bias") != std::string::npos) continue;
-    const auto& u = wb.at(name);
-    const double scale = std::max(t.abs().max().item<double>(), 1e-12);
-    EXPECT_LE((t - u).abs().max().item<double>(), relative * scale) << name << " differs between " << a << " and " << b;
+    EXPECT_CLOSE(wb.at(name), t, test::relative(relative)) << name << " differs between " << a << " and " << b;
   }
 }
 
@@ -103,16 +103,12 @@ TEST_P(TrainFixture, ReproducesReferenceTrajectory) {
   for (int i = 0; i < 3; ++i) {
     const double want = expected["losses_before_each_step"][i];
     EXPECT_EQ(history[i]["step"], i + 1);
-    EXPECT_NEAR(history[i]["loss"].get<double>(), want, (i == 0 ? 1e-5 : 1e-4) * want) << "step " << i + 1;
+    EXPECT_CLOSE(history[i]["loss"].get<double>(), want, relative(i == 0 ? 1e-5 : 1e-4)) << "step " << i + 1;
   }
   const auto w = weights(out);
   for (const auto& item : expected["params_after_3_steps"].items()) {
-    const auto flat = w.at(item.key()).reshape({-1}).to(torch::kDouble);
-    const double tolerance = 1e-4 * item.value()["l2"].get<double>() / std::sqrt(static_cast<double>(flat.numel()));
-    for (std::size_t i = 0; i < item.value()["index"].size(); ++i) {
-      const auto at = item.value()["index"][i].get<std::int64_t>();
-      EXPECT_NEAR(flat[at].item<double>(), item.value()["value"][i].get<double>(), tolerance) << item.key() << "[" << at << "]";
-    }
+    const auto& tensor = w.at(item.key());
+    expect_samples_near(tensor, item.value(), rms_tolerance(item.value(), tensor.numel()), item.key());
   }
   // An HF-loadable folder with the trainer's state.
   EXPECT_TRUE(fs::exists(out / "config.json"));
@@ -124,9 +120,9 @@ TEST_P(TrainFixture, ReproducesReferenceTrajectory) {
   EXPECT_TRUE(last.contains("train_runtime"));
   EXPECT_TRUE(last.contains("train_samples_per_second"));
   EXPECT_TRUE(last.contains("train_tokens_per_second"));
-  EXPECT_NEAR(last["train_loss"].get<double>(),
+  EXPECT_CLOSE(last["train_loss"].get<double>(),
               (history[0]["loss"].get<double>() + history[1]["loss"].get<double>() + history[2]["loss"].get<double>()) / 3,
-              1e-9);
+              relative(1e-10));
   EXPECT_GT(history[0]["peak_memory_bytes"].get<std::int64_t>(), 0);
 }
 
@@ -147,7 +143,7 @@ TEST(Train, GradientAccumulationIsExact) {
   expect_same_weights(dir / "out-4", dir / "out-1", 1e-5);
   const auto a = log_history(dir / "out-4"), b = log_history(dir / "out-1");
   for (int i = 0; i < 4; ++i) {
-    EXPECT_NEAR(a[i]["loss"].get<double>(), b[i]["loss"].get<double>(), 1e-5 * a[i]["loss"].get<double>());
+    EXPECT_CLOSE(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), relative(1e-5));
   }
 }
 
@@ -165,7 +161,7 @@ TEST(Train, GradientCheckpointingChangesMemoryNotResults) {
   expect_same_weights(dir / "plain", dir / "ckpt", 1e-6);
   const auto plain = log_history(dir / "plain"), ckpt = log_history(dir / "ckpt");
   for (int i = 0; i < 4; ++i) {
-    EXPECT_NEAR(plain[i]["loss"].get<double>(), ckpt[i]["loss"].get<double>(), 1e-6 * plain[i]["loss"].get<double>())
+    EXPECT_CLOSE(ckpt[i]["loss"].get<double>(), plain[i]["loss"].get<double>(), relative(1e-6))
         << "step " << i + 1;
   }
   // Dropout was on: without it the losses differ.
@@ -354,7 +350,7 @@ TEST(Train, Bf16AutocastKeepsFloat32WeightsAndTracksFloat32Loss) {
   for (int i = 0; i < 2; ++i) {
     const double fp32 = a[i]["loss"].get<double>(), bf16 = b[i]["loss"].get<double>();
     EXPECT_NE(fp32, bf16);                        // autocast really ran the products in bfloat16
-    EXPECT_NEAR(bf16, fp32, 0.01 * fp32);         // bfloat16 has 8 bits of mantissa: about 2-3 digits
+    EXPECT_CLOSE(bf16, fp32, relative(0.01));        // bfloat16 has 8 bits of mantissa: about 2-3 digits
   }
   io::SafetensorsReader saved(dir / "bf16" / "model.safetensors");
   EXPECT_EQ(saved.entry("model.shared.weight").dtype, "F32");  // master weights stay float32

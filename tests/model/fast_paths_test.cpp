@@ -12,18 +12,10 @@
 #include "fitsum/model/tied_embedding.h"
 #include "fitsum/optim/optimizers.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
-
-// max |a - b| <= tolerance * max(max |b|, 1e-12)
-void expect_close(const torch::Tensor& a, const torch::Tensor& b, double tolerance, const std::string& what) {
-  ASSERT_TRUE(a.defined()) << what;
-  ASSERT_TRUE(b.defined()) << what;
-  ASSERT_EQ(a.sizes(), b.sizes()) << what;
-  const double scale = std::max(b.abs().max().item<double>(), 1e-12);
-  EXPECT_LE((a - b).abs().max().item<double>(), tolerance * scale) << what;
-}
 
 model::ModelConfig small_config(std::int64_t padding_idx) {
   auto c = io::read_model_config(source_dir() / "tests" / "data" / "fixtures" / "odd-pegasus");
@@ -87,8 +79,7 @@ TEST(TiedEmbedding, InPlaceGradientsEqualAutograd) {
       for (const auto& [name, g] : plain) {
         // k_proj biases have a true gradient of zero: both paths compute rounding noise there.
         if (name.find("k_proj.bias") != std::string::npos) continue;
-        expect_close(fast.at(name), g, 1e-5,
-                     name + " padding_idx " + std::to_string(padding_idx) + " smoothing " + std::to_string(smoothing));
+        EXPECT_CLOSE(fast.at(name), g, relative(1e-5)) << name + " padding_idx " + std::to_string(padding_idx) + " smoothing " + std::to_string(smoothing);
       }
     }
   }
@@ -120,7 +111,7 @@ TEST(TiedEmbedding, FallsBackWhenTheTableIsNotATrainableLeaf) {
   auto expected = torch::zeros({7, 3});
   expected[1].fill_(2.0);
   expected[4].fill_(4.0);
-  EXPECT_TRUE(torch::allclose(leaf.grad(), expected));
+  EXPECT_CLOSE(leaf.grad(), expected, relative(1e-6));
   torch::NoGradGuard no_grad;
   EXPECT_FALSE(model::embedding_lookup(leaf, ids, 0).requires_grad());
 }
@@ -145,10 +136,10 @@ void check_fused_loss(const model::LinearCrossEntropyOptions& options, bool weig
   auto head = weight_is_leaf ? weight_b : weight_b * 1.0;
   auto fused = model::linear_cross_entropy(hidden_b, head, bias, labels, options);
   EXPECT_EQ(fused.tokens, plain.tokens) << what;
-  EXPECT_NEAR(fused.sum.item<double>(), plain.sum.item<double>(), 1e-5 * std::abs(plain.sum.item<double>())) << what;
+  EXPECT_CLOSE(fused.sum.item<double>(), plain.sum.item<double>(), relative(1e-5)) << what;
   (fused.sum * 1.0).backward();
-  expect_close(hidden_b.grad(), hidden_a.grad(), 1e-5, what + ": hidden gradient");
-  expect_close(weight_b.grad(), weight_a.grad(), 1e-5, what + ": weight gradient");
+  EXPECT_CLOSE(hidden_b.grad(), hidden_a.grad(), relative(1e-5)) << what + ": hidden gradient";
+  EXPECT_CLOSE(weight_b.grad(), weight_a.grad(), relative(1e-5)) << what + ": weight gradient";
   // Positions labelled -100 get exactly nothing.
   EXPECT_EQ(hidden_b.grad()[0][4].abs().max().item<float>(), 0.0f) << what;
 }
@@ -177,7 +168,7 @@ TEST(FusedLoss, WithoutGradientsAndWithoutLabelTokens) {
     torch::NoGradGuard no_grad;
     const auto plain = model::label_loss_sum(torch::linear(hidden, weight), labels, 0.1);
     const auto fused = model::linear_cross_entropy(hidden, weight, {}, labels, {0.1});
-    EXPECT_NEAR(fused.sum.item<double>(), plain.sum.item<double>(), 1e-5 * plain.sum.item<double>());
+    EXPECT_CLOSE(fused.sum.item<double>(), plain.sum.item<double>(), relative(1e-5));
     // A bias of zeros (skipped) is no bias.
     const auto zero_bias = model::linear_cross_entropy(hidden, weight, torch::zeros({1, 300}), labels, {0.1});
     EXPECT_EQ(zero_bias.sum.item<double>(), fused.sum.item<double>());
@@ -232,7 +223,7 @@ TEST(FusedOptimizers, EqualTheTensorFormulas) {
     const auto fused = run_optimizer(true, kind, 4);
     ASSERT_EQ(reference.size(), fused.size());
     for (std::size_t i = 0; i < reference.size(); ++i) {
-      expect_close(fused[i], reference[i], 2e-6, kind + " tensor " + std::to_string(i));
+      EXPECT_CLOSE(fused[i], reference[i], relative(2e-6)) << kind + " tensor " + std::to_string(i);
     }
   }
 }
@@ -257,7 +248,7 @@ TEST(Dropout, KeepsOneMinusPAndScalesWhatItKeeps) {
   auto y = model::dropout(x, 0.1, true);
   const auto kept = y.ne(0);
   EXPECT_NEAR(kept.to(torch::kDouble).mean().item<double>(), 0.9, 0.002);
-  expect_close(y.masked_select(kept), x.masked_select(kept) / 0.9, 1e-6, "kept values");
+  EXPECT_CLOSE(y.masked_select(kept), x.masked_select(kept) / 0.9, relative(1e-6)) << "kept values";
   // The same seed gives the same mask; the generator moved on, so the next call gives another.
   torch::manual_seed(8);
   torch::rand({1000, 1000});
@@ -275,7 +266,7 @@ TEST(Dropout, BackwardUsesTheSameMask) {
   auto weights = torch::randn({64, 33});
   (y * weights).sum().backward();
   const auto expected = y.detach().ne(0).to(torch::kFloat) * weights / 0.75;
-  expect_close(x.grad(), expected, 1e-6, "gradient");
+  EXPECT_CLOSE(x.grad(), expected, relative(1e-6)) << "gradient";
   // bfloat16 takes the same kernel.
   auto xb = x.detach().to(torch::kBFloat16);
   torch::manual_seed(9);

@@ -5,6 +5,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fixture_support.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
@@ -46,7 +47,7 @@ TEST_P(OptimizerTrajectory, MatchesFixture) {
   const auto& losses = expected["losses_before_each_step"];
   for (std::size_t i = 0; i < 3; ++i) {
     const double want = losses[i].get<double>();
-    EXPECT_NEAR(t.losses[i], want, (i == 0 ? 1e-5 : 1e-4) * want) << "loss before step " << i + 1;
+    EXPECT_CLOSE(t.losses[i], want, relative(i == 0 ? 1e-5 : 1e-4)) << "loss before step " << i + 1;
   }
   auto params = m->named_parameters();
   for (const auto& item : expected["params_after_3_steps"].items()) {

@@ -9,6 +9,7 @@
 #include "fitsum/memory/tracking_allocator.h"
 #include "planner_grid.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
@@ -178,10 +179,10 @@ TEST(TrainerRecovery, OutOfMemoryMidRunSplitsTheMicroBatchAndKeepsTheUpdate) {
   EXPECT_NE(log.find("re-planned with gradient checkpointing"), std::string::npos) << log;
   // The same examples in every step: the same losses and the same weights as the run that never ran out.
   ASSERT_EQ(recovered.losses.size(), whole.losses.size());
-  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_NEAR(recovered.losses[i], whole.losses[i], 1e-5);
+  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_CLOSE(recovered.losses[i], whole.losses[i], relative(1e-6));
   ASSERT_EQ(recovered.weights.size(), whole.weights.size());
   for (std::size_t i = 0; i < whole.weights.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(recovered.weights[i], whole.weights[i], 1e-4, 1e-6)) << "parameter " << i;
+    EXPECT_CLOSE(recovered.weights[i], whole.weights[i], relative(1e-4)) << "parameter " << i;
   }
 }
 
@@ -196,10 +197,10 @@ TEST(TrainerRecovery, OutOfMemoryInBackwardRedoesTheStepWithSplitMicroBatches) {
       << log;
   EXPECT_EQ(recovered.oom_splits, 1);
   ASSERT_EQ(recovered.losses.size(), whole.losses.size());
-  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_NEAR(recovered.losses[i], whole.losses[i], 1e-5);
+  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_CLOSE(recovered.losses[i], whole.losses[i], relative(1e-6));
   ASSERT_EQ(recovered.weights.size(), whole.weights.size());
   for (std::size_t i = 0; i < whole.weights.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(recovered.weights[i], whole.weights[i], 1e-4, 1e-6)) << "parameter " << i;
+    EXPECT_CLOSE(recovered.weights[i], whole.weights[i], relative(1e-4)) << "parameter " << i;
   }
 }
 

@@ -6,6 +6,7 @@
 #include "fitsum/train/trainer.h"
 #include "fixture_support.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
@@ -86,7 +87,7 @@ TEST(Trainer, EvaluationLossEqualsFullLogitsLoss) {
     weighted += loss.sum.item<double>() / static_cast<double>(loss.tokens) * static_cast<double>(indices.size());
   }
   const double plain = weighted / static_cast<double>(eval_examples.size());
-  EXPECT_NEAR(fused, plain, 1e-5 * plain);
+  EXPECT_CLOSE(fused, plain, relative(1e-5));
 }
 
 }  // namespace
