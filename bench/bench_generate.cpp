@@ -184,8 +184,8 @@ int main(int argc, char** argv) {
     std::printf("\n%-10s %10s %14s %12s %12s\n", "use_cache", "seconds", "summaries/s", "tokens/s", "checksum");
     for (const auto& row : rows) {
       std::printf("%-10s %10.4f %14.2f %12.1f %12lld\n", row["use_cache"].get<bool>() ? "true" : "false",
-                  row["seconds"].get<double>(), row["summaries_per_s"].get<double>(),
-                  row["tokens_per_s"].get<double>(), static_cast<long long>(row["checksum"].get<std::int64_t>()));
+                  row["seconds"].get<double>(), row["summaries_per_s"].get<double>(), row["tokens_per_s"].get<double>(),
+                  static_cast<long long>(row["checksum"].get<std::int64_t>()));
     }
     std::printf("cache speed-up: %.2fx   same sequences with and without the cache: %s\n",
                 rows[1]["seconds"].get<double>() / rows[0]["seconds"].get<double>(), same ? "yes" : "NO");

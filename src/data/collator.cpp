@@ -60,7 +60,8 @@ Batch collate(const std::vector<Example>& examples, const std::vector<std::size_
   for (std::size_t row = 0; row < indices.size(); ++row) {
     const Example& example = examples[indices[row]];
     const std::size_t source_row = row * static_cast<std::size_t>(source_columns);
-    std::copy(example.input_ids.begin(), example.input_ids.end(), input_ids.begin() + static_cast<std::ptrdiff_t>(source_row));
+    std::copy(example.input_ids.begin(), example.input_ids.end(),
+              input_ids.begin() + static_cast<std::ptrdiff_t>(source_row));
     if (example.attention_mask.empty()) {
       std::fill_n(attention_mask.begin() + static_cast<std::ptrdiff_t>(source_row), example.input_ids.size(), 1);
     } else {

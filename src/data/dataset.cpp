@@ -36,8 +36,8 @@ class RecordContext {
   const std::string& text(const std::string& field, const char* flag) const {
     const auto it = record_.fields.find(field);
     if (it == record_.fields.end()) {
-      throw bad(field, std::string("missing; the record has ") + field_names(record_.fields) + " (choose the column with " +
-                           flag + ")");
+      throw bad(field, std::string("missing; the record has ") + field_names(record_.fields) +
+                           " (choose the column with " + flag + ")");
     }
     if (!it->is_string()) {
       throw bad(field, std::string("expected a string, found ") + it->type_name());
@@ -48,8 +48,8 @@ class RecordContext {
   // A list of token ids: a JSON array of integers, or a csv cell holding one ("[1, 2, 3]").
   std::vector<TokenId> ids(const std::string& field, TokenId vocab_size, bool allow_label_padding) const {
     const nlohmann::json& value = record_.fields.at(field);
-    const nlohmann::json parsed = value.is_string() ? nlohmann::json::parse(value.get<std::string>(), nullptr, false)
-                                                    : nlohmann::json();
+    const nlohmann::json parsed =
+        value.is_string() ? nlohmann::json::parse(value.get<std::string>(), nullptr, false) : nlohmann::json();
     const nlohmann::json& list = value.is_string() ? parsed : value;
     if (!list.is_array()) {
       throw bad(field, std::string("expected a list of token ids, found ") + value.type_name());
@@ -186,9 +186,8 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     if (context.has("attention_mask")) {
       example.attention_mask = context.ids("attention_mask", 2, false);
       if (example.attention_mask.size() != example.input_ids.size()) {
-        throw context.bad("attention_mask", "has " + std::to_string(example.attention_mask.size()) +
-                                                " entries for " + std::to_string(example.input_ids.size()) +
-                                                " input_ids");
+        throw context.bad("attention_mask", "has " + std::to_string(example.attention_mask.size()) + " entries for " +
+                                                std::to_string(example.input_ids.size()) + " input_ids");
       }
     }
     if (context.has("labels")) {
@@ -200,8 +199,9 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
   } else {
     const std::string& text = context.text(options.text_column, "--text_column");
     if (tokenizer == nullptr) {
-      throw context.bad(options.text_column, "is text, but no tokenizer was found (the model folder has no "
-                                             "spiece.model): pass --tokenizer_name DIR, or pre-tokenized records");
+      throw context.bad(options.text_column,
+                        "is text, but no tokenizer was found (the model folder has no "
+                        "spiece.model): pass --tokenizer_name DIR, or pre-tokenized records");
     }
     example.input_ids = tokenizer->encode(text);
     counts.empty_text = example.input_ids.size() == 1 ? 1 : 0;

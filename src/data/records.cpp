@@ -186,7 +186,8 @@ class JsonArraySource : public RecordReader::Source {
       nlohmann::json key = nlohmann::json::parse(key_text, nullptr, false);
       if (key.is_string() && key.get<std::string>() == "data") {
         if (stream_.peek() != '[') {
-          throw std::runtime_error(where(stream_.file(), stream_.line()) + ": the \"data\" field must be an array of records");
+          throw std::runtime_error(where(stream_.file(), stream_.line()) +
+                                   ": the \"data\" field must be an array of records");
         }
         stream_.get();
         return true;
@@ -386,9 +387,12 @@ FileFormat format_of(const fs::path& file) {
 
 const char* to_string(FileFormat format) {
   switch (format) {
-    case FileFormat::kJsonLines: return "jsonl";
-    case FileFormat::kJson: return "json";
-    case FileFormat::kCsv: return "csv";
+    case FileFormat::kJsonLines:
+      return "jsonl";
+    case FileFormat::kJson:
+      return "json";
+    case FileFormat::kCsv:
+      return "csv";
   }
   return "?";
 }

@@ -77,9 +77,8 @@ std::vector<std::size_t> length_grouped_order(const std::vector<std::size_t>& le
 
 std::vector<std::size_t> epoch_order(const std::vector<std::size_t>& lengths, const SamplerOptions& options,
                                      std::uint64_t epoch) {
-  return options.group_by_length
-             ? length_grouped_order(lengths, options.examples_per_step, options.seed, epoch)
-             : shuffled_order(lengths.size(), options.seed, epoch);
+  return options.group_by_length ? length_grouped_order(lengths, options.examples_per_step, options.seed, epoch)
+                                 : shuffled_order(lengths.size(), options.seed, epoch);
 }
 
 std::vector<StepBatches> plan_steps(const std::vector<std::size_t>& order, std::size_t micro_batch_size,

@@ -104,8 +104,8 @@ EvaluationResult evaluate(model::Seq2SeqLMImpl& model, const std::vector<data::E
       for (std::size_t i = 0; i < local.size(); ++i) local[i] = i;
       auto batch = data::collate(sources, local, options.collator);
       util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
-      const auto generated = generate::generate(model, batch.input_ids.to(device), batch.attention_mask.to(device),
-                                                options.generation);
+      const auto generated =
+          generate::generate(model, batch.input_ids.to(device), batch.attention_mask.to(device), options.generation);
       for (std::size_t b = 0; b < batch_indices.size(); ++b) {
         Prediction p;
         p.index = batch_indices[b];

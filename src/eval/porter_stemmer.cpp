@@ -69,8 +69,8 @@ bool ends_double_consonant(std::string_view word) {
 bool ends_cvc(std::string_view word) {
   const std::size_t n = word.size();
   const std::vector<bool> consonant = consonant_flags(word);
-  if (n >= 3 && consonant[n - 3] && !consonant[n - 2] && consonant[n - 1] && word[n - 1] != 'w' &&
-      word[n - 1] != 'x' && word[n - 1] != 'y') {
+  if (n >= 3 && consonant[n - 3] && !consonant[n - 2] && consonant[n - 1] && word[n - 1] != 'w' && word[n - 1] != 'x' &&
+      word[n - 1] != 'y') {
     return true;
   }
   return n == 2 && !consonant[0] && consonant[1];
@@ -235,24 +235,12 @@ bool ion_stem_condition(std::string_view stem) {
 // Step 4: drop -ant, -ence, ... when the stem has m > 1.
 std::string step4(const std::string& word) {
   static constexpr std::array<SuffixRule, 19> kRules{{
-      {"al", "", has_measure_above_one},
-      {"ance", "", has_measure_above_one},
-      {"ence", "", has_measure_above_one},
-      {"er", "", has_measure_above_one},
-      {"ic", "", has_measure_above_one},
-      {"able", "", has_measure_above_one},
-      {"ible", "", has_measure_above_one},
-      {"ant", "", has_measure_above_one},
-      {"ement", "", has_measure_above_one},
-      {"ment", "", has_measure_above_one},
-      {"ent", "", has_measure_above_one},
-      {"ion", "", ion_stem_condition},
-      {"ou", "", has_measure_above_one},
-      {"ism", "", has_measure_above_one},
-      {"ate", "", has_measure_above_one},
-      {"iti", "", has_measure_above_one},
-      {"ous", "", has_measure_above_one},
-      {"ive", "", has_measure_above_one},
+      {"al", "", has_measure_above_one},   {"ance", "", has_measure_above_one}, {"ence", "", has_measure_above_one},
+      {"er", "", has_measure_above_one},   {"ic", "", has_measure_above_one},   {"able", "", has_measure_above_one},
+      {"ible", "", has_measure_above_one}, {"ant", "", has_measure_above_one},  {"ement", "", has_measure_above_one},
+      {"ment", "", has_measure_above_one}, {"ent", "", has_measure_above_one},  {"ion", "", ion_stem_condition},
+      {"ou", "", has_measure_above_one},   {"ism", "", has_measure_above_one},  {"ate", "", has_measure_above_one},
+      {"iti", "", has_measure_above_one},  {"ous", "", has_measure_above_one},  {"ive", "", has_measure_above_one},
       {"ize", "", has_measure_above_one},
   }};
   return apply_first_matching_rule(word, kRules);

@@ -58,8 +58,9 @@ std::size_t uniform_index(std::mt19937_64& generator, std::size_t n) {
 
 void check_not_empty(const std::vector<RougeScores>& scores) {
   if (scores.empty()) {
-    throw std::invalid_argument("cannot aggregate ROUGE over zero records: the input holds no (prediction, "
-                                "reference) pairs");
+    throw std::invalid_argument(
+        "cannot aggregate ROUGE over zero records: the input holds no (prediction, "
+        "reference) pairs");
   }
 }
 

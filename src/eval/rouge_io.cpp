@@ -21,8 +21,8 @@ std::string text_field(const nlohmann::json& record, const std::string& field, c
                        const char* flag) {
   const auto it = record.find(field);
   if (it == record.end()) {
-    throw std::runtime_error(where + ": the record has no field '" + field + "' (its fields: " +
-                             field_list(record) + "); choose the field with " + flag);
+    throw std::runtime_error(where + ": the record has no field '" + field + "' (its fields: " + field_list(record) +
+                             "); choose the field with " + flag);
   }
   if (!it->is_string()) {
     throw std::runtime_error(where + ": field '" + field + "' is " + std::string(it->type_name()) +

@@ -64,9 +64,9 @@ std::string ascii_lower(std::string_view text) {
 // Abbreviations that practically never end a sentence in a summary.
 bool is_non_final_abbreviation(std::string_view lower) {
   static constexpr std::array<std::string_view, 40> kAbbreviations = {
-      "mr",  "mrs", "ms",  "dr",  "prof", "rev", "gen", "col", "capt", "lt",     "sgt",  "hon", "st",  "mt",
-      "jr",  "sr",  "vs",  "e.g", "i.e",  "cf",  "approx", "dept", "est", "fig", "inc",  "ltd", "co",  "corp",
-      "jan", "feb", "mar", "apr", "jun",  "jul", "aug", "sep", "sept", "oct", "nov", "dec"};
+      "mr",  "mrs", "ms",  "dr",  "prof", "rev", "gen",    "col",  "capt", "lt",  "sgt", "hon", "st", "mt",
+      "jr",  "sr",  "vs",  "e.g", "i.e",  "cf",  "approx", "dept", "est",  "fig", "inc", "ltd", "co", "corp",
+      "jan", "feb", "mar", "apr", "jun",  "jul", "aug",    "sep",  "sept", "oct", "nov", "dec"};
   for (const std::string_view abbreviation : kAbbreviations) {
     if (lower == abbreviation) {
       return true;

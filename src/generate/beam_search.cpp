@@ -23,7 +23,9 @@ namespace fitsum::generate {
 
 BeamHypotheses::BeamHypotheses(std::int64_t num_beams, double length_penalty, EarlyStopping early_stopping,
                                std::int64_t max_length)
-    : num_beams_(num_beams), length_penalty_(length_penalty), early_stopping_(early_stopping),
+    : num_beams_(num_beams),
+      length_penalty_(length_penalty),
+      early_stopping_(early_stopping),
       max_length_(max_length) {}
 
 void BeamHypotheses::add(std::vector<std::int64_t> tokens, double sum_logprobs) {
@@ -85,8 +87,8 @@ std::vector<std::int64_t> row_tokens(const torch::Tensor& sequences, std::int64_
 
 }  // namespace
 
-GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& input_ids,
-                             const at::Tensor& attention_mask, const GenerationOptions& options) {
+GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                             const GenerationOptions& options) {
   options.validate_for(model.config());
   if (options.num_beams < 2) {
     throw std::invalid_argument("beam_search needs num_beams of 2 or more, but num_beams is " +
@@ -107,7 +109,7 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
   const auto device = decoder.device();
   // The running beams' tokens (R, T) on the CPU, R = beams * active sources; the first step has one row per source.
   auto sequences = torch::full({batch, 1}, options.decoder_start_token_id, torch::kLong);
-  torch::Tensor beam_scores;  // (R) float32 on the device: each beam's sum of log-probabilities
+  torch::Tensor beam_scores;                // (R) float32 on the device: each beam's sum of log-probabilities
   std::vector<std::int64_t> active(batch);  // the sources still searching, in row order
   for (std::int64_t b = 0; b < batch; ++b) active[b] = b;
 
@@ -140,9 +142,9 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
     const auto ids_of = top_ids.accessor<std::int64_t, 2>();
 
     // BeamSearchScorer.process, source by source.
-    std::vector<std::int64_t> next_rows;     // the row each next beam extends
-    std::vector<std::int64_t> next_tokens;   // and with which token
-    std::vector<float> next_scores;          // its new sum of log-probabilities
+    std::vector<std::int64_t> next_rows;    // the row each next beam extends
+    std::vector<std::int64_t> next_tokens;  // and with which token
+    std::vector<float> next_scores;         // its new sum of log-probabilities
     std::vector<std::int64_t> still_active;
     for (std::int64_t a = 0; a < sources; ++a) {
       const auto source = active[a];
@@ -170,8 +172,9 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
         }
       }
       if (kept < beams) {
-        throw std::runtime_error("beam search found fewer than num_beams continuations that are not eos among the "
-                                 "top 2 * num_beams candidates (HF raises the same)");
+        throw std::runtime_error(
+            "beam search found fewer than num_beams continuations that are not eos among the "
+            "top 2 * num_beams candidates (HF raises the same)");
       }
       if (hypotheses[source].is_done(best, length)) {
         next_rows.resize(first_kept);  // a finished source leaves the batch
@@ -186,7 +189,8 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
       break;
     }
     auto index = torch::tensor(next_rows, torch::kLong);  // (R')
-    sequences = torch::cat({sequences.index_select(0, index), torch::tensor(next_tokens, torch::kLong).unsqueeze(1)}, 1);
+    sequences =
+        torch::cat({sequences.index_select(0, index), torch::tensor(next_tokens, torch::kLong).unsqueeze(1)}, 1);
     beam_scores = torch::tensor(next_scores, torch::kFloat32).to(device);
     ++length;
     const bool same_sources = static_cast<std::int64_t>(still_active.size()) == sources;

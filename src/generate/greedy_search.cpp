@@ -31,7 +31,7 @@ GenerationResult greedy_search(model::Seq2SeqLMImpl& model, const at::Tensor& in
   // Every source's output row, filled as tokens come; rows that finish early keep the pad that is already there.
   auto output = torch::full({batch, max_length}, options.pad_token_id, torch::kLong);  // (B, max_length)
   output.select(1, 0).fill_(options.decoder_start_token_id);
-  auto running = output.narrow(1, 0, 1).clone();  // (R, T): the unfinished rows' tokens so far
+  auto running = output.narrow(1, 0, 1).clone();   // (R, T): the unfinished rows' tokens so far
   std::vector<std::int64_t> source_of_row(batch);  // output row of each unfinished row
   for (std::int64_t b = 0; b < batch; ++b) source_of_row[b] = b;
 

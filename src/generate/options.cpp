@@ -48,8 +48,7 @@ std::string str(double v) {
 
 void GenerationOptions::validate() const {
   if (max_new_tokens) {
-    require(*max_new_tokens >= 1,
-            "max_new_tokens (" + std::to_string(*max_new_tokens) + ") must be at least 1");
+    require(*max_new_tokens >= 1, "max_new_tokens (" + std::to_string(*max_new_tokens) + ") must be at least 1");
   } else {
     require(max_length >= 2, "max_length (" + std::to_string(max_length) +
                                  ") must be at least 2: the decoder start token and one generated token");
@@ -59,8 +58,7 @@ void GenerationOptions::validate() const {
   require(min_length <= max_len,
           "min_length (" + std::to_string(min_length) + ") is greater than max_length (" + std::to_string(max_len) +
               (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) + ")");
-  require(num_beams >= 1,
-          "num_beams (" + std::to_string(num_beams) + ") must be at least 1 (1 means greedy search)");
+  require(num_beams >= 1, "num_beams (" + std::to_string(num_beams) + ") must be at least 1 (1 means greedy search)");
   require(std::isfinite(length_penalty), "length_penalty (" + str(length_penalty) + ") must be a finite number");
   require(no_repeat_ngram_size >= 0,
           "no_repeat_ngram_size (" + std::to_string(no_repeat_ngram_size) + ") must not be negative (0 turns it off)");
@@ -69,8 +67,8 @@ void GenerationOptions::validate() const {
                                  {"pad_token_id", pad_token_id}}) {
     require(id >= 0, std::string(name) + " (" + std::to_string(id) + ") must be a token id (0 or more)");
   }
-  require(forced_eos_token_id >= -1, "forced_eos_token_id (" + std::to_string(forced_eos_token_id) +
-                                         ") must be a token id, or -1 for none");
+  require(forced_eos_token_id >= -1,
+          "forced_eos_token_id (" + std::to_string(forced_eos_token_id) + ") must be a token id, or -1 for none");
 }
 
 void GenerationOptions::validate_for(const model::ModelConfig& config) const {
@@ -85,7 +83,8 @@ void GenerationOptions::validate_for(const model::ModelConfig& config) const {
   }
   require(2 * num_beams <= vocab, "num_beams (" + std::to_string(num_beams) +
                                       ") is too large: beam search ranks 2 * num_beams candidates per step and the "
-                                      "vocabulary has " + std::to_string(vocab) + " tokens");
+                                      "vocabulary has " +
+                                      std::to_string(vocab) + " tokens");
   // The last token is never fed back, so max_length - 1 decoder positions are embedded.
   const auto max_len = effective_max_length();
   require(max_len - 1 <= config.max_position_embeddings,
@@ -165,8 +164,9 @@ class FieldReader {
 };
 
 void refuse_unsupported(const FieldReader& r) {
-  const std::string only = "fitsum implements greedy and beam search without it; remove the field or set it to "
-                           "its default";
+  const std::string only =
+      "fitsum implements greedy and beam search without it; remove the field or set it to "
+      "its default";
   if (auto v = r.boolean("do_sample")) r.refuse_unless("do_sample", !*v, "sampling is not implemented; " + only);
   if (auto v = r.integer("num_beam_groups")) r.refuse_unless("num_beam_groups", *v <= 1, only);
   if (auto v = r.number("diversity_penalty")) r.refuse_unless("diversity_penalty", *v == 0.0, only);
@@ -212,8 +212,9 @@ GenerationOptions options_from(const json& j, const std::string& source) {
   } else if (auto bos = r.integer("bos_token_id")) {
     o.decoder_start_token_id = *bos;
   } else {
-    throw std::invalid_argument(source + " sets neither decoder_start_token_id nor bos_token_id; an encoder-decoder "
-                                         "needs one to start decoding");
+    throw std::invalid_argument(source +
+                                " sets neither decoder_start_token_id nor bos_token_id; an encoder-decoder "
+                                "needs one to start decoding");
   }
   o.pad_token_id = r.integer("pad_token_id").value_or(o.eos_token_id);
   o.forced_eos_token_id = r.token("forced_eos_token_id").value_or(-1);
@@ -262,8 +263,8 @@ json to_json(const GenerationOptions& o) {
   j["min_length"] = o.min_length;
   j["num_beams"] = o.num_beams;
   j["length_penalty"] = o.length_penalty;
-  j["early_stopping"] = o.early_stopping == EarlyStopping::never ? json("never")
-                                                                 : json(o.early_stopping == EarlyStopping::on_full);
+  j["early_stopping"] =
+      o.early_stopping == EarlyStopping::never ? json("never") : json(o.early_stopping == EarlyStopping::on_full);
   j["no_repeat_ngram_size"] = o.no_repeat_ngram_size;
   j["decoder_start_token_id"] = o.decoder_start_token_id;
   j["eos_token_id"] = o.eos_token_id;

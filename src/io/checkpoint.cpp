@@ -217,11 +217,10 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
   };
 
   const bool tied = model.config().tie_word_embeddings;
-  const std::set<std::string> tied_copies = tied ? std::set<std::string>{"lm_head.weight",
-                                                                         "model.encoder.embed_tokens.weight",
-                                                                         "model.decoder.embed_tokens.weight"}
-                                                 : std::set<std::string>{"model.encoder.embed_tokens.weight",
-                                                                         "model.decoder.embed_tokens.weight"};
+  const std::set<std::string> tied_copies =
+      tied ? std::set<std::string>{"lm_head.weight", "model.encoder.embed_tokens.weight",
+                                   "model.decoder.embed_tokens.weight"}
+           : std::set<std::string>{"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"};
   const auto& c = model.config();
   std::vector<std::string> problems;
   std::set<std::string> found;
@@ -241,13 +240,13 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
       continue;
     }
     if (info.shape != want) {
-      problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected " +
-                         shape_text(want));
+      problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected " + shape_text(want));
       continue;
     }
     const bool floating = info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16" || info.dtype == "F64";
     if (!floating) {
-      problems.push_back("tensor '" + info.name + "' has dtype " + info.dtype + "; weights must be F32, F16, BF16 or F64");
+      problems.push_back("tensor '" + info.name + "' has dtype " + info.dtype +
+                         "; weights must be F32, F16, BF16 or F64");
       continue;
     }
     if (it == expected.end()) {
@@ -259,9 +258,9 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
   }
   for (const auto& [name, tensor] : expected) {
     if (found.count(name)) continue;
-    const bool computable = name == "final_logits_bias" ||
-                            (ends_with(name, "embed_positions.weight") &&
-                             c.position_embedding == model::PositionEmbedding::sinusoidal);
+    const bool computable =
+        name == "final_logits_bias" ||
+        (ends_with(name, "embed_positions.weight") && c.position_embedding == model::PositionEmbedding::sinusoidal);
     if (name == "model.shared.weight" && !duplicates.empty()) {
       continue;  // only a tied copy is stored: it is loaded into model.shared below
     }
@@ -303,7 +302,8 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
       found.insert("model.shared.weight");
       report.tensors_loaded += 1;
     } else if (!torch::equal(value, shared)) {
-      report.warnings.push_back("'" + name + "' differs from model.shared.weight; tie_word_embeddings is true, so "
+      report.warnings.push_back("'" + name +
+                                "' differs from model.shared.weight; tie_word_embeddings is true, so "
                                 "model.shared.weight is used (as Hugging Face does after tie_weights)");
     }
   }

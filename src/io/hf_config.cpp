@@ -209,9 +209,9 @@ void apply_config_overrides(json& config_json, const std::string& overrides) {
 json generation_config_from_hf(const json& config_json) {
   json g = json::object();
   g["_from_model_config"] = true;
-  for (const char* key : {"bos_token_id", "decoder_start_token_id", "eos_token_id", "forced_eos_token_id",
-                          "pad_token_id", "length_penalty", "max_length", "min_length", "num_beams",
-                          "no_repeat_ngram_size", "early_stopping"}) {
+  for (const char* key :
+       {"bos_token_id", "decoder_start_token_id", "eos_token_id", "forced_eos_token_id", "pad_token_id",
+        "length_penalty", "max_length", "min_length", "num_beams", "no_repeat_ngram_size", "early_stopping"}) {
     const auto it = config_json.find(key);
     if (it != config_json.end() && !it->is_null()) {
       g[key] = *it;

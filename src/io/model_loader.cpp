@@ -32,7 +32,7 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
     config_file = folder.dir / "config.json";
   } else {
     config_file = fs::is_directory(source.config_name) ? fs::path(source.config_name) / "config.json"
-                                                        : fs::path(source.config_name);
+                                                       : fs::path(source.config_name);
     loaded.config_json = util::read_json_file(config_file);
   }
   if (!source.config_overrides.empty()) {
@@ -43,12 +43,13 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
   if (pretrained) {
     folder.config = config;
     loaded.report = load_weights(*loaded.model, folder);
-    loaded.description = "pretrained weights from " + source.model_name_or_path + " (" + folder.describe_weights() + ")";
+    loaded.description =
+        "pretrained weights from " + source.model_name_or_path + " (" + folder.describe_weights() + ")";
   } else {
     model::init_weights(*loaded.model, init_seed);
     loaded.random_init = true;
-    loaded.description = "random initialisation from " + config_file.string() + " (seed " +
-                         std::to_string(init_seed) + ")";
+    loaded.description =
+        "random initialisation from " + config_file.string() + " (seed " + std::to_string(init_seed) + ")";
   }
   const fs::path tokenizer_dir = !source.tokenizer_name.empty() ? fs::path(source.tokenizer_name)
                                  : pretrained                   ? fs::path(source.model_name_or_path)

@@ -29,8 +29,8 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4},  {"F16", at::kHalf, 2}, {"BF16", at::kBFloat16, 2},
-    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},    {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
+    {"F64", at::kDouble, 8}, {"F32", at::kFloat, 4}, {"F16", at::kHalf, 2},  {"BF16", at::kBFloat16, 2},
+    {"I64", at::kLong, 8},   {"I32", at::kInt, 4},   {"I16", at::kShort, 2}, {"I8", at::kChar, 1},
     {"U8", at::kByte, 1},    {"BOOL", at::kBool, 1},
 };
 
@@ -182,8 +182,8 @@ SafetensorsReader::SafetensorsReader(std::filesystem::path path) : path_(std::mo
     std::uint64_t cursor = 0;
     for (const auto* e : by_offset) {
       if (e->begin != cursor) {
-        fail(path_, "tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) + " but the previous one ends at " +
-                        std::to_string(cursor) + " (overlapping or missing data)");
+        fail(path_, "tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) +
+                        " but the previous one ends at " + std::to_string(cursor) + " (overlapping or missing data)");
       }
       cursor = e->end;
     }

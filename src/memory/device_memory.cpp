@@ -55,9 +55,8 @@ void set_memory_limit(const c10::Device& device, std::int64_t bytes) {
   if (device.is_cuda()) {
     const int index = device.index() < 0 ? 0 : device.index();
     const auto total = static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
-    c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / total)
-                                                                 : 1.0,
-                                                       index);
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(
+        bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / total) : 1.0, index);
     return;
   }
 #endif

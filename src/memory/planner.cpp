@@ -20,8 +20,8 @@
 #include "fitsum/util/torch_compat.h"
 
 #ifdef FITSUM_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
 namespace fitsum::memory {
@@ -42,7 +42,8 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
   }
   // Columns differ by orders of magnitude (1 vs B S^2): scale them to unit norm for a well-conditioned solve.
   auto scale = a.norm(2, {0}).clamp_min(1e-30);
-  auto solution = std::get<0>(torch::linalg_lstsq(a / scale, b, c10::nullopt, c10::optional<c10::string_view>("gelsd")));
+  auto solution =
+      std::get<0>(torch::linalg_lstsq(a / scale, b, c10::nullopt, c10::optional<c10::string_view>("gelsd")));
   solution = solution.squeeze(1) / scale;
   std::vector<double> out(static_cast<std::size_t>(k));
   for (std::int64_t j = 0; j < k; ++j) out[static_cast<std::size_t>(j)] = solution[j].item<double>();
@@ -179,7 +180,8 @@ OptimizerCost measure_optimizer(optim::OptimizerType type, const torch::Tensor& 
   });
   synchronize(device);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  cost.seconds = seconds * static_cast<double>(elements) / static_cast<double>(std::max<std::int64_t>(1, weight.numel()));
+  cost.seconds =
+      seconds * static_cast<double>(elements) / static_cast<double>(std::max<std::int64_t>(1, weight.numel()));
   return cost;
 }
 
@@ -222,7 +224,8 @@ void apply_memory_budget(const c10::Device& device, std::uint64_t bytes) {
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess || total_bytes == 0) {
       throw std::runtime_error("--max_memory: cudaMemGetInfo failed");
     }
-    const double fraction = bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
+    const double fraction =
+        bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
     c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index() < 0 ? 0 : device.index());
     return;
   }
@@ -287,10 +290,22 @@ Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& opt
   // dense embedding gradients at its end do not), so the probes reach micro-batch 8 at short lengths to see the
   // regime that large micro-batches are in, and include micro-batches 1, 2 and 4 at the longest lengths.
   const std::vector<BatchShape> shapes = {
-      {1, src(32), tgt(16)},  {1, src(128), tgt(16)}, {1, src(64), tgt(48)},  {2, src(64), tgt(16)},
-      {2, src(32), tgt(64)},  {2, src(128), tgt(48)}, {4, src(32), tgt(16)},  {4, src(64), tgt(32)},
-      {4, src(128), tgt(16)}, {4, src(128), tgt(64)}, {8, src(32), tgt(16)},  {8, src(32), tgt(48)},
-      {8, src(64), tgt(32)},  {8, src(128), tgt(32)}, {8, src(64), tgt(64)},  {1, src(128), tgt(64)},
+      {1, src(32), tgt(16)},
+      {1, src(128), tgt(16)},
+      {1, src(64), tgt(48)},
+      {2, src(64), tgt(16)},
+      {2, src(32), tgt(64)},
+      {2, src(128), tgt(48)},
+      {4, src(32), tgt(16)},
+      {4, src(64), tgt(32)},
+      {4, src(128), tgt(16)},
+      {4, src(128), tgt(64)},
+      {8, src(32), tgt(16)},
+      {8, src(32), tgt(48)},
+      {8, src(64), tgt(32)},
+      {8, src(128), tgt(32)},
+      {8, src(64), tgt(64)},
+      {1, src(128), tgt(64)},
       // At the run's own lengths (Marian's --mini-batch-fit idea): with checkpointing, one layer's recomputed
       // attention (B x heads x S^2) only outgrows the constant phase at long sources, which short probes never see.
       {1, src(options.max_source_length), tgt(options.max_target_length)},
@@ -353,9 +368,8 @@ Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& opt
 Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShape& worst) {
   const BatchShape shape{knobs.micro_batch, worst.source, worst.target};
   const auto layers = std::max<std::int64_t>(1, std::max(c.encoder_layers, c.decoder_layers));
-  const double fraction =
-      static_cast<double>(std::min(std::max<std::int64_t>(knobs.checkpointed_layers, 0), layers)) /
-      static_cast<double>(layers);
+  const double fraction = static_cast<double>(std::min(std::max<std::int64_t>(knobs.checkpointed_layers, 0), layers)) /
+                          static_cast<double>(layers);
   Prediction p;
   const auto fixed = static_training_memory(c.counts, knobs.optimizer, StorageDtype::fp32);
   p.weights = c.weight_bytes;
@@ -402,9 +416,9 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
   } else {
     checkpointing = {0, layers / 2, layers};
     checkpointing.erase(std::unique(checkpointing.begin(), checkpointing.end()), checkpointing.end());
-    checkpointing.erase(std::remove_if(checkpointing.begin() + 1, checkpointing.end(),
-                                       [](std::int64_t n) { return n == 0; }),
-                        checkpointing.end());
+    checkpointing.erase(
+        std::remove_if(checkpointing.begin() + 1, checkpointing.end(), [](std::int64_t n) { return n == 0; }),
+        checkpointing.end());
   }
   std::vector<OptimizerKind> optimizers;
   if (request.optimizer) {
@@ -461,10 +475,9 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
     std::size_t fitting = 0;
     for (const auto& k : plan.candidates) fitting += k.fits ? 1 : 0;
     why << "chose " << describe(best) << ": predicted peak " << util::format_bytes(best.prediction.peak) << " of "
-        << util::format_bytes(request.budget) << " (with a " << static_cast<int>(request.margin * 100)
-        << "% margin), " << static_cast<long long>(std::llround(best.prediction.tokens_per_second))
-        << " tokens/s, the fastest of the " << fitting << " of " << plan.candidates.size()
-        << " candidates that fit";
+        << util::format_bytes(request.budget) << " (with a " << static_cast<int>(request.margin * 100) << "% margin), "
+        << static_cast<long long>(std::llround(best.prediction.tokens_per_second)) << " tokens/s, the fastest of the "
+        << fitting << " of " << plan.candidates.size() << " candidates that fit";
     const Candidate* fastest = nullptr;
     for (const auto& k : plan.candidates) {
       if (!fastest || k.prediction.tokens_per_second > fastest->prediction.tokens_per_second) fastest = &k;

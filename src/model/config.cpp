@@ -112,9 +112,9 @@ ParameterCounts count_parameters(const ModelConfig& c) {
     add_layer_norm();
   };
 
-  add_matrix(c.vocab_size, d);  // model.shared
+  add_matrix(c.vocab_size, d);                              // model.shared
   if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);  // lm_head
-  counts.frozen += c.vocab_size;  // final_logits_bias
+  counts.frozen += c.vocab_size;                            // final_logits_bias
   for (int side = 0; side < 2; ++side) {
     const bool decoder = side == 1;
     const std::int64_t layers = decoder ? c.decoder_layers : c.encoder_layers;
@@ -126,11 +126,11 @@ ParameterCounts count_parameters(const ModelConfig& c) {
     }
     if (c.layernorm_embedding) add_layer_norm();
     for (std::int64_t i = 0; i < layers; ++i) {
-      add_attention();                 // self_attn + self_attn_layer_norm
-      if (decoder) add_attention();    // encoder_attn + encoder_attn_layer_norm
-      add_linear(ffn, d);              // fc1
-      add_linear(d, ffn);              // fc2
-      add_layer_norm();                // final_layer_norm
+      add_attention();               // self_attn + self_attn_layer_norm
+      if (decoder) add_attention();  // encoder_attn + encoder_attn_layer_norm
+      add_linear(ffn, d);            // fc1
+      add_linear(d, ffn);            // fc2
+      add_layer_norm();              // final_layer_norm
     }
     if (c.final_layer_norm) add_layer_norm();
   }
@@ -150,9 +150,8 @@ double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int6
   const double encoder_layer = 4.0 * product(b * s, d, d) + 2.0 * product(b * s, d, s) +
                                2.0 * product(b * s, d, static_cast<double>(c.encoder_ffn_dim));
   // Decoder layer: causal self-attention over t, cross-attention (k and v projected from the s encoder states).
-  const double decoder_layer = 4.0 * product(b * t, d, d) + 2.0 * product(b * t, d, t) +
-                               2.0 * product(b * t, d, d) + 2.0 * product(b * s, d, d) +
-                               2.0 * product(b * t, d, s) +
+  const double decoder_layer = 4.0 * product(b * t, d, d) + 2.0 * product(b * t, d, t) + 2.0 * product(b * t, d, d) +
+                               2.0 * product(b * s, d, d) + 2.0 * product(b * t, d, s) +
                                2.0 * product(b * t, d, static_cast<double>(c.decoder_ffn_dim));
   forward += static_cast<double>(c.encoder_layers) * encoder_layer;
   forward += static_cast<double>(c.decoder_layers) * decoder_layer;

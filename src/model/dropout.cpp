@@ -36,8 +36,9 @@ inline std::uint32_t uniform32(std::uint32_t i, MaskKeys k) {
 // Element i is kept when its uniform is at least `threshold` (= p * 2^32). The loops are compiled twice, for AVX2
 // and for plain x86-64, and the loader picks the one the processor runs.
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(
-    const T* in, T* out, std::uint8_t* mask, std::int64_t n, MaskKeys keys, std::uint32_t threshold, float scale) {
+__attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(const T* in, T* out, std::uint8_t* mask,
+                                                                              std::int64_t n, MaskKeys keys,
+                                                                              std::uint32_t threshold, float scale) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint8_t keep = uniform32(static_cast<std::uint32_t>(i), keys) >= threshold;
     mask[i] = keep;
@@ -47,8 +48,8 @@ __attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(
 
 template <typename T>
 __attribute__((target_clones("avx2", "default"))) void dropout_backward_kernel(const T* grad, T* out,
-                                                                                const std::uint8_t* mask,
-                                                                                std::int64_t n, float scale) {
+                                                                               const std::uint8_t* mask, std::int64_t n,
+                                                                               float scale) {
   for (std::int64_t i = 0; i < n; ++i) {
     out[i] = static_cast<T>(static_cast<float>(grad[i]) * (scale * static_cast<float>(mask[i])));
   }
@@ -73,11 +74,11 @@ class DropoutFunction : public torch::autograd::Function<DropoutFunction> {
     const auto scale = static_cast<float>(1.0 / (1.0 - p));
     const auto keys = draw_keys();
     if (x.scalar_type() == at::kFloat) {
-      dropout_forward_kernel(x.data_ptr<float>(), out.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), x.numel(),
-                             keys, threshold, scale);
+      dropout_forward_kernel(x.data_ptr<float>(), out.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), x.numel(), keys,
+                             threshold, scale);
     } else {
-      dropout_forward_kernel(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(),
-                             mask.data_ptr<std::uint8_t>(), x.numel(), keys, threshold, scale);
+      dropout_forward_kernel(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), mask.data_ptr<std::uint8_t>(),
+                             x.numel(), keys, threshold, scale);
     }
     ctx->saved_data["mask"] = mask;
     ctx->saved_data["scale"] = static_cast<double>(scale);

@@ -27,7 +27,7 @@ at::Tensor label_cross_entropy(const at::Tensor& logits, const at::Tensor& label
 TokenLoss label_loss_sum(const at::Tensor& logits, const at::Tensor& labels, double label_smoothing) {
   const auto vocab = logits.size(-1);
   auto flat_logits = logits.reshape({-1, vocab}).to(torch::kFloat);  // (N, V)
-  auto flat_labels = labels.reshape({-1});                             // (N)
+  auto flat_labels = labels.reshape({-1});                           // (N)
   TokenLoss out;
   out.tokens = flat_labels.ne(-100).sum().item<std::int64_t>();
   if (label_smoothing == 0.0) {
@@ -65,7 +65,7 @@ std::pair<at::Tensor, at::Tensor> targets_in_chunk(const at::Tensor& targets, st
 // What the forward decided, for the backward.
 struct LossPlan {
   double smoothing = 0.0;
-  std::int64_t chunk = 0;          // vocabulary columns per chunk of logits
+  std::int64_t chunk = 0;            // vocabulary columns per chunk of logits
   bool gradient_in_forward = false;  // the (M, V) gradient was formed in forward and saved
   bool weight_in_place = false;      // the weight's gradient goes into weight.grad() directly
 };
@@ -74,8 +74,8 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
  public:
   // hidden (B, T, D); rows (M): flat positions of the label tokens; targets (M): their labels.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& bias, const at::Tensor& rows, const at::Tensor& targets,
-                            double smoothing, std::int64_t chunk, bool gradient_in_forward, bool weight_in_place) {
+                            const at::Tensor& bias, const at::Tensor& rows, const at::Tensor& targets, double smoothing,
+                            std::int64_t chunk, bool gradient_in_forward, bool weight_in_place) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto vocab = weight.size(0);
     auto h = hidden.reshape({-1, hidden.size(-1)}).index_select(0, rows).to(torch::kFloat);  // (M, D)
@@ -88,7 +88,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
       auto logit_total = smoothing != 0.0 ? z.sum(1) : at::Tensor();
       auto max = std::get<0>(z.max(1));
       auto sum = z.sub_(max.unsqueeze(1)).exp_().sum(1);
-      z.div_(sum.unsqueeze(1));                           // softmax
+      z.div_(sum.unsqueeze(1));  // softmax
       auto lse = max.add_(sum.log_());
       per_token = lse.sub_(target_logit, 1.0 - smoothing);  // lse - (1 - eps) z_target
       if (smoothing != 0.0) per_token.sub_(logit_total, smoothing / static_cast<double>(vocab));
@@ -170,8 +170,8 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
         if (smoothing != 0.0) g.sub_(smoothing / static_cast<double>(vocab));
         const auto [local, inside] = targets_in_chunk(targets, begin, width);
         g.scatter_add_(1, local, inside.to(g.scalar_type()).mul_(-(1.0 - smoothing)).unsqueeze(1));
-        if (want_hidden) grad_h.addmm_(g, weight.narrow(0, begin, width));                    // (M, D)
-        if (want_weight) grad_weight.narrow(0, begin, width).addmm_(g.t(), scaled_h);        // (width, D)
+        if (want_hidden) grad_h.addmm_(g, weight.narrow(0, begin, width));             // (M, D)
+        if (want_weight) grad_weight.narrow(0, begin, width).addmm_(g.t(), scaled_h);  // (width, D)
       }
       if (want_hidden) grad_h.mul_(grad_loss);
     }
@@ -184,8 +184,11 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
                         .view(hidden_sizes)
                         .to(hidden_dtype);
     }
-    return {grad_hidden, weight_in_place ? at::Tensor() : grad_weight, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden,  weight_in_place ? at::Tensor() : grad_weight,
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -193,8 +196,8 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
 
 TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
                                const at::Tensor& labels, const LinearCrossEntropyOptions& options) {
-  TORCH_CHECK(hidden.dim() >= 2 && hidden.size(-1) == weight.size(1), "linear_cross_entropy: hidden ",
-              hidden.sizes(), " does not match the head weight ", weight.sizes());
+  TORCH_CHECK(hidden.dim() >= 2 && hidden.size(-1) == weight.size(1), "linear_cross_entropy: hidden ", hidden.sizes(),
+              " does not match the head weight ", weight.sizes());
   TORCH_CHECK(weight.scalar_type() == torch::kFloat, "linear_cross_entropy: the head weight must be float32, got ",
               weight.scalar_type());
   TORCH_CHECK(!bias.defined() || !bias.requires_grad(), "linear_cross_entropy: the bias is a buffer (no gradient)");

@@ -79,7 +79,9 @@ void DecoderCache::select(const torch::Tensor& index) {
 // ---- Attention (HF PegasusAttention) ----
 
 AttentionImpl::AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout)
-    : heads_(heads), head_dim_(d_model / heads), scaling_(std::pow(static_cast<double>(d_model / heads), -0.5)),
+    : heads_(heads),
+      head_dim_(d_model / heads),
+      scaling_(std::pow(static_cast<double>(d_model / heads), -0.5)),
       dropout_(dropout) {
   k_proj = register_module("k_proj", torch::nn::Linear(d_model, d_model));
   v_proj = register_module("v_proj", torch::nn::Linear(d_model, d_model));
@@ -225,8 +227,7 @@ torch::Tensor EncoderLayerImpl::forward(const torch::Tensor& hidden, const torch
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) : settings_(layer_settings(c)) {
   self_attn = register_module("self_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
   self_attn_layer_norm = register_module("self_attn_layer_norm", make_layer_norm(c));
-  encoder_attn =
-      register_module("encoder_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
+  encoder_attn = register_module("encoder_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
   encoder_attn_layer_norm = register_module("encoder_attn_layer_norm", make_layer_norm(c));
   fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.decoder_ffn_dim));
   fc2 = register_module("fc2", torch::nn::Linear(c.decoder_ffn_dim, c.d_model));
@@ -244,8 +245,7 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const torch
                                         AttentionCache* self_cache, AttentionCache* cross_cache) {
   const bool training = is_training();
   auto h = residual_block(hidden, self_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
-    return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache)
-                      : self_attn->forward(x, x, self_mask);
+    return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache) : self_attn->forward(x, x, self_mask);
   });
   h = residual_block(h, encoder_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
     return cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
@@ -321,8 +321,7 @@ torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::
   for (std::size_t i = 0; i < layers->size(); ++i) {
     auto layer = layers[i]->as<EncoderLayer>();
     if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
-      h = checkpoint([layer, mask](const TensorList& in) { return TensorList{layer->forward(in[0], mask)}; },
-                     {h})[0];
+      h = checkpoint([layer, mask](const TensorList& in) { return TensorList{layer->forward(in[0], mask)}; }, {h})[0];
     } else {
       h = layer->forward(h, mask);
     }
@@ -360,7 +359,8 @@ torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const
                                    const torch::Tensor& cross_mask, DecoderCache* cache) {
   const auto length = decoder_input_ids.size(1);
   const std::int64_t past = cache ? cache->length : 0;
-  auto h = embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
+  auto h =
+      embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
   h = h * embed_scale_;
   h = h + embed_positions->forward(length, past);
   if (!layernorm_embedding.is_empty()) {
@@ -411,8 +411,8 @@ Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
   config_.validate();
   model = register_module("model", Seq2SeqModel(config_));
   if (!config_.tie_word_embeddings) {
-    lm_head = register_module("lm_head",
-                              torch::nn::Linear(torch::nn::LinearOptions(config_.d_model, config_.vocab_size).bias(false)));
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.d_model, config_.vocab_size).bias(false)));
   }
   final_logits_bias = register_buffer("final_logits_bias", torch::zeros({1, config_.vocab_size}));
 }
@@ -487,8 +487,8 @@ void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
   for (auto& item : model.named_parameters()) {
     const auto& name = item.key();
     auto& p = item.value();
-    const bool is_norm = name.find("layer_norm") != std::string::npos ||
-                         name.find("layernorm_embedding") != std::string::npos;
+    const bool is_norm =
+        name.find("layer_norm") != std::string::npos || name.find("layernorm_embedding") != std::string::npos;
     if (is_norm) {
       if (name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
         p.fill_(1.0);

@@ -26,8 +26,8 @@ class EmbeddingLookup : public torch::autograd::Function<EmbeddingLookup> {
     const auto& ids = saved[1];
     const auto padding_idx = ctx->saved_data["padding_idx"].toInt();
     if (grad_outputs[0].defined()) {
-      auto rows = ids.reshape({-1});                                          // (N)
-      auto grad = grad_outputs[0].reshape({-1, weight.size(1)});              // (N, D)
+      auto rows = ids.reshape({-1});                              // (N)
+      auto grad = grad_outputs[0].reshape({-1, weight.size(1)});  // (N, D)
       if (padding_idx >= 0) {
         // Positions holding the padding id contribute nothing (HF: nn.Embedding(padding_idx=pad)).
         const auto keep = rows.ne(padding_idx).nonzero().squeeze(1);

@@ -38,8 +38,9 @@ Blocks split_rows(std::int64_t rows) {
 }
 
 void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
-  TORCH_CHECK(a.scalar_type() == at::kFloat && a.is_contiguous() && a.sizes() == b.sizes(), "fused optimizer step: ",
-              what, " must be contiguous float32 of shape ", b.sizes(), ", got ", a.scalar_type(), " ", a.sizes());
+  TORCH_CHECK(a.scalar_type() == at::kFloat && a.is_contiguous() && a.sizes() == b.sizes(),
+              "fused optimizer step: ", what, " must be contiguous float32 of shape ", b.sizes(), ", got ",
+              a.scalar_type(), " ", a.sizes());
 }
 
 // The row loops below are compiled twice, for AVX2 and for plain x86-64 (the loader picks what the processor
@@ -107,8 +108,8 @@ __attribute__((target_clones("avx2", "default"))) void update_row(float* p, cons
 
 bool fused_step_applies(const at::Tensor& param, const at::Tensor& grad) {
   return param.device().is_cpu() && grad.device().is_cpu() && param.scalar_type() == at::kFloat &&
-         grad.scalar_type() == at::kFloat && param.is_contiguous() && grad.is_contiguous() &&
-         !grad.is_sparse() && param.dim() <= 2;
+         grad.scalar_type() == at::kFloat && param.is_contiguous() && grad.is_contiguous() && !grad.is_sparse() &&
+         param.dim() <= 2;
 }
 
 void fused_adamw_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
@@ -154,10 +155,10 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   check_same(grad, param, "grad");
   const std::int64_t rows = param.size(0);
   const std::int64_t cols = param.size(1);
-  TORCH_CHECK(row_state.numel() == rows && col_state.numel() == cols && row_state.is_contiguous() &&
-                  col_state.is_contiguous(),
-              "fused Adafactor: state of ", row_state.sizes(), " and ", col_state.sizes(), " for a parameter of ",
-              param.sizes());
+  TORCH_CHECK(
+      row_state.numel() == rows && col_state.numel() == cols && row_state.is_contiguous() && col_state.is_contiguous(),
+      "fused Adafactor: state of ", row_state.sizes(), " and ", col_state.sizes(), " for a parameter of ",
+      param.sizes());
   float* p = param.data_ptr<float>();
   const float* g = grad.data_ptr<float>();
   float* row = row_state.data_ptr<float>();
@@ -170,16 +171,16 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   // Pass 1 over the gradient: means of grad^2 + eps1 along each row and each column.
   std::vector<float> row_mean(static_cast<std::size_t>(rows));
   std::vector<double> col_partial(static_cast<std::size_t>(blocks.count * cols), 0.0);
-  at::parallel_for(0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1), [&](std::int64_t first,
-                                                                                        std::int64_t last) {
-    for (std::int64_t b = first; b < last; ++b) {
-      double* partial = col_partial.data() + b * cols;
-      for (std::int64_t r = b * blocks.size; r < std::min(rows, (b + 1) * blocks.size); ++r) {
-        const double sum = add_squares(g + r * cols, partial, cols, eps1);
-        row_mean[static_cast<std::size_t>(r)] = static_cast<float>(sum / static_cast<double>(cols));
-      }
-    }
-  });
+  at::parallel_for(0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1),
+                   [&](std::int64_t first, std::int64_t last) {
+                     for (std::int64_t b = first; b < last; ++b) {
+                       double* partial = col_partial.data() + b * cols;
+                       for (std::int64_t r = b * blocks.size; r < std::min(rows, (b + 1) * blocks.size); ++r) {
+                         const double sum = add_squares(g + r * cols, partial, cols, eps1);
+                         row_mean[static_cast<std::size_t>(r)] = static_cast<float>(sum / static_cast<double>(cols));
+                       }
+                     }
+                   });
   // The decayed second-moment factors: state = state * beta2t + (1 - beta2t) * mean.
   double row_total = 0.0;
   for (std::int64_t r = 0; r < rows; ++r) {
@@ -202,16 +203,16 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
 
   // Pass 2: the RMS of the update r_i c_j g_ij, for clipping.
   std::vector<double> sq_partial(static_cast<std::size_t>(blocks.count), 0.0);
-  at::parallel_for(0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1), [&](std::int64_t first,
-                                                                                        std::int64_t last) {
-    for (std::int64_t b = first; b < last; ++b) {
-      double sum = 0.0;
-      for (std::int64_t r = b * blocks.size; r < std::min(rows, (b + 1) * blocks.size); ++r) {
-        sum += update_squares(g + r * cols, col_factor.data(), cols, row_factor[static_cast<std::size_t>(r)]);
-      }
-      sq_partial[static_cast<std::size_t>(b)] = sum;
-    }
-  });
+  at::parallel_for(
+      0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1), [&](std::int64_t first, std::int64_t last) {
+        for (std::int64_t b = first; b < last; ++b) {
+          double sum = 0.0;
+          for (std::int64_t r = b * blocks.size; r < std::min(rows, (b + 1) * blocks.size); ++r) {
+            sum += update_squares(g + r * cols, col_factor.data(), cols, row_factor[static_cast<std::size_t>(r)]);
+          }
+          sq_partial[static_cast<std::size_t>(b)] = sum;
+        }
+      });
   double sum_sq = 0.0;
   for (const double part : sq_partial) sum_sq += part;
   const double rms = std::sqrt(sum_sq / static_cast<double>(rows * cols));
@@ -223,11 +224,11 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   // Pass 3: p = p - lr * wd * p - lr * update / divisor
   at::parallel_for(0, rows, grain_for(rows, cols, std::max<std::int64_t>(1, (std::int64_t{1} << 16) / cols)),
                    [&](std::int64_t first, std::int64_t last) {
-    for (std::int64_t r = first; r < last; ++r) {
-      update_row(p + r * cols, g + r * cols, col_factor.data(), cols, row_factor[static_cast<std::size_t>(r)], divisor,
-                 lr, neg_decay, decays);
-    }
-  });
+                     for (std::int64_t r = first; r < last; ++r) {
+                       update_row(p + r * cols, g + r * cols, col_factor.data(), cols,
+                                  row_factor[static_cast<std::size_t>(r)], divisor, lr, neg_decay, decays);
+                     }
+                   });
 }
 
 void fused_adafactor_vector_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& state,

@@ -42,12 +42,18 @@ TokenId special_token_id(std::string_view token) {
 
 std::string special_token_string(TokenId id) {
   switch (id) {
-    case PegasusTokenizer::kPadId: return "<pad>";
-    case PegasusTokenizer::kEosId: return "</s>";
-    case PegasusTokenizer::kMaskSentenceId: return "<mask_1>";
-    case PegasusTokenizer::kMaskId: return "<mask_2>";
-    case PegasusTokenizer::kUnkId: return "<unk>";
-    default: return "<unk_" + std::to_string(id - 2) + ">";
+    case PegasusTokenizer::kPadId:
+      return "<pad>";
+    case PegasusTokenizer::kEosId:
+      return "</s>";
+    case PegasusTokenizer::kMaskSentenceId:
+      return "<mask_1>";
+    case PegasusTokenizer::kMaskId:
+      return "<mask_2>";
+    case PegasusTokenizer::kUnkId:
+      return "<unk>";
+    default:
+      return "<unk_" + std::to_string(id - 2) + ">";
   }
 }
 
@@ -119,9 +125,9 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
 
 std::string clean_up_tokenization(std::string text) {
   // Same replacements in the same order as HF; each one runs over the result of the previous.
-  static constexpr std::string_view replacements[][2] = {
-      {" .", "."},   {" ?", "?"},   {" !", "!"},   {" ,", ","},   {" ' ", "'"},
-      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  static constexpr std::string_view replacements[][2] = {{" .", "."},     {" ?", "?"},     {" !", "!"},   {" ,", ","},
+                                                         {" ' ", "'"},    {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"},
+                                                         {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& pair : replacements) {
     replace_all(text, pair[0], pair[1]);
   }

@@ -95,8 +95,9 @@ ShimApi open_shim() {
     resolve(handle, path, "fitsum_spm_id_to_piece", api.id_to_piece);
     return api;
   }
-  throw std::runtime_error(std::string("cannot find ") + kSentencePieceLibraryName + " (fitsum's SentencePiece library); looked at:" +
-                           searched + "\nkeep it beside the fitsum executable or point FITSUM_SENTENCEPIECE_LIB at it");
+  throw std::runtime_error(std::string("cannot find ") + kSentencePieceLibraryName +
+                           " (fitsum's SentencePiece library); looked at:" + searched +
+                           "\nkeep it beside the fitsum executable or point FITSUM_SENTENCEPIECE_LIB at it");
 }
 
 const ShimApi& shim() {

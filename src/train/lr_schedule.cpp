@@ -39,7 +39,8 @@ double LrSchedule::factor(std::int64_t step) const {
     case LrSchedulerType::constant_with_warmup:
       return 1.0;
     case LrSchedulerType::linear:
-      return std::max(0.0, static_cast<double>(total_steps - step) / std::max(1.0, static_cast<double>(total_steps - warmup_steps)));
+      return std::max(0.0, static_cast<double>(total_steps - step) /
+                               std::max(1.0, static_cast<double>(total_steps - warmup_steps)));
     case LrSchedulerType::cosine: {
       const double progress = (s - warmup) / std::max(1.0, static_cast<double>(total_steps - warmup_steps));
       return std::max(0.0, 0.5 * (1.0 + std::cos(M_PI * 0.5 * 2.0 * progress)));

@@ -34,9 +34,7 @@ std::atomic<int> g_stop_signal{0};
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::int64_t label_tokens(const data::Example& e) {
   if (!e.labels) return 0;
@@ -275,17 +273,18 @@ void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batch
     args_.gradient_checkpointing_layers.reset();
     in_.model->set_gradient_checkpointing(std::numeric_limits<std::int64_t>::max(),
                                           std::numeric_limits<std::int64_t>::max());
-    if (callbacks_.on_message) callbacks_.on_message(where + ": one example cannot be split; retrying with "
-                                                             "gradient checkpointing of all layers");
+    if (callbacks_.on_message)
+      callbacks_.on_message(where +
+                            ": one example cannot be split; retrying with "
+                            "gradient checkpointing of all layers");
     return;
   }
   const auto half = static_cast<std::ptrdiff_t>(mb.size() / 2);
   std::vector<std::size_t> first(mb.begin(), mb.begin() + half), second(mb.begin() + half, mb.end());
   if (callbacks_.on_message) {
-    callbacks_.on_message(where + ": split into " + std::to_string(first.size()) + " + " +
-                          std::to_string(second.size()) +
-                          (std::string(phase) == "backward" ? ", redoing the step" : ", carrying on") +
-                          " (same examples, same update)");
+    callbacks_.on_message(
+        where + ": split into " + std::to_string(first.size()) + " + " + std::to_string(second.size()) +
+        (std::string(phase) == "backward" ? ", redoing the step" : ", carrying on") + " (same examples, same update)");
   }
   micro_batches[index] = std::move(second);
   micro_batches.insert(micro_batches.begin() + static_cast<std::ptrdiff_t>(index), std::move(first));
@@ -366,19 +365,17 @@ nlohmann::ordered_json Trainer::trainer_state_json() const {
 void Trainer::save_checkpoint(const torch::Tensor& rng) {
   const fs::path output_dir(args_.output_dir);
   const auto final_dir = output_dir / ("checkpoint-" + std::to_string(global_step_));
-  const auto temp_dir = output_dir / (".checkpoint-" + std::to_string(global_step_) + ".tmp-" +
-                                      std::to_string(::getpid()));
+  const auto temp_dir =
+      output_dir / (".checkpoint-" + std::to_string(global_step_) + ".tmp-" + std::to_string(::getpid()));
   fs::remove_all(temp_dir);
   fs::create_directories(temp_dir);
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;
   io::save_model_folder(*in_.model, temp_dir, save);
-  io::write_safetensors(temp_dir / "optimizer.safetensors",
-                        optim::export_optimizer_state(*optimizer_, parameters_), {{"format", "fitsum-optimizer"},
-                                                                                  {"optim", args_.optim}});
-  io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}},
-                        {{"device", in_.device.str()}});
+  io::write_safetensors(temp_dir / "optimizer.safetensors", optim::export_optimizer_state(*optimizer_, parameters_),
+                        {{"format", "fitsum-optimizer"}, {"optim", args_.optim}});
+  io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
   nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
                                       {"last_epoch", global_step_},
                                       {"warmup_steps", schedule_.warmup_steps},
@@ -387,17 +384,17 @@ void Trainer::save_checkpoint(const torch::Tensor& rng) {
   util::write_file_atomic(temp_dir / "scheduler.json", scheduler.dump(2) + "\n");
   util::write_file_atomic(temp_dir / "trainer_state.json", trainer_state_json().dump(2) + "\n");
   util::write_file_atomic(temp_dir / "training_args.json", args_.to_json().dump(2) + "\n");
-  nlohmann::ordered_json position = {{"epoch", epoch_},
-                                     {"step_in_epoch", step_in_epoch_},
-                                     {"global_step", global_step_},
-                                     {"loss_since_log", loss_since_log_},
-                                     {"steps_since_log", steps_since_log_},
-                                     {"total_loss", total_loss_},
-                                     {"last_grad_norm", last_grad_norm_},
-                                     {"seed", args_.seed},
-                                     {"train_examples", in_.train_examples.size()},
-                                     {"examples_per_step",
-                                      args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
+  nlohmann::ordered_json position = {
+      {"epoch", epoch_},
+      {"step_in_epoch", step_in_epoch_},
+      {"global_step", global_step_},
+      {"loss_since_log", loss_since_log_},
+      {"steps_since_log", steps_since_log_},
+      {"total_loss", total_loss_},
+      {"last_grad_norm", last_grad_norm_},
+      {"seed", args_.seed},
+      {"train_examples", in_.train_examples.size()},
+      {"examples_per_step", args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
   util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
   util::fsync_directory(temp_dir);
   // The rename is the commit point: before it there is only a temporary folder, after it a complete checkpoint.
@@ -426,12 +423,11 @@ void Trainer::resume(const fs::path& checkpoint) {
   if (position.at("seed").get<std::int64_t>() != args_.seed ||
       position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
       position.at("examples_per_step").get<std::int64_t>() != per_step) {
-    throw std::invalid_argument(
-        "cannot resume exactly from '" + checkpoint.string() + "': it was made with --seed " +
-        position.at("seed").dump() + ", " + position.at("train_examples").dump() + " training examples and " +
-        position.at("examples_per_step").dump() + " examples per optimizer step; now they are " +
-        std::to_string(args_.seed) + ", " + std::to_string(in_.train_examples.size()) + " and " +
-        std::to_string(per_step));
+    throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with --seed " +
+                                position.at("seed").dump() + ", " + position.at("train_examples").dump() +
+                                " training examples and " + position.at("examples_per_step").dump() +
+                                " examples per optimizer step; now they are " + std::to_string(args_.seed) + ", " +
+                                std::to_string(in_.train_examples.size()) + " and " + std::to_string(per_step));
   }
   epoch_ = position.at("epoch");
   step_in_epoch_ = position.at("step_in_epoch");
@@ -523,8 +519,8 @@ TrainResult Trainer::train() {
         if (callbacks_.on_step) callbacks_.on_step(global_step_, max_steps_);
 
         const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
-        const double epoch_value = static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) /
-                                                                      static_cast<double>(steps.size());
+        const double epoch_value =
+            static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) / static_cast<double>(steps.size());
         if (global_step_ % logging_steps_ == 0 || global_step_ == max_steps_) {
           const double seconds = seconds_since(log_start);
           const auto mem = memory::read_memory(in_.device);
@@ -575,7 +571,8 @@ TrainResult Trainer::train() {
     }
   } catch (const c10::OutOfMemoryError& e) {
     const auto mem = memory::read_memory(in_.device);
-    throw std::runtime_error(out_of_memory_advice(std::string(e.what_without_backtrace()).substr(0, 600), model.config(), args_, mem));
+    throw std::runtime_error(
+        out_of_memory_advice(std::string(e.what_without_backtrace()).substr(0, 600), model.config(), args_, mem));
   }
   train_seconds_ += seconds_since(run_start);
 

@@ -101,7 +101,8 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["save_steps"] = save_steps;
   j["save_total_limit"] = save_total_limit ? nlohmann::ordered_json(*save_total_limit) : nullptr;
   j["seed"] = seed;
-  j["resume_from_checkpoint"] = resume_from_checkpoint.empty() ? nullptr : nlohmann::ordered_json(resume_from_checkpoint);
+  j["resume_from_checkpoint"] =
+      resume_from_checkpoint.empty() ? nullptr : nlohmann::ordered_json(resume_from_checkpoint);
   j["group_by_length"] = group_by_length;
   j["predict_with_generate"] = predict_with_generate;
   j["generation_num_beams"] = generation_num_beams ? nlohmann::ordered_json(*generation_num_beams) : nullptr;

@@ -8,9 +8,9 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
-#include <ATen/ops/mm.h>
-#include <ATen/ops/full.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/mm.h>
 
 namespace fitsum::util {
 
@@ -66,7 +66,8 @@ int blas_threads() {
 }
 
 std::string blas_description() {
-  if (auto config = openblas_symbol<char* (*)()>("openblas_get_config")) return config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  if (auto config = openblas_symbol<char* (*)()>("openblas_get_config"))
+    return config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
   return "unknown BLAS";
 }
 

@@ -9,9 +9,9 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
-#include "fixture_support.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/util/torch_compat.h"
+#include "fixture_support.h"
 #include "test_support.h"
 #include "tolerance.h"
 
@@ -26,9 +26,9 @@ std::optional<torch::Device> test_device() {
   return std::nullopt;
 }
 
-#define FITSUM_REQUIRE_DEVICE()                                                   \
-  FITSUM_REQUIRE_SHARED();                                                                \
-  const auto maybe_device = test_device();                                                \
+#define FITSUM_REQUIRE_DEVICE()                                                                          \
+  FITSUM_REQUIRE_SHARED();                                                                               \
+  const auto maybe_device = test_device();                                                               \
   if (!maybe_device) GTEST_SKIP() << "no CUDA device (FITSUM_GPU_TESTS_ON_CPU=1 runs these on the CPU)"; \
   const torch::Device device = *maybe_device
 
@@ -173,8 +173,8 @@ TEST(CudaParity, FastPathsEqualPlainPaths) {
     m->set_kernel_choices(kernels);
     for (int micro = 0; micro < 2; ++micro) {
       auto hidden = m->decode(m->shift_tokens_right(c.labels), m->encode(c.ids, c.mask), c.mask);
-      const auto loss = fast ? m->token_loss(hidden, c.labels, 0.1)
-                             : model::label_loss_sum(m->lm_logits(hidden), c.labels, 0.1);
+      const auto loss =
+          fast ? m->token_loss(hidden, c.labels, 0.1) : model::label_loss_sum(m->lm_logits(hidden), c.labels, 0.1);
       (loss.sum * 0.5).backward();
     }
     for (const auto& item : m->named_parameters()) {

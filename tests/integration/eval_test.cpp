@@ -48,9 +48,10 @@ TEST(EvalCommand, ReproducesFixtureGreedyAndBeamSequences) {
     const char* name;
     std::string flags;
   };
-  for (const auto& s : {Setting{"greedy", "--num_beams 1 --max_length 16"},
-                        Setting{"beam", "--num_beams 4 --max_length 16 --length_penalty 0.8 --min_length 0"},
-                        Setting{"beam_min_length", "--num_beams 3 --max_length 14 --length_penalty 1.2 --min_length 12"}}) {
+  for (const auto& s :
+       {Setting{"greedy", "--num_beams 1 --max_length 16"},
+        Setting{"beam", "--num_beams 4 --max_length 16 --length_penalty 0.8 --min_length 0"},
+        Setting{"beam_min_length", "--num_beams 3 --max_length 14 --length_penalty 1.2 --min_length 12"}}) {
     const auto predictions = dir / (std::string(s.name) + ".jsonl");
     const auto r = run_command(fitsum_binary().string() + " eval --model '" + fixture_dir().string() +
                                "' --test_file '" + (dir / "sources.jsonl").string() + "' --predictions_file '" +
@@ -87,9 +88,11 @@ TEST(EvalCommand, ReportsTheEvaluationLoss) {
   }
   // One batch of both records: HF's eval loss is then the batch's mean token loss, the fixture's loss (computed
   // without padding_idx, which does not change a forward pass).
-  const auto r = run_command(fitsum_binary().string() + " eval --model '" + fixture_dir().string() +
-                             "' --test_file '" + (dir / "case.jsonl").string() + "' --per_device_eval_batch_size 2 "
-                             "--metrics_file '" + (dir / "metrics.json").string() + "' --num_beams 1 --max_length 8");
+  const auto r = run_command(fitsum_binary().string() + " eval --model '" + fixture_dir().string() + "' --test_file '" +
+                             (dir / "case.jsonl").string() +
+                             "' --per_device_eval_batch_size 2 "
+                             "--metrics_file '" +
+                             (dir / "metrics.json").string() + "' --num_beams 1 --max_length 8");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto metrics = util::read_json_file(dir / "metrics.json");
   const double want = c["loss"];
@@ -101,11 +104,12 @@ TEST(EvalCommand, RougeAgreesWithTheRougeCommandOnItsOwnPredictions) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("rouge");
   const auto model = shared_dir() / "data" / "pegasus-tiny";
-  const auto r = run_command(fitsum_binary().string() + " eval --model '" + model.string() + "' --test_file '" +
-                             (source_dir() / "data" / "samsum" / "test.jsonl").string() +
-                             "' --max_eval_samples 6 --num_beams 2 --max_length 20 --min_length 5 "
-                             "--max_source_length 128 --predictions_file '" + (dir / "pred.jsonl").string() +
-                             "' --metrics_file '" + (dir / "metrics.json").string() + "'");
+  const auto r =
+      run_command(fitsum_binary().string() + " eval --model '" + model.string() + "' --test_file '" +
+                  (source_dir() / "data" / "samsum" / "test.jsonl").string() +
+                  "' --max_eval_samples 6 --num_beams 2 --max_length 20 --min_length 5 "
+                  "--max_source_length 128 --predictions_file '" +
+                  (dir / "pred.jsonl").string() + "' --metrics_file '" + (dir / "metrics.json").string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto metrics = util::read_json_file(dir / "metrics.json");
   ASSERT_TRUE(metrics.contains("eval_rouge1")) << metrics.dump();
@@ -144,9 +148,14 @@ TEST(SummarizeCommand, OneSummaryPerStdinDialogueEqualToEval) {
     out << "Amanda: I baked cookies. Do you want some?\nJerry: Sure!\nAmanda: I'll bring you tomorrow :-)\n\n\n"
            "Olivia: Who are you voting for in this election?\nOliver: Liberals as always.\n";
     std::ofstream data(dir / "dialogues.jsonl");
-    data << nlohmann::json{{"dialogue", "Amanda: I baked cookies. Do you want some?\nJerry: Sure!\nAmanda: I'll bring you tomorrow :-)"}}.dump()
+    data << nlohmann::
+                json{{"dialogue",
+                      "Amanda: I baked cookies. Do you want some?\nJerry: Sure!\nAmanda: I'll bring you tomorrow :-)"}}
+                    .dump()
          << "\n"
-         << nlohmann::json{{"dialogue", "Olivia: Who are you voting for in this election?\nOliver: Liberals as always."}}.dump()
+         << nlohmann::json{{"dialogue",
+                            "Olivia: Who are you voting for in this election?\nOliver: Liberals as always."}}
+                .dump()
          << "\n";
   }
   const std::string flags = " --num_beams 2 --max_length 12 --min_length 3";

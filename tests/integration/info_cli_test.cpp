@@ -16,7 +16,8 @@ CommandResult info(const fs::path& dir, const std::string& extra = "") {
 }
 
 nlohmann::json info_json(const fs::path& dir) {
-  auto result = run_command("(" + fitsum_binary().string() + " info --json --model '" + dir.string() + "' 2>/dev/null)");
+  auto result =
+      run_command("(" + fitsum_binary().string() + " info --json --model '" + dir.string() + "' 2>/dev/null)");
   EXPECT_EQ(result.exit_code, 0) << result.output;
   return nlohmann::json::parse(result.output);
 }

@@ -36,10 +36,11 @@ TEST(PlanCommand, JsonOnStdoutKeepsTheEffectiveBatchAndChoosesAFittingCandidate)
   const auto dir = temp_dir("plan-json");
   const auto data = write_records(dir);
   // The subshell keeps stderr out of the captured output: stdout alone must parse as JSON.
-  const auto r = run_command("(" + fitsum_binary().string() + " plan" + model_args() + "--train_file '" +
-                             data.string() +
-                             "' --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --max_memory 400MiB"
-                             " --format json 2>'" + (dir / "stderr.txt").string() + "')");
+  const auto r =
+      run_command("(" + fitsum_binary().string() + " plan" + model_args() + "--train_file '" + data.string() +
+                  "' --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --max_memory 400MiB"
+                  " --format json 2>'" +
+                  (dir / "stderr.txt").string() + "')");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);  // stdout holds only the JSON
   ASSERT_TRUE(j.contains("candidates") && j.contains("chosen")) << r.output;
@@ -91,8 +92,8 @@ TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) 
   const auto r = run_command(fitsum_binary().string() + " train" + model_args() + "--train_file '" + data.string() +
                              "' --output_dir '" + (dir / "out").string() +
                              "' --per_device_train_batch_size 8 --max_memory 130MiB --max_steps 2 --logging_steps 1"
-                             " --save_strategy no --device cpu --memory_report '" + (dir / "report.svg").string() +
-                             "'");
+                             " --save_strategy no --device cpu --memory_report '" +
+                             (dir / "report.svg").string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("memory plan: chose"), std::string::npos) << r.output;
   const auto state = util::read_json_file(dir / "out" / "trainer_state.json");

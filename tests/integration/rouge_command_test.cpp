@@ -71,8 +71,8 @@ TEST(RougeCommand, ReproducesTheLead3AggregateAndEveryRecord) {
   // Stemming is the default; the unstemmed run says so explicitly.
   for (const auto& [mode, stemmer_argument] : {std::pair{"stem", ""}, std::pair{"nostem", " --use_stemmer false"}}) {
     const fs::path per_record = input.parent_path() / (std::string(mode) + ".jsonl");
-    const nlohmann::json aggregate = run_rouge_json("--input_file " + quoted(input) + stemmer_argument +
-                                                    " --per_record_file " + quoted(per_record));
+    const nlohmann::json aggregate =
+        run_rouge_json("--input_file " + quoted(input) + stemmer_argument + " --per_record_file " + quoted(per_record));
     for (const char* type : kTypes) {
       for (const char* measure : kMeasures) {
         EXPECT_NEAR(aggregate[type][measure].get<double>(),
@@ -114,8 +114,8 @@ TEST(RougeCommand, PerRecordFileMatchesTheReferenceVectorsInInputOrder) {
       for (const char* type : kTypes) {
         ASSERT_EQ(records[i][type].size(), 3u);
         for (const char* measure : kMeasures) {
-          EXPECT_NEAR(records[i][type][measure].get<double>(),
-                      expected[i]["scores"][mode][type][measure].get<double>(), kTolerance)
+          EXPECT_NEAR(records[i][type][measure].get<double>(), expected[i]["scores"][mode][type][measure].get<double>(),
+                      kTolerance)
               << mode << " record " << i << " " << type << " " << measure;
         }
       }
@@ -153,8 +153,8 @@ TEST(RougeCommand, TableModePrintsPercentages) {
 TEST(RougeCommand, MissingFieldIsAnErrorNamingFileLineAndField) {
   FITSUM_REQUIRE_SHARED();
   const fs::path samsum = shared_dir() / "data" / "samsum" / "test.jsonl";
-  const CommandResult result = run_command(quoted(fitsum_binary()) + " rouge --input_file " + quoted(samsum) +
-                                           " --prediction_field dialogue");
+  const CommandResult result =
+      run_command(quoted(fitsum_binary()) + " rouge --input_file " + quoted(samsum) + " --prediction_field dialogue");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("test.jsonl' line 1"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("'reference'"), std::string::npos) << result.output;

@@ -64,9 +64,9 @@ void check_reference_vectors(const std::string& model) {
       input << nlohmann::json{{"idx", vector["idx"]}, {"text", vector["text"]}}.dump() << "\n";
     }
   }
-  const CommandResult result = tokenize("--model " + quoted(shared_dir() / "data" / model) + " --input_file " +
-                                        quoted(dir / "texts.jsonl") + " --output_file " + quoted(dir / "ids.jsonl") +
-                                        " --text_column text");
+  const CommandResult result =
+      tokenize("--model " + quoted(shared_dir() / "data" / model) + " --input_file " + quoted(dir / "texts.jsonl") +
+               " --output_file " + quoted(dir / "ids.jsonl") + " --text_column text");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   const std::vector<nlohmann::json> output = read_jsonl(dir / "ids.jsonl");
   ASSERT_EQ(output.size(), vectors.size());
@@ -114,9 +114,9 @@ TEST(Tokenize, WritesEverySamsumRecordAndTheSameIdsFromCsvAndJson) {
       ASSERT_LE(output[i]["input_ids"].size(), 1024u);
       ASSERT_LE(output[i]["labels"].size(), 128u);
     }
-    const CommandResult from_csv = tokenize("--model " + quoted(model) + " --input_file " +
-                                            quoted(dir / (split + ".csv")) + " --output_file " +
-                                            quoted(dir / (split + ".csv.out")));
+    const CommandResult from_csv =
+        tokenize("--model " + quoted(model) + " --input_file " + quoted(dir / (split + ".csv")) + " --output_file " +
+                 quoted(dir / (split + ".csv.out")));
     ASSERT_EQ(from_csv.exit_code, 0) << from_csv.output;
     EXPECT_EQ(read_bytes(dir / (split + ".csv.out")), read_bytes(dir / (split + ".jsonl.out"))) << split;
     if (split == "train") {
@@ -137,9 +137,9 @@ TEST(Tokenize, WritesEverySamsumRecordAndTheSameIdsFromCsvAndJson) {
     if (split == "validation") {
       // The same records as a JSON array under "data".
       std::ofstream(dir / "validation.json") << nlohmann::json{{"version", 1}, {"data", records}}.dump(1);
-      const CommandResult from_json = tokenize("--model " + quoted(model) + " --input_file " +
-                                               quoted(dir / "validation.json") + " --output_file " +
-                                               quoted(dir / "validation.json.out"));
+      const CommandResult from_json =
+          tokenize("--model " + quoted(model) + " --input_file " + quoted(dir / "validation.json") + " --output_file " +
+                   quoted(dir / "validation.json.out"));
       ASSERT_EQ(from_json.exit_code, 0) << from_json.output;
       EXPECT_EQ(read_bytes(dir / "validation.json.out"), read_bytes(dir / "validation.jsonl.out"));
     }
@@ -177,9 +177,9 @@ TEST(Tokenize, ClampsToMaxPositionEmbeddingsWithAWarning) {
     long_text += "Anna: see you at the station tomorrow\n";
   }
   std::ofstream(dir / "long.jsonl") << nlohmann::json{{"dialogue", long_text}, {"summary", "Anna"}}.dump() << "\n";
-  const CommandResult result = tokenize("--model " + quoted(source_dir() / "data" / "pegasus") + " --input_file " +
-                                        quoted(dir / "long.jsonl") + " --output_file " + quoted(dir / "out.jsonl") +
-                                        " --max_source_length 4096 --max_target_length 2");
+  const CommandResult result =
+      tokenize("--model " + quoted(source_dir() / "data" / "pegasus") + " --input_file " + quoted(dir / "long.jsonl") +
+               " --output_file " + quoted(dir / "out.jsonl") + " --max_source_length 4096 --max_target_length 2");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find(
                 "warning: --max_source_length 4096 is above the model's max_position_embeddings 1024; using 1024"),
@@ -196,8 +196,9 @@ TEST(Tokenize, ClampsToMaxPositionEmbeddingsWithAWarning) {
 TEST(Tokenize, ItsOutputIsAValidPretokenizedInput) {
   const fs::path dir = temp_dir("round");
   const std::string model = "--tokenizer_name " + quoted(source_dir() / "data" / "pegasus");
-  const CommandResult first = tokenize(model + " --input_file " + quoted(source_dir() / "data" / "samsum" / "test.jsonl") +
-                                       " --output_file " + quoted(dir / "once.jsonl") + " --max_samples 25");
+  const CommandResult first =
+      tokenize(model + " --input_file " + quoted(source_dir() / "data" / "samsum" / "test.jsonl") + " --output_file " +
+               quoted(dir / "once.jsonl") + " --max_samples 25");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_EQ(read_jsonl(dir / "once.jsonl").size(), 25u);
   const CommandResult second =

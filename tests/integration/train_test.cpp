@@ -81,7 +81,9 @@ void expect_same_weights(const fs::path& a, const fs::path& b, double relative) 
   }
 }
 
-nlohmann::json log_history(const fs::path& out) { return util::read_json_file(out / "trainer_state.json")["log_history"]; }
+nlohmann::json log_history(const fs::path& out) {
+  return util::read_json_file(out / "trainer_state.json")["log_history"];
+}
 
 class TrainFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -120,9 +122,10 @@ TEST_P(TrainFixture, ReproducesReferenceTrajectory) {
   EXPECT_TRUE(last.contains("train_runtime"));
   EXPECT_TRUE(last.contains("train_samples_per_second"));
   EXPECT_TRUE(last.contains("train_tokens_per_second"));
-  EXPECT_CLOSE(last["train_loss"].get<double>(),
-              (history[0]["loss"].get<double>() + history[1]["loss"].get<double>() + history[2]["loss"].get<double>()) / 3,
-              relative(1e-10));
+  EXPECT_CLOSE(
+      last["train_loss"].get<double>(),
+      (history[0]["loss"].get<double>() + history[1]["loss"].get<double>() + history[2]["loss"].get<double>()) / 3,
+      relative(1e-10));
   EXPECT_GT(history[0]["peak_memory_bytes"].get<std::int64_t>(), 0);
 }
 
@@ -134,9 +137,11 @@ TEST(Train, GradientAccumulationIsExact) {
   const auto data = write_eight_records(dir);
   for (const auto& [micro, accumulation] : std::vector<std::pair<int, int>>{{4, 1}, {2, 2}, {1, 4}}) {
     const auto out = dir / ("out-" + std::to_string(micro));
-    const auto r = run_command(base_args(data, out) + "--optim adafactor --learning_rate 1e-3 --max_steps 4 "
-                               "--logging_steps 1 --save_strategy no --per_device_train_batch_size " +
-                               std::to_string(micro) + " --gradient_accumulation_steps " + std::to_string(accumulation));
+    const auto r =
+        run_command(base_args(data, out) +
+                    "--optim adafactor --learning_rate 1e-3 --max_steps 4 "
+                    "--logging_steps 1 --save_strategy no --per_device_train_batch_size " +
+                    std::to_string(micro) + " --gradient_accumulation_steps " + std::to_string(accumulation));
     ASSERT_EQ(r.exit_code, 0) << r.output;
   }
   expect_same_weights(dir / "out-4", dir / "out-2", 1e-5);
@@ -151,9 +156,10 @@ TEST(Train, GradientCheckpointingChangesMemoryNotResults) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("checkpointing");
   const auto data = write_eight_records(dir);
-  const std::string common = "--config_overrides dropout=0.1,attention_dropout=0.1,activation_dropout=0.1 "
-                             "--optim adamw_torch --learning_rate 1e-3 --max_steps 4 --logging_steps 1 "
-                             "--save_strategy no --per_device_train_batch_size 4 --seed 11 ";
+  const std::string common =
+      "--config_overrides dropout=0.1,attention_dropout=0.1,activation_dropout=0.1 "
+      "--optim adamw_torch --learning_rate 1e-3 --max_steps 4 --logging_steps 1 "
+      "--save_strategy no --per_device_train_batch_size 4 --seed 11 ";
   auto r = run_command(base_args(data, dir / "plain") + common);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_command(base_args(data, dir / "ckpt") + common + "--gradient_checkpointing");
@@ -161,11 +167,11 @@ TEST(Train, GradientCheckpointingChangesMemoryNotResults) {
   expect_same_weights(dir / "plain", dir / "ckpt", 1e-6);
   const auto plain = log_history(dir / "plain"), ckpt = log_history(dir / "ckpt");
   for (int i = 0; i < 4; ++i) {
-    EXPECT_CLOSE(ckpt[i]["loss"].get<double>(), plain[i]["loss"].get<double>(), relative(1e-6))
-        << "step " << i + 1;
+    EXPECT_CLOSE(ckpt[i]["loss"].get<double>(), plain[i]["loss"].get<double>(), relative(1e-6)) << "step " << i + 1;
   }
   // Dropout was on: without it the losses differ.
-  r = run_command(base_args(data, dir / "nodrop") + "--optim adamw_torch --learning_rate 1e-3 --max_steps 1 "
+  r = run_command(base_args(data, dir / "nodrop") +
+                  "--optim adamw_torch --learning_rate 1e-3 --max_steps 1 "
                   "--save_strategy no --per_device_train_batch_size 4 --seed 11 --logging_steps 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(log_history(dir / "nodrop")[0]["loss"], plain[0]["loss"]);
@@ -187,12 +193,13 @@ TEST(Train, GradientCheckpointingLowersMeasuredPeakMemory) {
   }
   std::map<std::string, std::int64_t> peak;
   for (const std::string variant : {"plain", "ckpt"}) {
-    const auto r = run_command(fitsum() + " train --config_name '" + (source_dir() / "configs" / "pegasus-tiny").string() +
-                               "' --config_overrides vocab_size=2000 --train_file '" + (dir / "long.jsonl").string() +
-                               "' --output_dir '" + (dir / variant).string() +
-                               "' --optim adafactor --max_steps 2 --logging_steps 1 --save_strategy no "
-                               "--per_device_train_batch_size 4" +
-                               (variant == "ckpt" ? " --gradient_checkpointing" : ""));
+    const auto r =
+        run_command(fitsum() + " train --config_name '" + (source_dir() / "configs" / "pegasus-tiny").string() +
+                    "' --config_overrides vocab_size=2000 --train_file '" + (dir / "long.jsonl").string() +
+                    "' --output_dir '" + (dir / variant).string() +
+                    "' --optim adafactor --max_steps 2 --logging_steps 1 --save_strategy no "
+                    "--per_device_train_batch_size 4" +
+                    (variant == "ckpt" ? " --gradient_checkpointing" : ""));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     peak[variant] = log_history(dir / variant)[1]["peak_memory_bytes"].get<std::int64_t>();
   }
@@ -211,7 +218,8 @@ int run_and_signal(const std::string& command, const fs::path& ready, int signal
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!fs::exists(ready) && std::chrono::steady_clock::now() < deadline) {
     int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   ::kill(pid, signal_number);
@@ -227,10 +235,11 @@ TEST_P(Resume, EndsWithTheWeightsOfAnUninterruptedRun) {
   const int signal_number = GetParam();
   const auto dir = temp_dir("resume-" + std::to_string(signal_number));
   const auto data = write_eight_records(dir);
-  const std::string common = "--config_overrides dropout=0.1,attention_dropout=0.1,activation_dropout=0.1 "
-                             "--optim adafactor --learning_rate 1e-3 --max_steps 120 --logging_steps 5 "
-                             "--save_steps 10 --per_device_train_batch_size 2 --gradient_accumulation_steps 2 "
-                             "--warmup_steps 10 --seed 5 ";
+  const std::string common =
+      "--config_overrides dropout=0.1,attention_dropout=0.1,activation_dropout=0.1 "
+      "--optim adafactor --learning_rate 1e-3 --max_steps 120 --logging_steps 5 "
+      "--save_steps 10 --per_device_train_batch_size 2 --gradient_accumulation_steps 2 "
+      "--warmup_steps 10 --seed 5 ";
   auto r = run_command(base_args(data, dir / "whole") + common);
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
@@ -263,7 +272,8 @@ TEST(Train, CheckpointsAreCompleteAndPruned) {
   const auto dir = temp_dir("checkpoints");
   const auto data = write_eight_records(dir);
   const auto out = dir / "out";
-  const auto r = run_command(base_args(data, out) + "--optim adafactor --max_steps 6 --save_steps 2 "
+  const auto r = run_command(base_args(data, out) +
+                             "--optim adafactor --max_steps 6 --save_steps 2 "
                              "--save_total_limit 2 --per_device_train_batch_size 4 --logging_steps 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_FALSE(fs::exists(out / "checkpoint-2"));
@@ -296,7 +306,7 @@ TEST(Train, ArgumentsFromJsonFileAndFlagsOverrideIt) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto training_args = util::read_json_file(dir / "out" / "training_args.json");
   EXPECT_EQ(training_args["gradient_accumulation_steps"], 2);  // the flag won
-  EXPECT_EQ(training_args["optim"], "adafactor");               // from the file
+  EXPECT_EQ(training_args["optim"], "adafactor");              // from the file
   EXPECT_EQ(training_args["gradient_checkpointing"], true);
   EXPECT_NE(r.output.find("resolved configuration"), std::string::npos);
 
@@ -311,14 +321,14 @@ TEST(Train, PredictWithGenerateAddsRougeToEvaluation) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("predict-with-generate");
   const auto samsum = source_dir() / "data" / "samsum";
-  const auto r = run_command(fitsum() + " train --model_name_or_path '" +
-                             (shared_dir() / "data" / "pegasus-tiny").string() + "' --train_file '" +
-                             (samsum / "train.jsonl").string() + "' --validation_file '" +
-                             (samsum / "validation.jsonl").string() + "' --output_dir '" + (dir / "out").string() +
-                             "' --max_train_samples 8 --max_eval_samples 4 --max_source_length 64 "
-                             "--max_target_length 16 --per_device_train_batch_size 4 --max_steps 2 "
-                             "--evaluation_strategy steps --eval_steps 2 --predict_with_generate "
-                             "--generation_num_beams 2 --generation_max_length 40 --save_strategy no");
+  const auto r =
+      run_command(fitsum() + " train --model_name_or_path '" + (shared_dir() / "data" / "pegasus-tiny").string() +
+                  "' --train_file '" + (samsum / "train.jsonl").string() + "' --validation_file '" +
+                  (samsum / "validation.jsonl").string() + "' --output_dir '" + (dir / "out").string() +
+                  "' --max_train_samples 8 --max_eval_samples 4 --max_source_length 64 "
+                  "--max_target_length 16 --per_device_train_batch_size 4 --max_steps 2 "
+                  "--evaluation_strategy steps --eval_steps 2 --predict_with_generate "
+                  "--generation_num_beams 2 --generation_max_length 40 --save_strategy no");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto history = log_history(dir / "out");
   nlohmann::json eval_entry;
@@ -340,8 +350,9 @@ TEST(Train, Bf16AutocastKeepsFloat32WeightsAndTracksFloat32Loss) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("bf16");
   const auto data = write_case_jsonl(dir);
-  const std::string common = "--optim adafactor --learning_rate 1e-3 --lr_scheduler_type constant --max_steps 2 "
-                             "--logging_steps 1 --save_strategy no --per_device_train_batch_size 2 ";
+  const std::string common =
+      "--optim adafactor --learning_rate 1e-3 --lr_scheduler_type constant --max_steps 2 "
+      "--logging_steps 1 --save_strategy no --per_device_train_batch_size 2 ";
   auto r = run_command(base_args(data, dir / "fp32") + common);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = run_command(base_args(data, dir / "bf16") + common + "--bf16");
@@ -349,8 +360,8 @@ TEST(Train, Bf16AutocastKeepsFloat32WeightsAndTracksFloat32Loss) {
   const auto a = log_history(dir / "fp32"), b = log_history(dir / "bf16");
   for (int i = 0; i < 2; ++i) {
     const double fp32 = a[i]["loss"].get<double>(), bf16 = b[i]["loss"].get<double>();
-    EXPECT_NE(fp32, bf16);                        // autocast really ran the products in bfloat16
-    EXPECT_CLOSE(bf16, fp32, relative(0.01));        // bfloat16 has 8 bits of mantissa: about 2-3 digits
+    EXPECT_NE(fp32, bf16);                     // autocast really ran the products in bfloat16
+    EXPECT_CLOSE(bf16, fp32, relative(0.01));  // bfloat16 has 8 bits of mantissa: about 2-3 digits
   }
   io::SafetensorsReader saved(dir / "bf16" / "model.safetensors");
   EXPECT_EQ(saved.entry("model.shared.weight").dtype, "F32");  // master weights stay float32

@@ -79,8 +79,8 @@ TEST(ActivationCheckpointing, LowersMeasuredPeakMemory) {
   config.vocab_size = 2000;  // keep the embedding small so activations dominate
   const auto plain = train_step(config, 0, 0, 4, 256, 64);
   const auto ckpt = train_step(config, 100, 100, 4, 256, 64);
-  EXPECT_LT(ckpt.peak_bytes, plain.peak_bytes * 0.8) << "plain " << plain.peak_bytes << " checkpointed "
-                                                     << ckpt.peak_bytes;
+  EXPECT_LT(ckpt.peak_bytes, plain.peak_bytes * 0.8)
+      << "plain " << plain.peak_bytes << " checkpointed " << ckpt.peak_bytes;
   RecordProperty("peak_plain_bytes", std::to_string(plain.peak_bytes));
   RecordProperty("peak_checkpointed_bytes", std::to_string(ckpt.peak_bytes));
 }

@@ -79,7 +79,8 @@ TEST(TiedEmbedding, InPlaceGradientsEqualAutograd) {
       for (const auto& [name, g] : plain) {
         // k_proj biases have a true gradient of zero: both paths compute rounding noise there.
         if (name.find("k_proj.bias") != std::string::npos) continue;
-        EXPECT_CLOSE(fast.at(name), g, relative(1e-5)) << name + " padding_idx " + std::to_string(padding_idx) + " smoothing " + std::to_string(smoothing);
+        EXPECT_CLOSE(fast.at(name), g, relative(1e-5))
+            << name + " padding_idx " + std::to_string(padding_idx) + " smoothing " + std::to_string(smoothing);
       }
     }
   }
@@ -211,8 +212,8 @@ std::vector<torch::Tensor> run_optimizer(bool fused, const std::string& kind, in
   }
   std::vector<torch::Tensor> out;
   for (auto& p : params) out.push_back(p.detach().clone());
-  const auto state = optim::export_optimizer_state(
-      *opt, {{"a", params[0]}, {"b", params[1]}, {"c", params[2]}, {"d", params[3]}});
+  const auto state =
+      optim::export_optimizer_state(*opt, {{"a", params[0]}, {"b", params[1]}, {"c", params[2]}, {"d", params[3]}});
   for (const auto& [name, t] : state) out.push_back(t.to(torch::kDouble));
   return out;
 }

@@ -112,7 +112,7 @@ GenerationOptions case_options(const nlohmann::json& c) {
   options.length_penalty = o["length_penalty"].get<double>();
   options.no_repeat_ngram_size = o["no_repeat_ngram_size"].get<std::int64_t>();
   const auto& early = o["early_stopping"];
-  options.early_stopping = early.is_string() ? EarlyStopping::never
+  options.early_stopping = early.is_string()   ? EarlyStopping::never
                            : early.get<bool>() ? EarlyStopping::on_full
                                                : EarlyStopping::heuristic;
   options.forced_eos_token_id = o["forced_eos_token_id"].is_null() ? -1 : o["forced_eos_token_id"].get<std::int64_t>();
@@ -186,7 +186,8 @@ TEST(GenerationWork, BeamSearchDropsFinishedSources) {
   const auto later_steps = result.stats.decoder_steps - 1;
   EXPECT_EQ((result.stats.decoded_rows - batch) % options.num_beams, 0);
   EXPECT_LT(result.stats.decoded_rows, batch + batch * options.num_beams * later_steps);
-  EXPECT_GE(result.stats.decoded_rows, batch + options.num_beams * later_steps) << "one source at least runs to the end";
+  EXPECT_GE(result.stats.decoded_rows, batch + options.num_beams * later_steps)
+      << "one source at least runs to the end";
 }
 
 // ---- Behaviour around the search ----

@@ -1,7 +1,7 @@
 // The memory planner: predicted peaks against peaks measured by training (a subset of the grid; the full grid is
 // tests/slow/planner_grid_test.cpp), the chooser's rules on a synthetic calibration, and out-of-memory recovery in
-// the trainer (a budget lowered mid-run, an error injected into a backward: the step is split or redone, covers the same
-// examples and training finishes).
+// the trainer (a budget lowered mid-run, an error injected into a backward: the step is split or redone, covers the
+// same examples and training finishes).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -179,7 +179,8 @@ TEST(TrainerRecovery, OutOfMemoryMidRunSplitsTheMicroBatchAndKeepsTheUpdate) {
   EXPECT_NE(log.find("re-planned with gradient checkpointing"), std::string::npos) << log;
   // The same examples in every step: the same losses and the same weights as the run that never ran out.
   ASSERT_EQ(recovered.losses.size(), whole.losses.size());
-  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_CLOSE(recovered.losses[i], whole.losses[i], relative(1e-6));
+  for (std::size_t i = 0; i < whole.losses.size(); ++i)
+    EXPECT_CLOSE(recovered.losses[i], whole.losses[i], relative(1e-6));
   ASSERT_EQ(recovered.weights.size(), whole.weights.size());
   for (std::size_t i = 0; i < whole.weights.size(); ++i) {
     EXPECT_CLOSE(recovered.weights[i], whole.weights[i], relative(1e-4)) << "parameter " << i;
@@ -197,7 +198,8 @@ TEST(TrainerRecovery, OutOfMemoryInBackwardRedoesTheStepWithSplitMicroBatches) {
       << log;
   EXPECT_EQ(recovered.oom_splits, 1);
   ASSERT_EQ(recovered.losses.size(), whole.losses.size());
-  for (std::size_t i = 0; i < whole.losses.size(); ++i) EXPECT_CLOSE(recovered.losses[i], whole.losses[i], relative(1e-6));
+  for (std::size_t i = 0; i < whole.losses.size(); ++i)
+    EXPECT_CLOSE(recovered.losses[i], whole.losses[i], relative(1e-6));
   ASSERT_EQ(recovered.weights.size(), whole.weights.size());
   for (std::size_t i = 0; i < whole.weights.size(); ++i) {
     EXPECT_CLOSE(recovered.weights[i], whole.weights[i], relative(1e-4)) << "parameter " << i;

@@ -43,8 +43,8 @@ TEST(Trainer, OutOfMemorySaysWhatHeldTheMemoryAndWhichKnobsHelp) {
   EXPECT_NE(message.find("weights"), std::string::npos) << message;
   EXPECT_NE(message.find("optimizer state"), std::string::npos) << message;
   // Recovery split the micro-batch down to one example and turned on full checkpointing before giving up.
-  EXPECT_NE(message.find("even one example with gradient checkpointing of all layers does not fit"),
-            std::string::npos) << message;
+  EXPECT_NE(message.find("even one example with gradient checkpointing of all layers does not fit"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("--optim adafactor"), std::string::npos) << message;
 }
 

@@ -19,8 +19,8 @@ TEST(PlannerGrid, EveryCellWithinTenPercent) {
   double worst = 0.0;
   for (const auto& c : cells) {
     worst = std::max(worst, std::abs(c.error()));
-    EXPECT_LE(std::abs(c.error()), 0.10) << c.model << " micro-batch " << c.knobs.micro_batch << " source "
-                                         << c.source << " checkpointing " << c.knobs.checkpointed_layers << " "
+    EXPECT_LE(std::abs(c.error()), 0.10) << c.model << " micro-batch " << c.knobs.micro_batch << " source " << c.source
+                                         << " checkpointing " << c.knobs.checkpointed_layers << " "
                                          << memory::to_string(c.knobs.optimizer);
   }
   std::printf("worst |error| %.2f%%\n", 100.0 * worst);

@@ -23,12 +23,14 @@ struct GridModel {
 };
 
 inline GridModel grid_model_small() {
-  return {"d128-L2", "vocab_size=8000,d_model=128,encoder_layers=2,decoder_layers=2,encoder_ffn_dim=512,"
-                     "decoder_ffn_dim=512,encoder_attention_heads=4,decoder_attention_heads=4"};
+  return {"d128-L2",
+          "vocab_size=8000,d_model=128,encoder_layers=2,decoder_layers=2,encoder_ffn_dim=512,"
+          "decoder_ffn_dim=512,encoder_attention_heads=4,decoder_attention_heads=4"};
 }
 inline GridModel grid_model_large() {
-  return {"d256-L4", "vocab_size=16000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
-                     "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8"};
+  return {"d256-L4",
+          "vocab_size=16000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
+          "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8"};
 }
 
 inline model::Seq2SeqLM make_grid_model(const GridModel& m) {
@@ -45,10 +47,12 @@ inline std::vector<data::Example> fixed_length_examples(std::int64_t count, std:
   for (std::int64_t i = 0; i < count; ++i) {
     data::Example e;
     e.line = static_cast<std::size_t>(i + 1);
-    for (std::int64_t j = 0; j + 1 < source; ++j) e.input_ids.push_back(static_cast<data::TokenId>(2 + (i * 31 + j * 7) % (vocab - 2)));
+    for (std::int64_t j = 0; j + 1 < source; ++j)
+      e.input_ids.push_back(static_cast<data::TokenId>(2 + (i * 31 + j * 7) % (vocab - 2)));
     e.input_ids.push_back(1);
     std::vector<data::TokenId> labels;
-    for (std::int64_t j = 0; j + 1 < target; ++j) labels.push_back(static_cast<data::TokenId>(2 + (i * 17 + j * 5) % (vocab - 2)));
+    for (std::int64_t j = 0; j + 1 < target; ++j)
+      labels.push_back(static_cast<data::TokenId>(2 + (i * 17 + j * 5) % (vocab - 2)));
     labels.push_back(1);
     e.labels = labels;
     out.push_back(e);
@@ -69,9 +73,8 @@ struct GridCell {
 };
 
 // Measured peak of two optimizer steps, counted from `baseline` (the allocator's bytes before the model existed).
-inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory::PlanKnobs& knobs,
-                                           std::int64_t source, std::int64_t target, std::int64_t baseline,
-                                           const fs::path& output_dir) {
+inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory::PlanKnobs& knobs, std::int64_t source,
+                                           std::int64_t target, std::int64_t baseline, const fs::path& output_dir) {
   train::TrainingArguments args;
   args.output_dir = output_dir.string();
   args.overwrite_output_dir = true;
@@ -119,7 +122,8 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
           cell.target = target;
           cell.knobs.micro_batch = mb;
           cell.knobs.accumulation = 1;
-          cell.knobs.checkpointed_layers = all ? std::max(model->config().encoder_layers, model->config().decoder_layers) : 0;
+          cell.knobs.checkpointed_layers =
+              all ? std::max(model->config().encoder_layers, model->config().decoder_layers) : 0;
           cell.knobs.optimizer = kind;
           cell.predicted = memory::predict(calibration, cell.knobs, {mb, s, target}).peak;
           cell.measured = measure_training_peak(model, cell.knobs, s, target, baseline, dir);
@@ -132,7 +136,8 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
 }
 
 inline void print_grid(const std::vector<GridCell>& cells) {
-  std::printf("| model | micro-batch | source x target | checkpointing | optimizer | predicted MiB | measured MiB | error |\n");
+  std::printf(
+      "| model | micro-batch | source x target | checkpointing | optimizer | predicted MiB | measured MiB | error |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& c : cells) {
     std::printf("| %s | %lld | %lld x %lld | %s | %s | %.2f | %.2f | %+.2f%% |\n", c.model.c_str(),

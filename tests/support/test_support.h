@@ -37,9 +37,9 @@ void edit_safetensors_header(const fs::path& file, const std::function<void(nloh
 }  // namespace fitsum::test
 
 // Skips the calling test when ../shared is not present (a user's checkout); CI and development always have it.
-#define FITSUM_REQUIRE_SHARED()                                                          \
-  do {                                                                                  \
-    if (!std::filesystem::exists(::fitsum::test::shared_dir() / "fixtures")) {           \
+#define FITSUM_REQUIRE_SHARED()                                                           \
+  do {                                                                                    \
+    if (!std::filesystem::exists(::fitsum::test::shared_dir() / "fixtures")) {            \
       GTEST_SKIP() << "reference material not found at " << ::fitsum::test::shared_dir(); \
-    }                                                                                   \
+    }                                                                                     \
   } while (0)

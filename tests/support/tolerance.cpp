@@ -36,8 +36,8 @@ namespace fitsum::test {
   if (std::isfinite(difference) && difference <= bound) return ::testing::AssertionSuccess();
   std::ostringstream out;
   out.precision(10);
-  out << "|" << got << " - " << want << "| = " << difference << " exceeds " << bound << " = " << tolerance.atol
-      << " + " << tolerance.rtol << " x |want|";
+  out << "|" << got << " - " << want << "| = " << difference << " exceeds " << bound << " = " << tolerance.atol << " + "
+      << tolerance.rtol << " x |want|";
   return ::testing::AssertionFailure() << out.str();
 }
 

@@ -11,11 +11,10 @@ namespace fitsum::test {
 namespace {
 
 TEST(BenchmarkShapes, EqualTheConfigFiles) {
-  const std::vector<std::pair<std::string, fs::path>> shapes = {
-      {"tiny", source_dir() / "configs" / "pegasus-tiny"},
-      {"small", source_dir() / "configs" / "pegasus-small"},
-      {"base", source_dir() / "configs" / "pegasus-base"},
-      {"large", source_dir() / "data" / "pegasus"}};
+  const std::vector<std::pair<std::string, fs::path>> shapes = {{"tiny", source_dir() / "configs" / "pegasus-tiny"},
+                                                                {"small", source_dir() / "configs" / "pegasus-small"},
+                                                                {"base", source_dir() / "configs" / "pegasus-base"},
+                                                                {"large", source_dir() / "data" / "pegasus"}};
   for (const auto& [name, dir] : shapes) {
     const auto built = model::pegasus_shape(name);
     const auto file = io::read_model_config(dir);

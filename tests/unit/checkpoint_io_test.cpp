@@ -54,7 +54,6 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-
 TEST(CheckpointIO, LoadsHuggingFaceSavedTinyPegasusWithoutLmHead) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = shared_dir() / "data" / "pegasus-tiny";
@@ -121,7 +120,8 @@ TEST(CheckpointIO, RoundTripIsExactForBothCheckpoints) {
     // Config fields survive, generation settings are written, tokenizer files travel along.
     const auto config = util::read_json_file(out / "config.json");
     EXPECT_EQ(config["vocab_size"], folder.config.vocab_size);
-    EXPECT_EQ(config.value("_name_or_path", nlohmann::json()), folder.config_json.value("_name_or_path", nlohmann::json()));
+    EXPECT_EQ(config.value("_name_or_path", nlohmann::json()),
+              folder.config_json.value("_name_or_path", nlohmann::json()));
     EXPECT_TRUE(fs::exists(out / "generation_config.json"));
     EXPECT_EQ(fs::exists(out / "spiece.model"), fs::exists(dir / "spiece.model"));
   }
@@ -243,9 +243,7 @@ TEST_F(CorruptCheckpoint, HugeHeaderLength) {
 }
 
 TEST_F(CorruptCheckpoint, OffsetsPastTheEnd) {
-  edit_safetensors_header(file_, [](nlohmann::json& h) {
-    h["model.shared.weight"]["data_offsets"][1] = 1ULL << 40;
-  });
+  edit_safetensors_header(file_, [](nlohmann::json& h) { h["model.shared.weight"]["data_offsets"][1] = 1ULL << 40; });
   const auto message = load_error();
   EXPECT_NE(message.find("model.shared.weight"), std::string::npos) << message;
   EXPECT_NE(message.find("past the end of the data area"), std::string::npos) << message;
@@ -259,9 +257,7 @@ TEST_F(CorruptCheckpoint, OffsetsInconsistentWithShape) {
 }
 
 TEST_F(CorruptCheckpoint, OverflowingShape) {
-  edit_safetensors_header(file_, [](nlohmann::json& h) {
-    h["final_logits_bias"]["shape"] = {1ULL << 40, 1ULL << 40};
-  });
+  edit_safetensors_header(file_, [](nlohmann::json& h) { h["final_logits_bias"]["shape"] = {1ULL << 40, 1ULL << 40}; });
   EXPECT_NE(load_error().find("overflow"), std::string::npos) << load_error();
 }
 
@@ -298,7 +294,8 @@ TEST_F(CorruptCheckpoint, MissingAndUnexpectedTensorsAreNamed) {
   tensors.emplace_back("model.decoder.layers.7.fc2.bias", torch::zeros({32}));
   io::write_safetensors(file_, tensors);
   const auto message = load_error();
-  EXPECT_NE(message.find("missing tensor 'model.decoder.layers.1.fc2.bias' (shape [32])"), std::string::npos) << message;
+  EXPECT_NE(message.find("missing tensor 'model.decoder.layers.1.fc2.bias' (shape [32])"), std::string::npos)
+      << message;
   EXPECT_NE(message.find("unexpected tensor 'model.decoder.layers.7.fc2.bias'"), std::string::npos) << message;
 }
 
@@ -314,9 +311,9 @@ TEST_F(CorruptCheckpoint, IntegerWeightsAreRejected) {
 }
 
 TEST(HfConfig, RejectsWhatTheModelCannotHonour) {
-  nlohmann::json base = {{"model_type", "pegasus"}, {"vocab_size", 100}, {"d_model", 16}, {"encoder_layers", 1},
-                         {"decoder_layers", 1}, {"encoder_attention_heads", 2}, {"decoder_attention_heads", 2},
-                         {"encoder_ffn_dim", 8}, {"decoder_ffn_dim", 8}};
+  nlohmann::json base = {{"model_type", "pegasus"},      {"vocab_size", 100},    {"d_model", 16},
+                         {"encoder_layers", 1},          {"decoder_layers", 1},  {"encoder_attention_heads", 2},
+                         {"decoder_attention_heads", 2}, {"encoder_ffn_dim", 8}, {"decoder_ffn_dim", 8}};
   EXPECT_NO_THROW(io::model_config_from_hf(base, "c.json"));
   auto with = [&](const char* key, nlohmann::json value) {
     auto j = base;
@@ -354,8 +351,10 @@ TEST(ParameterCounts, MatchTheBuiltModel) {
       std::int64_t trainable = 0, frozen = 0, matrix_rc = 0, vectors = 0;
       for (const auto& p : m->parameters()) {
         trainable += p.numel();
-        if (p.dim() >= 2) matrix_rc += p.size(0) + p.size(1);
-        else vectors += p.numel();
+        if (p.dim() >= 2)
+          matrix_rc += p.size(0) + p.size(1);
+        else
+          vectors += p.numel();
       }
       for (const auto& b : m->buffers()) frozen += b.numel();
       const auto counts = model::count_parameters(config);

@@ -69,8 +69,7 @@ TEST(Dataset, TruncatesLikeHuggingFaceKeepingEosLast) {
   options.max_source_length = 6;
   options.max_target_length = 4;
   ReadStats stats;
-  const Example example =
-      make_example(record({{"text", kHannah}, {"target", kEric}}), "f", pegasus(), options, &stats);
+  const Example example = make_example(record({{"text", kHannah}, {"target", kEric}}), "f", pegasus(), options, &stats);
   EXPECT_EQ(example.input_ids, (Ids{12636, 397, 17379, 131, 116, 1}));
   EXPECT_EQ(*example.labels, (Ids{6303, 111, 7374, 1}));
   EXPECT_EQ(stats.truncated_sources, 1u);
@@ -118,11 +117,11 @@ TEST(Dataset, MalformedRecordsNameFileLineAndField) {
 }
 
 TEST(Dataset, ReaderStopsAtTheFirstBadRecordOrSkipsAndCounts) {
-  const fs::path file = write_file("mixed.jsonl",
-                                   "{\"dialogue\": \"" + kEric + "\", \"summary\": \"a\"}\n"
-                                   "{\"dialogue\": 5}\n"
-                                   "not json\n"
-                                   "{\"dialogue\": \"\", \"summary\": \"b\"}\n");
+  const fs::path file = write_file("mixed.jsonl", "{\"dialogue\": \"" + kEric +
+                                                      "\", \"summary\": \"a\"}\n"
+                                                      "{\"dialogue\": 5}\n"
+                                                      "not json\n"
+                                                      "{\"dialogue\": \"\", \"summary\": \"b\"}\n");
   DataOptions options;
   ExampleReader strict(file, pegasus(), options);
   Example example;

@@ -90,8 +90,9 @@ TEST(GenerationOptions, ValidationAgainstTheModel) {
     o.validate_for(config);
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), "max_length (34) needs 33 decoder positions; the model has "
-                                     "max_position_embeddings 32");
+    EXPECT_EQ(std::string(e.what()),
+              "max_length (34) needs 33 decoder positions; the model has "
+              "max_position_embeddings 32");
   }
   o = {};
   o.forced_eos_token_id = 50;
@@ -108,8 +109,8 @@ TEST(GenerationOptions, MaxNewTokensWinsOverMaxLength) {
 }
 
 json pegasus_config() {
-  return json{{"model_type", "pegasus"}, {"pad_token_id", 0},    {"eos_token_id", 1},     {"bos_token_id", 0},
-              {"decoder_start_token_id", 0}, {"forced_eos_token_id", 1}, {"num_beams", 8}, {"length_penalty", 0.8},
+  return json{{"model_type", "pegasus"},     {"pad_token_id", 0},        {"eos_token_id", 1}, {"bos_token_id", 0},
+              {"decoder_start_token_id", 0}, {"forced_eos_token_id", 1}, {"num_beams", 8},    {"length_penalty", 0.8},
               {"max_length", 128},           {"min_length", 32}};
 }
 
@@ -129,8 +130,12 @@ TEST(GenerationOptionsFromHf, ConfigJsonAloneFillsEverything) {
 TEST(GenerationOptionsFromHf, GenerationConfigJsonWinsAndDefaultsFillTheRest) {
   // HF loads generation_config.json instead of deriving one from config.json: config.json's num_beams and
   // min_length do not leak in; what the file leaves out takes GenerationConfig's defaults.
-  json generation{{"num_beams", 4},       {"max_length", 64},       {"early_stopping", true},
-                  {"eos_token_id", 1},     {"decoder_start_token_id", 0}, {"pad_token_id", 0},
+  json generation{{"num_beams", 4},
+                  {"max_length", 64},
+                  {"early_stopping", true},
+                  {"eos_token_id", 1},
+                  {"decoder_start_token_id", 0},
+                  {"pad_token_id", 0},
                   {"no_repeat_ngram_size", 3}};
   auto o = generate::generation_options_from_hf(pegasus_config(), generation);
   EXPECT_EQ(o.num_beams, 4);
@@ -319,7 +324,7 @@ TEST(BeamHypotheses, IsDoneForEachEarlyStopping) {
   }
   // "never" with length_penalty <= 0 divides by the current length.
   generate::BeamHypotheses h(1, -1.0, EarlyStopping::never, 20);
-  h.add({0, 5}, -1.0);  // -1 / 2^-1 = -2
+  h.add({0, 5}, -1.0);               // -1 / 2^-1 = -2
   EXPECT_TRUE(h.is_done(-0.5, 4));   // -0.5 * 4 = -2
   EXPECT_FALSE(h.is_done(-0.4, 4));  // -1.6
 }

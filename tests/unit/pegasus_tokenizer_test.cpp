@@ -129,10 +129,12 @@ TEST(PegasusTokenizer, DecodingDropsUnknownPiecesThatSentencePieceShowsAsQuestio
   const PegasusTokenizer& tokenizer = pegasus();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"caf\xC3\xA9 na\xC3\xAFve r\xC3\xA9sum\xC3\xA9", "caf\xC3\xA9 nave r\xC3\xA9sum\xC3\xA9"},  // café naïve résumé
-      {"Stra\xC3\x9F" "e", "Strae"},                                                                // Straße
-      {"\xC4\xB0stanbul", "stanbul"},                                                               // İstanbul
-      {"I love it \xF0\x9F\x98\x8D\xF0\x9F\x99\x82\xF0\x9F\x91\x8D", "I love it"},                  // emoji
-      {"\xC2\xBD \xC2\xBC \xC2\xB2", "12 14 2"},                                                    // ½ ¼ ²
+      {"Stra\xC3\x9F"
+       "e",
+       "Strae"},                                                                    // Straße
+      {"\xC4\xB0stanbul", "stanbul"},                                               // İstanbul
+      {"I love it \xF0\x9F\x98\x8D\xF0\x9F\x99\x82\xF0\x9F\x91\x8D", "I love it"},  // emoji
+      {"\xC2\xBD \xC2\xBC \xC2\xB2", "12 14 2"},                                    // ½ ¼ ²
       {"<file_gif>", "file_gif>"},
       {"\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF\xE4\xB8\x96\xE7\x95\x8C", ""},  // こんにちは世界
   };
@@ -142,7 +144,10 @@ TEST(PegasusTokenizer, DecodingDropsUnknownPiecesThatSentencePieceShowsAsQuestio
     EXPECT_EQ(tokenizer.decode(ids), expected) << text;
   }
   // Kept, the special tokens are pasted verbatim between separately decoded runs of pieces.
-  EXPECT_EQ(tokenizer.decode(tokenizer.encode("Stra\xC3\x9F" "e"), {false, true}), "Stra<unk>e</s>");
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("Stra\xC3\x9F"
+                                              "e"),
+                             {false, true}),
+            "Stra<unk>e</s>");
   EXPECT_EQ(tokenizer.decode(Ids{1352, 122, 1, 865, 1}, {false, true}), "text with</s>inside</s>");
   EXPECT_EQ(tokenizer.decode(Ids{1352, 122, 1, 865, 1, 0, 0}), "text with inside");
 }

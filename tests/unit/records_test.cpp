@@ -34,8 +34,9 @@ TEST(Records, FormatComesFromTheExtension) {
 }
 
 TEST(Records, ReadsJsonLinesWithLineNumbers) {
-  const fs::path file = write_file("a.jsonl", "\xEF\xBB\xBF{\"id\": \"1\", \"dialogue\": \"A: hi\\r\\nB: yo\"}\n\n"
-                                              "{\"id\": 2, \"dialogue\": \"x\"}\r\n");
+  const fs::path file = write_file("a.jsonl",
+                                   "\xEF\xBB\xBF{\"id\": \"1\", \"dialogue\": \"A: hi\\r\\nB: yo\"}\n\n"
+                                   "{\"id\": 2, \"dialogue\": \"x\"}\r\n");
   const std::vector<Record> records = read_all(file);
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].line, 1u);

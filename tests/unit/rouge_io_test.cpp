@@ -38,8 +38,8 @@ TEST(RougeIo, ReadsPairsInOrderAndSkipsBlankLines) {
 
   SummaryFields fields;
   fields.reference = "summary";
-  const auto by_name = read_summary_pairs(write_lines("named.jsonl", "{\"prediction\": \"p\", \"summary\": \"s\"}"),
-                                          fields);
+  const auto by_name =
+      read_summary_pairs(write_lines("named.jsonl", "{\"prediction\": \"p\", \"summary\": \"s\"}"), fields);
   ASSERT_EQ(by_name.size(), 1u);
   EXPECT_EQ(by_name[0].reference, "s");
 }
@@ -57,8 +57,8 @@ TEST(RougeIo, MissingFieldNamesFileLineAndField) {
 }
 
 TEST(RougeIo, RejectsNonStringFieldsAndBadLines) {
-  const std::string not_string = error_of(write_lines("n.jsonl", "{\"prediction\": 3, \"reference\": \"r\"}\n"),
-                                          SummaryFields{});
+  const std::string not_string =
+      error_of(write_lines("n.jsonl", "{\"prediction\": 3, \"reference\": \"r\"}\n"), SummaryFields{});
   EXPECT_NE(not_string.find("line 1"), std::string::npos) << not_string;
   EXPECT_NE(not_string.find("'prediction' is number"), std::string::npos) << not_string;
   const std::string bad_json = error_of(write_lines("b.jsonl", "{\"prediction\": \n"), SummaryFields{});

@@ -59,11 +59,10 @@ TEST(Rouge, ReproducesEveryReferenceVector) {
       options.use_stemmer = use_stemmer;
       const RougeScores scores =
           score_rouge(record["reference"].get<std::string>(), record["prediction"].get<std::string>(), options);
-      const std::string context = "record " + record["idx"].dump() + " (" + record["category"].get<std::string>() +
-                                  ", " + mode + ")";
-      max_error = std::max(max_error,
-                           expect_scores_near(scores, rouge_scores_from_json(record["scores"][mode]), kTolerance,
-                                              context));
+      const std::string context =
+          "record " + record["idx"].dump() + " (" + record["category"].get<std::string>() + ", " + mode + ")";
+      max_error = std::max(
+          max_error, expect_scores_near(scores, rouge_scores_from_json(record["scores"][mode]), kTolerance, context));
     }
   }
   RecordProperty("max_abs_error", std::to_string(max_error));

@@ -25,8 +25,7 @@ TEST(RougeTokenizer, LowercasesAndSplitsOnEverythingButAsciiLettersAndDigits) {
 TEST(RougeTokenizer, NonAsciiLettersSplitWords) {
   EXPECT_EQ(rouge_tokenize("Zoë and Chloé at the café", false), (Tokens{"zo", "and", "chlo", "at", "the", "caf"}));
   EXPECT_EQ(rouge_tokenize("Ａｍａｎｄａ ５ pm", false), (Tokens{"pm"}));  // fullwidth forms are not ASCII
-  EXPECT_EQ(rouge_tokenize("zero\u200bwidth non\u00a0breaking", false),
-            (Tokens{"zero", "width", "non", "breaking"}));
+  EXPECT_EQ(rouge_tokenize("zero\u200bwidth non\u00a0breaking", false), (Tokens{"zero", "width", "non", "breaking"}));
 }
 
 TEST(RougeTokenizer, LowercasesLikePythonStrLower) {
@@ -39,14 +38,16 @@ TEST(RougeTokenizer, LowercasesLikePythonStrLower) {
 }
 
 TEST(RougeTokenizer, InvalidUtf8OnlySeparates) {
-  EXPECT_EQ(rouge_tokenize(std::string("ab\xff" "cd\xc4"), false), (Tokens{"ab", "cd"}));
+  EXPECT_EQ(rouge_tokenize(std::string("ab\xff"
+                                       "cd\xc4"),
+                           false),
+            (Tokens{"ab", "cd"}));
   EXPECT_EQ(rouge_tokenize(std::string("x\xe2\x84"), false), (Tokens{"x"}));  // a truncated Kelvin sign
 }
 
 TEST(RougeTokenizer, StemsOnlyTokensLongerThanThreeCharacters) {
   EXPECT_EQ(rouge_tokenize("was has this cats running", true), (Tokens{"was", "has", "thi", "cat", "run"}));
-  EXPECT_EQ(rouge_tokenize("was has this cats running", false),
-            (Tokens{"was", "has", "this", "cats", "running"}));
+  EXPECT_EQ(rouge_tokenize("was has this cats running", false), (Tokens{"was", "has", "this", "cats", "running"}));
 }
 
 TEST(RougeTokenizer, ReproducesTheReferenceTokenLists) {

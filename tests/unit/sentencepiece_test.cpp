@@ -29,8 +29,8 @@ TEST(SentencePiece, LoadsBesideTorchAndEncodesLikeTheReference) {
   // First SAMSum test summary (../shared/data/pegasus/spm_vectors.jsonl, idx 0).
   const std::vector<std::int32_t> ids =
       model.encode("Hannah needs Betty's number but Amanda doesn't have it. She needs to contact Larry.");
-  const std::vector<std::int32_t> expected = {12533, 294, 17276, 28, 13,  241, 52,  12092, 488,  28,
-                                              41,    30,  23,    4,  349, 294, 9,   368,   9812, 4};
+  const std::vector<std::int32_t> expected = {12533, 294, 17276, 28, 13,  241, 52, 12092, 488,  28,
+                                              41,    30,  23,    4,  349, 294, 9,  368,   9812, 4};
   EXPECT_EQ(ids, expected);
   EXPECT_EQ(model.decode(ids), "Hannah needs Betty's number but Amanda doesn't have it. She needs to contact Larry.");
   const torch::Tensor after = torch::tensor(std::vector<std::int64_t>(ids.begin(), ids.end()));
@@ -39,7 +39,9 @@ TEST(SentencePiece, LoadsBesideTorchAndEncodesLikeTheReference) {
 
 TEST(SentencePiece, UnknownCharactersDecodeToTheQuestionMarkGlyph) {
   const SentencePieceModel model(bundled_spiece());
-  const std::vector<std::int32_t> ids = model.encode("Stra\xC3\x9F" "e");  // "Straße"
+  const std::vector<std::int32_t> ids = model.encode(
+      "Stra\xC3\x9F"
+      "e");  // "Straße"
   EXPECT_EQ(ids, (std::vector<std::int32_t>{26056, 2, 223}));
   EXPECT_EQ(model.decode(ids), "Stra \xE2\x81\x87 e");  // "Stra ⁇ e"
 }

@@ -39,9 +39,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
@@ -74,9 +72,9 @@ void add_thread_flags(CLI::App& cmd, ThreadFlags& t) {
                  "LibTorch intra-op threads (0: fitsum's default, " + std::to_string(defaults.intra_op) + ")");
   cmd.add_option("--blas_threads", t.blas_threads,
                  "BLAS threads for matrix products (0: fitsum's default, " + std::to_string(defaults.blas) + ")");
-  cmd.add_option("--update_threads", t.update_threads,
-                 "intra-op threads of the optimizer step (0: fitsum's default, " + std::to_string(defaults.update) +
-                     ")");
+  cmd.add_option(
+      "--update_threads", t.update_threads,
+      "intra-op threads of the optimizer step (0: fitsum's default, " + std::to_string(defaults.update) + ")");
 }
 
 util::ThreadSettings apply_threads(const ThreadFlags& t) {
@@ -132,12 +130,14 @@ void run_bench_train(const BenchTrainOptions& o) {
   if (o.batch < 1 || o.src_len < 1 || o.tgt_len < 2) {
     throw std::invalid_argument("--batch and --src_len must be at least 1, --tgt_len at least 2");
   }
-  if (o.gradient_accumulation_steps < 1) throw std::invalid_argument("--gradient_accumulation_steps must be at least 1");
+  if (o.gradient_accumulation_steps < 1)
+    throw std::invalid_argument("--gradient_accumulation_steps must be at least 1");
   const auto threads = apply_threads(o.threads);
   if (!o.malloc_defaults) memory::tune_host_allocator_for_training();
   const auto device = bench_device(o.device);
   memory::start_tracking(device);  // before the model exists: its weights count
-  if (!o.max_memory.empty()) memory::set_memory_limit(device, static_cast<std::int64_t>(util::parse_bytes(o.max_memory)));
+  if (!o.max_memory.empty())
+    memory::set_memory_limit(device, static_cast<std::int64_t>(util::parse_bytes(o.max_memory)));
 
   nlohmann::json config_json;
   model::ModelConfig config;
@@ -314,9 +314,10 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--batch", train->batch, "sequences per step")->capture_default_str();
   t->add_option("--src_len", train->src_len, "source tokens per sequence")->capture_default_str();
   t->add_option("--tgt_len", train->tgt_len, "target tokens per sequence")->capture_default_str();
-  t->add_option("--gradient_accumulation_steps", train->gradient_accumulation_steps,
-                "micro-batches per optimizer step")->capture_default_str();
-  t->add_option("--max_memory", train->max_memory, "cap on tensor memory, e.g. 16GiB (CPU: exact; CUDA: the "
+  t->add_option("--gradient_accumulation_steps", train->gradient_accumulation_steps, "micro-batches per optimizer step")
+      ->capture_default_str();
+  t->add_option("--max_memory", train->max_memory,
+                "cap on tensor memory, e.g. 16GiB (CPU: exact; CUDA: the "
                 "caching allocator's fraction)");
   t->add_option("--steps", train->steps, "timed steps (the median is reported)")->capture_default_str();
   t->add_option("--warmup", train->warmup, "untimed steps first")->capture_default_str();

@@ -67,10 +67,11 @@ void run_eval(EvalArgs a) {
   data::ReadStats stats;
   const auto examples =
       data::read_examples(a.test_file, tok, model.config().vocab_size, a.data, a.data.max_eval_samples, &stats);
-  std::fprintf(stderr, "fitsum eval\n  model        %s\n  test_file    %s: %s\n  generation   %s\n", loaded.description.c_str(),
-               a.test_file.c_str(), stats.summary(a.data).c_str(), generate::to_json(options.generation).dump().c_str());
-  std::fprintf(stderr, "  rouge        use_stemmer=%s split_sentences=%s, exact means\n", a.use_stemmer ? "true" : "false",
-               a.rouge_split_sentences ? "true" : "false");
+  std::fprintf(stderr, "fitsum eval\n  model        %s\n  test_file    %s: %s\n  generation   %s\n",
+               loaded.description.c_str(), a.test_file.c_str(), stats.summary(a.data).c_str(),
+               generate::to_json(options.generation).dump().c_str());
+  std::fprintf(stderr, "  rouge        use_stemmer=%s split_sentences=%s, exact means\n",
+               a.use_stemmer ? "true" : "false", a.rouge_split_sentences ? "true" : "false");
 
   const auto result = eval::evaluate(model, examples, tok, options, torch::kCPU);
 
@@ -109,8 +110,7 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
   cmd->add_option("--tokenizer_name", a->tokenizer_name, "folder with spiece.model (default: the model's)");
   cmd->add_option("--test_file", a->test_file, "jsonl, json or csv; text or pre-tokenized")->required();
-  cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")
-      ->capture_default_str();
+  cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")->capture_default_str();
   cmd->add_option("--predictions_file", a->predictions_file, "write {id, summary, generated_ids} per record");
   cmd->add_option("--metrics_file", a->metrics_file, "write the metrics as JSON");
   cmd->add_option("--use_stemmer", a->use_stemmer, "ROUGE with the Porter stemmer (run_summarization: true)")

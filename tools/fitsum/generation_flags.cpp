@@ -6,21 +6,25 @@
 namespace fitsum::cli {
 
 void add_generation_flags(CLI::App& cmd, GenerationFlags& f) {
-  cmd.add_option_function<std::int64_t>("--num_beams", [&f](const std::int64_t& v) { f.num_beams = v; },
-                                        "beams per source (1: greedy search)");
-  cmd.add_option_function<double>("--length_penalty", [&f](const double& v) { f.length_penalty = v; },
-                                  "beam search: score = sum of log-probs / length^length_penalty");
-  cmd.add_option_function<std::int64_t>("--max_length", [&f](const std::int64_t& v) { f.max_length = v; },
-                                        "longest output, counting the decoder start token");
-  cmd.add_option_function<std::int64_t>("--max_new_tokens", [&f](const std::int64_t& v) { f.max_new_tokens = v; },
-                                        "longest output in new tokens (wins over --max_length)");
-  cmd.add_option_function<std::int64_t>("--min_length", [&f](const std::int64_t& v) { f.min_length = v; },
-                                        "eos is banned below this length");
-  cmd.add_option_function<std::int64_t>("--no_repeat_ngram_size",
-                                        [&f](const std::int64_t& v) { f.no_repeat_ngram_size = v; },
-                                        "no n-gram of this size twice in an output");
-  cmd.add_option_function<std::string>("--early_stopping", [&f](const std::string& v) { f.early_stopping = v; },
-                                       "beam search stop rule: false (HF default), true, never");
+  cmd.add_option_function<std::int64_t>(
+      "--num_beams", [&f](const std::int64_t& v) { f.num_beams = v; }, "beams per source (1: greedy search)");
+  cmd.add_option_function<double>(
+      "--length_penalty", [&f](const double& v) { f.length_penalty = v; },
+      "beam search: score = sum of log-probs / length^length_penalty");
+  cmd.add_option_function<std::int64_t>(
+      "--max_length", [&f](const std::int64_t& v) { f.max_length = v; },
+      "longest output, counting the decoder start token");
+  cmd.add_option_function<std::int64_t>(
+      "--max_new_tokens", [&f](const std::int64_t& v) { f.max_new_tokens = v; },
+      "longest output in new tokens (wins over --max_length)");
+  cmd.add_option_function<std::int64_t>(
+      "--min_length", [&f](const std::int64_t& v) { f.min_length = v; }, "eos is banned below this length");
+  cmd.add_option_function<std::int64_t>(
+      "--no_repeat_ngram_size", [&f](const std::int64_t& v) { f.no_repeat_ngram_size = v; },
+      "no n-gram of this size twice in an output");
+  cmd.add_option_function<std::string>(
+      "--early_stopping", [&f](const std::string& v) { f.early_stopping = v; },
+      "beam search stop rule: false (HF default), true, never");
   cmd.add_flag("--no_cache", f.no_cache, "decode without the key/value cache (slower; same tokens)");
 }
 

@@ -82,8 +82,12 @@ nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model) {
   const auto start = std::chrono::steady_clock::now();
   auto out = model.forward(source, mask, labels);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return {{"batch", 2}, {"source_length", 32}, {"target_length", 16}, {"loss", out.loss.item<double>()},
-          {"uniform_loss", std::log(static_cast<double>(c.vocab_size))}, {"seconds", seconds}};
+  return {{"batch", 2},
+          {"source_length", 32},
+          {"target_length", 16},
+          {"loss", out.loss.item<double>()},
+          {"uniform_loss", std::log(static_cast<double>(c.vocab_size))},
+          {"seconds", seconds}};
 }
 
 void run_info(const InfoOptions& options) {
@@ -125,12 +129,12 @@ void run_info(const InfoOptions& options) {
     }
   }
 
-  nlohmann::ordered_json out = {{"model", options.model_dir},
-                        {"architecture", architecture_json(c)},
-                        {"weights", weights},
-                        {"parameters",
-                         {{"trainable", counts.trainable}, {"frozen", counts.frozen}, {"total", counts.total()}}},
-                        {"training_memory_bytes", memory_json(counts)}};
+  nlohmann::ordered_json out = {
+      {"model", options.model_dir},
+      {"architecture", architecture_json(c)},
+      {"weights", weights},
+      {"parameters", {{"trainable", counts.trainable}, {"frozen", counts.frozen}, {"total", counts.total()}}},
+      {"training_memory_bytes", memory_json(counts)}};
   if (!forward.is_null()) out["forward"] = forward;
   if (options.json) {
     std::cout << out.dump(2) << std::endl;
@@ -145,7 +149,8 @@ void run_info(const InfoOptions& options) {
                                         " tensors loaded and validated against config.json")
             << "\n";
   if (!weights.is_null()) {
-    for (const auto& name : weights["computed"]) std::cout << "           computed (not stored): " << name.get<std::string>() << "\n";
+    for (const auto& name : weights["computed"])
+      std::cout << "           computed (not stored): " << name.get<std::string>() << "\n";
     for (const auto& w : weights["warnings"]) std::cout << "           warning: " << w.get<std::string>() << "\n";
   }
   std::cout << "\narchitecture\n";
@@ -179,8 +184,9 @@ void run_info(const InfoOptions& options) {
 
 void add_info_command(CLI::App& app) {
   auto options = std::make_shared<InfoOptions>();
-  auto* cmd = app.add_subcommand("info", "Describe a Hugging Face model folder: architecture, parameter counts and "
-                                         "the memory training needs; loads and validates the weights when present");
+  auto* cmd = app.add_subcommand("info",
+                                 "Describe a Hugging Face model folder: architecture, parameter counts and "
+                                 "the memory training needs; loads and validates the weights when present");
   cmd->add_option("--model,--model_name_or_path", options->model_dir, "model folder (config.json [+ weights])")
       ->required();
   cmd->add_flag("--json", options->json, "print JSON instead of a table");

@@ -19,8 +19,8 @@ std::string mib(double bytes) {
 
 }  // namespace
 
-void write_memory_report(const std::string& path, const memory::Plan& plan, std::int64_t layers,
-                         std::uint64_t budget, const std::vector<MeasuredPeak>& measured) {
+void write_memory_report(const std::string& path, const memory::Plan& plan, std::int64_t layers, std::uint64_t budget,
+                         const std::vector<MeasuredPeak>& measured) {
   const double bar = 26, gap = 8, left = 70, top = 40, height = 300;
   const double plan_width = static_cast<double>(plan.candidates.size()) * (bar + gap);
   const double steps_width = measured.empty() ? 0.0 : 60.0 + static_cast<double>(measured.size()) * 14.0;
@@ -52,9 +52,10 @@ void write_memory_report(const std::string& path, const memory::Plan& plan, std:
           << (plan.chosen && *plan.chosen == i ? " stroke=\"black\" stroke-width=\"2\"" : "") << "/>\n";
       base += parts[j];
     }
-    svg << "<text x=\"" << x + bar / 2 << "\" y=\"" << top + height + 12 << "\" text-anchor=\"end\" transform=\"rotate(-60 "
-        << x + bar / 2 << " " << top + height + 12 << ")\">" << k.knobs.micro_batch << "x" << k.knobs.accumulation
-        << " " << memory::checkpointing_label(k.knobs.checkpointed_layers, layers) << " "
+    svg << "<text x=\"" << x + bar / 2 << "\" y=\"" << top + height + 12
+        << "\" text-anchor=\"end\" transform=\"rotate(-60 " << x + bar / 2 << " " << top + height + 12 << ")\">"
+        << k.knobs.micro_batch << "x" << k.knobs.accumulation << " "
+        << memory::checkpointing_label(k.knobs.checkpointed_layers, layers) << " "
         << memory::to_string(k.knobs.optimizer) << (k.fits ? "" : " (no)") << "</text>\n";
   }
   if (!measured.empty()) {

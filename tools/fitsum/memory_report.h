@@ -16,7 +16,7 @@ struct MeasuredPeak {
 };
 
 // Writes the SVG; `measured` may be empty (fitsum plan). Throws std::runtime_error when the file cannot be written.
-void write_memory_report(const std::string& path, const memory::Plan& plan, std::int64_t layers,
-                         std::uint64_t budget, const std::vector<MeasuredPeak>& measured);
+void write_memory_report(const std::string& path, const memory::Plan& plan, std::int64_t layers, std::uint64_t budget,
+                         const std::vector<MeasuredPeak>& measured);
 
 }  // namespace fitsum::cli

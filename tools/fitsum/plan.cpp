@@ -28,7 +28,7 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
     throw std::invalid_argument("--format '" + p.format + "' is not one of table, json");
   }
   if (o.training.optim == "auto") o.training.optim = "adamw_torch";  // the planner chooses: not a fixed knob
-  if (o.training.output_dir.empty()) o.training.output_dir = ".";  // optional for plan: nothing is written
+  if (o.training.output_dir.empty()) o.training.output_dir = ".";    // optional for plan: nothing is written
   o.training.validate();
   if (o.num_threads > 0) at::set_num_threads(o.num_threads);
   const auto device = resolve_device(o.device);
@@ -70,15 +70,15 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
     std::cout << plan_table(plan, calibration, budget);
     if (plan.chosen) {
       std::cout << "flags: "
-                << plan_flags(plan.candidates[*plan.chosen], std::max(calibration.encoder_layers,
-                                                                      calibration.decoder_layers))
+                << plan_flags(plan.candidates[*plan.chosen],
+                              std::max(calibration.encoder_layers, calibration.decoder_layers))
                 << "\n";
     }
   }
   std::cout.flush();
   if (!o.memory_report.empty()) {
-    write_memory_report(o.memory_report, plan, std::max(calibration.encoder_layers, calibration.decoder_layers),
-                        budget, {});
+    write_memory_report(o.memory_report, plan, std::max(calibration.encoder_layers, calibration.decoder_layers), budget,
+                        {});
     std::cerr << "fitsum: wrote " << o.memory_report << "\n";
   }
   if (!plan.chosen) throw ExitStatus{3};

@@ -73,7 +73,8 @@ void apply_plan(train::TrainingArguments& args, const memory::Candidate& candida
   args.gradient_accumulation_steps = k.accumulation;
   args.gradient_checkpointing = k.checkpointed_layers > 0;
   args.gradient_checkpointing_layers.reset();
-  if (k.checkpointed_layers > 0 && k.checkpointed_layers < layers) args.gradient_checkpointing_layers = k.checkpointed_layers;
+  if (k.checkpointed_layers > 0 && k.checkpointed_layers < layers)
+    args.gradient_checkpointing_layers = k.checkpointed_layers;
   args.optim = k.optimizer == memory::OptimizerKind::adafactor ? "adafactor" : "adamw_torch";
   args.bf16 = k.bf16;
 }

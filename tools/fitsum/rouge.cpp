@@ -47,8 +47,8 @@ std::string padded(const std::string& text, std::size_t width) {
 
 std::string describe(const RougeCommandOptions& options, std::size_t records) {
   std::ostringstream out;
-  out << "ROUGE of " << records << " records from " << options.input_file << " (prediction_field="
-      << options.fields.prediction << ", reference_field=" << options.fields.reference
+  out << "ROUGE of " << records << " records from " << options.input_file
+      << " (prediction_field=" << options.fields.prediction << ", reference_field=" << options.fields.reference
       << ", use_stemmer=" << (options.rouge.use_stemmer ? "true" : "false")
       << ", rougeLsum sentences: " << (options.rouge.split_sentences ? "split, one per line" : "lines as given")
       << ")\n";
@@ -163,8 +163,7 @@ void add_rouge_command(CLI::App& app) {
       ->option_text("{mean,bootstrap}=mean");
   command->add_option("--seed", options->bootstrap.seed, "random seed of the bootstrap resampling")
       ->capture_default_str();
-  const std::map<std::string, OutputFormat> formats = {{"json", OutputFormat::kJson},
-                                                       {"table", OutputFormat::kTable}};
+  const std::map<std::string, OutputFormat> formats = {{"json", OutputFormat::kJson}, {"table", OutputFormat::kTable}};
   command
       ->add_option("--format", options->format,
                    "json: JSON on stdout, table on stderr; table: only the table, on stdout")

@@ -80,20 +80,21 @@ void run_tokenize(TokenizeArgs args) {
   if (stats.skipped_bad > stats.first_skipped.size()) {
     std::cerr << "fitsum: ... and " << stats.skipped_bad - stats.first_skipped.size() << " more malformed records\n";
   }
-  std::printf("wrote %zu records to %s in %.2f s (%.0f records/s)\n", stats.examples, args.output_file.c_str(),
-              seconds, seconds > 0 ? static_cast<double>(stats.examples) / seconds : 0.0);
+  std::printf("wrote %zu records to %s in %.2f s (%.0f records/s)\n", stats.examples, args.output_file.c_str(), seconds,
+              seconds > 0 ? static_cast<double>(stats.examples) / seconds : 0.0);
   std::printf("  %s\n", stats.summary(args.data).c_str());
 }
 
 }  // namespace
 
 void add_tokenize_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand(
-      "tokenize", "Tokenize a dataset file (jsonl, json, csv) and write token ids as JSON Lines");
+  CLI::App* command =
+      app.add_subcommand("tokenize", "Tokenize a dataset file (jsonl, json, csv) and write token ids as JSON Lines");
   auto args = std::make_shared<TokenizeArgs>();
   command->add_option("--model", args->model, "Hugging Face model folder; its spiece.model and config.json are read")
       ->check(CLI::ExistingDirectory);
-  command->add_option("--tokenizer_name", args->tokenizer_name, "Folder with the spiece.model to use instead of --model's")
+  command
+      ->add_option("--tokenizer_name", args->tokenizer_name, "Folder with the spiece.model to use instead of --model's")
       ->check(CLI::ExistingDirectory);
   command->add_option("--input_file", args->input_file, "Dataset file: .jsonl, .json or .csv")
       ->required()

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <torch/torch.h>
@@ -14,17 +14,17 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/generate/options.h"
-#include "fitsum/memory/host_allocator.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
-#include "fitsum/util/files.h"
-#include "fitsum/train/trainer.h"
-#include "fitsum/util/bytes.h"
 #include "fitsum/memory/device_memory.h"
+#include "fitsum/memory/host_allocator.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/static_memory.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/train/trainer.h"
+#include "fitsum/util/bytes.h"
+#include "fitsum/util/files.h"
+#include "fitsum/util/threads.h"
 #include "memory_report.h"
 #include "planning.h"
-#include "fitsum/util/threads.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -53,8 +53,8 @@ std::vector<data::Example> read_split(const std::string& file, const tokenizer::
   if (!keep_empty) {
     const auto dropped = data::drop_empty_examples(examples);
     if (dropped > 0) {
-      std::printf("  %-28s dropped %zu examples with an empty text or summary (--keep_empty_examples keeps them)\n",
-                  "", dropped);
+      std::printf("  %-28s dropped %zu examples with an empty text or summary (--keep_empty_examples keeps them)\n", "",
+                  dropped);
     }
   }
   return examples;
@@ -64,8 +64,8 @@ void print_configuration(const TrainCommandOptions& o, const io::LoadedModel& lo
                          std::size_t train_examples, std::size_t eval_examples) {
   std::printf("resolved configuration\n");
   std::printf("  %-28s %s\n", "model", loaded.description.c_str());
-  std::printf("  %-28s %s\n", "tokenizer", loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)"
-                                                                        : loaded.tokenizer_dir.c_str());
+  std::printf("  %-28s %s\n", "tokenizer",
+              loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)" : loaded.tokenizer_dir.c_str());
   std::printf("  %-28s %s, %d intra-op threads, %d BLAS threads (%s)\n", "device", device.str().c_str(),
               at::get_num_threads(), util::blas_threads(), util::blas_description().c_str());
   std::printf("  %-28s %zu train, %zu eval\n", "examples", train_examples, eval_examples);
@@ -98,7 +98,7 @@ std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, mo
     const auto fixed = memory::static_training_memory(counts, *request.optimizer, memory::StorageDtype::fp32);
     if (static_cast<double>(fixed.total()) * (1.0 + request.margin) > static_cast<double>(budget)) {
       const auto other = *request.optimizer == memory::OptimizerKind::adamw ? memory::OptimizerKind::adafactor
-                                                                             : memory::OptimizerKind::adamw;
+                                                                            : memory::OptimizerKind::adamw;
       const auto alternative = memory::static_training_memory(counts, other, memory::StorageDtype::fp32);
       std::string message =
           "--max_memory " + util::format_bytes(budget) + " is too small for --optim " + o.training.optim +
@@ -108,10 +108,9 @@ std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, mo
           util::format_bytes(static_cast<std::uint64_t>(static_cast<double>(fixed.total()) * (1.0 + request.margin))) +
           " with the planner's margin, before any activation.";
       if (static_cast<double>(alternative.total()) * (1.0 + request.margin) < static_cast<double>(budget)) {
-        message += " A plan that fits starts from --optim " + std::string(memory::to_string(other) == std::string("adamw")
-                                                                              ? "adamw_torch"
-                                                                              : "adafactor") +
-                   " (" + util::format_bytes(alternative.total()) +
+        message += " A plan that fits starts from --optim " +
+                   std::string(memory::to_string(other) == std::string("adamw") ? "adamw_torch" : "adafactor") + " (" +
+                   util::format_bytes(alternative.total()) +
                    " before activations); leave --optim unset (or --optim auto) and the planner chooses micro-batch "
                    "and checkpointing too, or run `fitsum plan` with these flags for the table.";
       }
@@ -133,8 +132,8 @@ std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, mo
     relaxed.checkpointed_layers.reset();
     relaxed.micro_batch.reset();
     const auto alternative = memory::choose_plan(calibration, relaxed);
-    std::string message = "--max_memory " + util::format_bytes(budget) + " is too small for these settings: " +
-                          plan.explanation;
+    std::string message =
+        "--max_memory " + util::format_bytes(budget) + " is too small for these settings: " + plan.explanation;
     if (alternative.chosen) {
       message += ". A plan that fits: " + plan_flags(alternative.candidates[*alternative.chosen], layers) +
                  " (predicted peak " + util::format_bytes(alternative.candidates[*alternative.chosen].prediction.peak) +
@@ -200,7 +199,8 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   o.data.validate();
   std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
   if (!loaded.tokenizer_dir.empty()) {
-    tokenizer = std::make_shared<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
+    tokenizer =
+        std::make_shared<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
   }
   const auto* tok = tokenizer.get();
 
@@ -209,8 +209,8 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   inputs.train_examples = read_split(o.train_file, tok, config.vocab_size, o.data, o.data.max_train_samples,
                                      o.keep_empty_examples, "train_file");
   if (!o.validation_file.empty() && args.evaluation() != train::IntervalStrategy::no) {
-    inputs.eval_examples = read_split(o.validation_file, tok, config.vocab_size, o.data, o.data.max_eval_samples,
-                                      true, "validation_file");
+    inputs.eval_examples =
+        read_split(o.validation_file, tok, config.vocab_size, o.data, o.data.max_eval_samples, true, "validation_file");
   } else if (args.evaluation() != train::IntervalStrategy::no) {
     throw std::invalid_argument("--eval_strategy " + args.eval_strategy + " needs --validation_file");
   }
@@ -225,7 +225,7 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   inputs.generation = generate::generation_options_from_hf(
       loaded.config_json,
       !o.model.model_name_or_path.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file)
-                                                                          : nlohmann::json(nullptr),
+                                                                         : nlohmann::json(nullptr),
       o.model.model_name_or_path.empty() ? o.model.config_name : o.model.model_name_or_path);
   if (args.predict_with_generate && !tokenizer) {
     std::cerr << "fitsum: warning: --predict_with_generate without a tokenizer: generation runs, ROUGE is skipped\n";
@@ -280,7 +280,8 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  struct sigaction previous_int {}, previous_term {};
+  struct sigaction previous_int {
+  }, previous_term{};
   sigaction(SIGINT, &action, &previous_int);
   sigaction(SIGTERM, &action, &previous_term);
   train::TrainResult result;

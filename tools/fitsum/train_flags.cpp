@@ -33,15 +33,16 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   // TrainingArguments
   cmd.add_option("--output_dir", t.output_dir, "where checkpoints and the final model go");
   cmd.add_flag("--overwrite_output_dir", t.overwrite_output_dir, "allow an output_dir that already holds a run");
-  cmd.add_option("--num_train_epochs", t.num_train_epochs, "epochs to train (fractional allowed)")->capture_default_str();
+  cmd.add_option("--num_train_epochs", t.num_train_epochs, "epochs to train (fractional allowed)")
+      ->capture_default_str();
   cmd.add_option("--max_steps", t.max_steps, "optimizer steps; overrides num_train_epochs when > 0")
       ->capture_default_str();
   cmd.add_option("--per_device_train_batch_size", t.per_device_train_batch_size, "micro-batch size")
       ->capture_default_str();
   cmd.add_option("--per_device_eval_batch_size", t.per_device_eval_batch_size, "evaluation batch size")
       ->capture_default_str();
-  cmd.add_option("--gradient_accumulation_steps", t.gradient_accumulation_steps,
-                 "micro-batches per optimizer step")->capture_default_str();
+  cmd.add_option("--gradient_accumulation_steps", t.gradient_accumulation_steps, "micro-batches per optimizer step")
+      ->capture_default_str();
   cmd.add_option("--learning_rate", t.learning_rate, "peak learning rate")->capture_default_str();
   cmd.add_option("--weight_decay", t.weight_decay, "decoupled weight decay (not on biases and LayerNorms)")
       ->capture_default_str();
@@ -56,7 +57,8 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
       ->capture_default_str();
   cmd.add_option("--optim", t.optim,
                  "adamw_torch (adamw_hf is an alias), adafactor, or auto (the planner's choice; the default under "
-                 "--max_memory)")->capture_default_str();
+                 "--max_memory)")
+      ->capture_default_str();
   cmd.add_option("--label_smoothing_factor", t.label_smoothing_factor, "label smoothing epsilon")
       ->capture_default_str();
   cmd.add_flag("--gradient_checkpointing", t.gradient_checkpointing,
@@ -68,8 +70,7 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   cmd.add_flag("--fp16", t.fp16, "refused for PEGASUS (float16 overflows); use --bf16");
   cmd.add_option("--logging_steps", t.logging_steps, "log every N steps (< 1: a fraction of the run)")
       ->capture_default_str();
-  cmd.add_option("--eval_strategy,--evaluation_strategy", t.eval_strategy, "no, steps or epoch")
-      ->capture_default_str();
+  cmd.add_option("--eval_strategy,--evaluation_strategy", t.eval_strategy, "no, steps or epoch")->capture_default_str();
   cmd.add_option_function<double>(
       "--eval_steps", [&t](const double& v) { t.eval_steps = v; }, "evaluate every N steps (default: logging_steps)");
   cmd.add_option("--save_strategy", t.save_strategy, "no, steps or epoch")->capture_default_str();
@@ -93,7 +94,8 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
                  "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF)");
   cmd.add_option("--num_threads", o.num_threads, "LibTorch intra-op threads (0: fitsum's default, 1)")
       ->capture_default_str();
-  cmd.add_option("--blas_threads", o.blas_threads, "BLAS threads for matrix products (0: fitsum's default, one per core)")
+  cmd.add_option("--blas_threads", o.blas_threads,
+                 "BLAS threads for matrix products (0: fitsum's default, one per core)")
       ->capture_default_str();
   // Memory planning (docs/memory.md)
   cmd.add_option("--max_memory", o.max_memory,

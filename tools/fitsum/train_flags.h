@@ -28,8 +28,8 @@ struct TrainCommandOptions {
   int blas_threads = 0;         // BLAS threads; 0: fitsum's default
   std::string cuda_alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF, set before CUDA initialises
   bool keep_empty_examples = false;
-  std::string max_memory;   // --max_memory: a size or "auto"; empty = no budget
-  bool no_resplit = false;  // --no_resplit: the planner keeps the micro-batch and accumulation as given
+  std::string max_memory;     // --max_memory: a size or "auto"; empty = no budget
+  bool no_resplit = false;    // --no_resplit: the planner keeps the micro-batch and accumulation as given
   std::string memory_report;  // --memory_report: an SVG of the plan (and, after training, the measured peaks)
 };
 

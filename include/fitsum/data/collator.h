@@ -16,7 +16,7 @@
 namespace fitsum::data {
 
 struct CollatorOptions {
-  std::int64_t pad_token_id = 0;          // PEGASUS's <pad>
+  std::int64_t pad_token_id = 0;           // PEGASUS's <pad>
   std::int64_t label_pad_token_id = -100;  // HF's ignore index
   std::optional<std::int64_t> pad_to_multiple_of;
 };

@@ -29,9 +29,9 @@ struct DataOptions {
   std::int64_t max_target_length = 128;
   std::optional<std::int64_t> max_train_samples;
   std::optional<std::int64_t> max_eval_samples;
-  bool skip_bad_records = false;                   // skip (and count) malformed records instead of failing
-  std::optional<std::int64_t> pad_to_multiple_of;  // DataCollatorForSeq2Seq
-  bool group_by_length = false;                    // LengthGroupedSampler
+  bool skip_bad_records = false;                     // skip (and count) malformed records instead of failing
+  std::optional<std::int64_t> pad_to_multiple_of;    // DataCollatorForSeq2Seq
+  bool group_by_length = false;                      // LengthGroupedSampler
   std::optional<std::int64_t> max_tokens_per_batch;  // token-budget batches instead of a fixed batch size
 
   // Throws std::invalid_argument with a sentence for the first inconsistent value.
@@ -45,11 +45,11 @@ std::vector<std::string> clamp_lengths_to_model(DataOptions& options, std::int64
 // One training or evaluation example. Token ids are stored as int32 (the vocabulary is 96103), halving the
 // memory of a tokenized corpus; the collator widens them to int64 tensors.
 struct Example {
-  nlohmann::json id;                                 // the record's "id" field, null when it has none
-  std::vector<TokenId> input_ids;                    // ends in </s> unless pre-tokenized otherwise
-  std::vector<TokenId> attention_mask;               // empty: every input id is attended (the usual case)
-  std::optional<std::vector<TokenId>> labels;        // absent when the record has no summary
-  std::size_t line = 0;                              // where the record starts in its file
+  nlohmann::json id;                           // the record's "id" field, null when it has none
+  std::vector<TokenId> input_ids;              // ends in </s> unless pre-tokenized otherwise
+  std::vector<TokenId> attention_mask;         // empty: every input id is attended (the usual case)
+  std::optional<std::vector<TokenId>> labels;  // absent when the record has no summary
+  std::size_t line = 0;                        // where the record starts in its file
 };
 
 // What a pass over a file did, for the log.
@@ -57,7 +57,7 @@ struct ReadStats {
   std::size_t examples = 0;
   std::size_t with_labels = 0;
   std::size_t pretokenized = 0;
-  std::size_t empty_text = 0;          // text "" encodes to [</s>]; training may choose to drop these
+  std::size_t empty_text = 0;  // text "" encodes to [</s>]; training may choose to drop these
   std::size_t truncated_sources = 0;
   std::size_t truncated_targets = 0;
   std::size_t skipped_bad = 0;

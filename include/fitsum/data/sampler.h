@@ -43,9 +43,9 @@ std::vector<std::size_t> length_grouped_order(const std::vector<std::size_t>& le
                                               std::uint64_t seed, std::uint64_t epoch);
 
 struct SamplerOptions {
-  std::uint64_t seed = 42;                // --seed (HF's default)
-  bool group_by_length = false;           // --group_by_length
-  std::size_t examples_per_step = 1;      // micro-batch size x accumulation steps (x processes)
+  std::uint64_t seed = 42;            // --seed (HF's default)
+  bool group_by_length = false;       // --group_by_length
+  std::size_t examples_per_step = 1;  // micro-batch size x accumulation steps (x processes)
 };
 
 // The example order of `epoch`: shuffled_order, or length_grouped_order with options.group_by_length.
@@ -67,7 +67,7 @@ std::vector<StepBatches> plan_steps(const std::vector<std::size_t>& order, std::
 // alone exceeds the budget.
 struct TokenBudget {
   std::size_t max_tokens = 0;
-  std::size_t max_examples = 0;        // 0: no limit on examples per batch
+  std::size_t max_examples = 0;  // 0: no limit on examples per batch
   std::size_t pad_to_multiple_of = 1;
 };
 std::vector<std::vector<std::size_t>> token_budget_batches(const std::vector<std::size_t>& lengths,

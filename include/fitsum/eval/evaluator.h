@@ -27,9 +27,9 @@ class PegasusTokenizer;
 namespace fitsum::eval {
 
 struct EvaluationOptions {
-  std::int64_t batch_size = 8;          // per_device_eval_batch_size
-  bool compute_loss = true;             // when the examples have labels
-  bool generate = true;                 // predict_with_generate
+  std::int64_t batch_size = 8;  // per_device_eval_batch_size
+  bool compute_loss = true;     // when the examples have labels
+  bool generate = true;         // predict_with_generate
   generate::GenerationOptions generation;
   RougeOptions rouge{/*use_stemmer=*/true, /*split_sentences=*/false};
   double label_smoothing = 0.0;
@@ -45,8 +45,8 @@ struct Prediction {
 
 struct EvaluationResult {
   std::optional<double> eval_loss;
-  std::optional<RougeScores> rouge;         // exact means over the examples with labels
-  double gen_len = 0.0;                     // mean generated tokens (non-pad, as run_summarization counts)
+  std::optional<RougeScores> rouge;  // exact means over the examples with labels
+  double gen_len = 0.0;              // mean generated tokens (non-pad, as run_summarization counts)
   double samples_per_second = 0.0;
   double runtime_seconds = 0.0;
   std::vector<Prediction> predictions;

@@ -19,12 +19,11 @@ namespace fitsum::generate {
 class BeamHypotheses {
  public:
   struct Hypothesis {
-    double score;                       // sum_logprobs / length^length_penalty
-    std::vector<std::int64_t> tokens;   // start token first, no eos
+    double score;                      // sum_logprobs / length^length_penalty
+    std::vector<std::int64_t> tokens;  // start token first, no eos
   };
 
-  BeamHypotheses(std::int64_t num_beams, double length_penalty, EarlyStopping early_stopping,
-                 std::int64_t max_length);
+  BeamHypotheses(std::int64_t num_beams, double length_penalty, EarlyStopping early_stopping, std::int64_t max_length);
 
   // Scores a hypothesis by its length (start token counted) and keeps it if it is among the num_beams best.
   void add(std::vector<std::int64_t> tokens, double sum_logprobs);
@@ -47,7 +46,7 @@ class BeamHypotheses {
 };
 
 // input_ids (B, S), attention_mask (B, S) on the model's device; options.num_beams must be at least 2.
-GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& input_ids,
-                             const at::Tensor& attention_mask, const GenerationOptions& options);
+GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                             const GenerationOptions& options);
 
 }  // namespace fitsum::generate

@@ -61,7 +61,7 @@ std::unique_ptr<TensorSource> open_tensor_source(const ModelFolder& folder);
 struct LoadReport {
   std::int64_t tensors_loaded = 0;
   std::uint64_t bytes_read = 0;
-  std::vector<std::string> computed;   // absent from the file and computed (sinusoidal tables) or zero-filled
+  std::vector<std::string> computed;         // absent from the file and computed (sinusoidal tables) or zero-filled
   std::vector<std::string> tied_duplicates;  // lm_head / embed_tokens copies of model.shared.weight
   std::vector<std::string> warnings;
 };
@@ -75,9 +75,9 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder);
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors(model::Seq2SeqLMImpl& model);
 
 struct SaveOptions {
-  nlohmann::json config_json;          // the original config.json, kept field by field; empty: derived
-  nlohmann::json generation_config;    // empty: derived from config_json
-  fs::path copy_tokenizer_from;        // a folder whose tokenizer files (spiece.model, ...) are copied along
+  nlohmann::json config_json;        // the original config.json, kept field by field; empty: derived
+  nlohmann::json generation_config;  // empty: derived from config_json
+  fs::path copy_tokenizer_from;      // a folder whose tokenizer files (spiece.model, ...) are copied along
 };
 
 // Writes out_dir/{model.safetensors, config.json, generation_config.json} (+ tokenizer files), each atomically.

@@ -24,11 +24,11 @@ struct ModelSource {
 
 struct LoadedModel {
   model::Seq2SeqLM model{nullptr};
-  nlohmann::json config_json;         // after overrides: what saved folders carry
+  nlohmann::json config_json;           // after overrides: what saved folders carry
   std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
   bool random_init = false;
   LoadReport report;
-  std::string description;            // one line for the log
+  std::string description;  // one line for the log
 };
 
 // Throws std::invalid_argument when neither or both sources are given, std::runtime_error for bad folders.

@@ -21,9 +21,9 @@ namespace fitsum::io {
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;           // "F32", "F16", "BF16", "F64", "I64", ...
+  std::string dtype;  // "F32", "F16", "BF16", "F64", "I64", ...
   std::vector<std::int64_t> shape;
-  std::uint64_t begin = 0;     // byte offsets relative to the start of the data area
+  std::uint64_t begin = 0;  // byte offsets relative to the start of the data area
   std::uint64_t end = 0;
 };
 

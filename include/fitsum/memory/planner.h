@@ -45,8 +45,8 @@ void apply_memory_budget(const c10::Device& device, std::uint64_t bytes);
 
 struct BatchShape {
   std::int64_t batch = 1;
-  std::int64_t source = 1;   // encoder tokens per row
-  std::int64_t target = 1;   // label tokens per row
+  std::int64_t source = 1;  // encoder tokens per row
+  std::int64_t target = 1;  // label tokens per row
 };
 
 // Bytes of a micro-step's transient: the larger of two phases,
@@ -55,7 +55,7 @@ struct BatchShape {
 // For small batches the second (a large constant: dense vocabulary x d_model gradients) sets the peak, for large
 // ones the first; a single least-squares form fitted across both would under-predict large batches.
 struct ActivationFit {
-  std::array<double, 6> coefficients{};     // a0 .. a5
+  std::array<double, 6> coefficients{};      // a0 .. a5
   std::array<double, 3> end_coefficients{};  // e0 .. e2
   double predict(const BatchShape& shape) const;
 };
@@ -94,9 +94,7 @@ struct Calibration {
   std::vector<ProbeSample> samples;
   double probe_seconds = 0.0;
 
-  const OptimizerCost& optimizer(OptimizerKind kind) const {
-    return kind == OptimizerKind::adamw ? adamw : adafactor;
-  }
+  const OptimizerCost& optimizer(OptimizerKind kind) const { return kind == OptimizerKind::adamw ? adamw : adafactor; }
 };
 
 struct CalibrationOptions {
@@ -124,11 +122,11 @@ struct Prediction {
   std::uint64_t weights = 0;
   std::uint64_t gradients = 0;
   std::uint64_t optimizer_state = 0;
-  std::uint64_t activations = 0;         // the micro-step transient
+  std::uint64_t activations = 0;  // the micro-step transient
   std::uint64_t optimizer_transient = 0;
   std::uint64_t peak = 0;
   double step_seconds = 0.0;
-  double tokens_per_second = 0.0;        // at the worst shape: B x (S + T) tokens per row
+  double tokens_per_second = 0.0;  // at the worst shape: B x (S + T) tokens per row
 };
 
 // `worst` gives the lengths; its batch is ignored (the knobs' micro-batch is used).
@@ -140,8 +138,8 @@ Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const
 constexpr double kPlanMargin = 0.05;
 
 struct PlanRequest {
-  std::int64_t effective_batch = 8;                 // per_device_train_batch_size x gradient_accumulation_steps
-  std::int64_t source_length = 512;                 // the worst batch after truncation
+  std::int64_t effective_batch = 8;  // per_device_train_batch_size x gradient_accumulation_steps
+  std::int64_t source_length = 512;  // the worst batch after truncation
   std::int64_t target_length = 128;
   std::optional<std::int64_t> micro_batch;          // fixed by --no_resplit
   std::optional<OptimizerKind> optimizer;           // fixed by an explicit --optim

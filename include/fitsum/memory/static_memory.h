@@ -17,8 +17,8 @@ const char* to_string(OptimizerKind kind);
 const char* to_string(StorageDtype dtype);
 
 struct StaticMemory {
-  std::uint64_t weights = 0;          // trainable parameters plus stored buffers
-  std::uint64_t gradients = 0;        // one per trainable parameter
+  std::uint64_t weights = 0;    // trainable parameters plus stored buffers
+  std::uint64_t gradients = 0;  // one per trainable parameter
   std::uint64_t optimizer_state = 0;
   std::uint64_t total() const { return weights + gradients + optimizer_state; }
 };
@@ -27,7 +27,6 @@ struct StaticMemory {
 // parameter dtype; HF's Adafactor (beta1=None, as optim="adafactor" sets) keeps a factored second moment
 // (rows + columns) for matrices and a full one for vectors, always in fp32 (it upcasts bf16 parameters).
 // Mixed precision with fp32 master weights (fitsum's --bf16) stores everything as fp32.
-StaticMemory static_training_memory(const model::ParameterCounts& counts, OptimizerKind optimizer,
-                                    StorageDtype dtype);
+StaticMemory static_training_memory(const model::ParameterCounts& counts, OptimizerKind optimizer, StorageDtype dtype);
 
 }  // namespace fitsum::memory

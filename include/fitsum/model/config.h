@@ -34,13 +34,13 @@ struct ModelConfig {
   double attention_dropout = 0.0;   // on the attention probabilities
   double activation_dropout = 0.0;  // after the feed-forward activation
 
-  bool scale_embedding = true;          // multiply token embeddings by sqrt(d_model)
-  bool normalize_before = true;         // pre-LayerNorm layers (PEGASUS) or post-LayerNorm (BART)
-  bool final_layer_norm = true;         // LayerNorm after the last encoder and decoder layer (PEGASUS)
-  bool layernorm_embedding = false;     // LayerNorm right after the embeddings (BART)
+  bool scale_embedding = true;       // multiply token embeddings by sqrt(d_model)
+  bool normalize_before = true;      // pre-LayerNorm layers (PEGASUS) or post-LayerNorm (BART)
+  bool final_layer_norm = true;      // LayerNorm after the last encoder and decoder layer (PEGASUS)
+  bool layernorm_embedding = false;  // LayerNorm right after the embeddings (BART)
   PositionEmbedding position_embedding = PositionEmbedding::sinusoidal;
   std::int64_t learned_position_offset = 2;  // BART's learned tables start at index 2
-  bool tie_word_embeddings = true;      // LM head shares the token embedding (model.shared)
+  bool tie_word_embeddings = true;           // LM head shares the token embedding (model.shared)
   double layer_norm_eps = 1e-5;
   double init_std = 0.02;
 
@@ -68,8 +68,8 @@ Activation activation_from_string(const std::string& name);
 
 // Parameter counts computed from the config alone (no tensors allocated), as a model built from it would report.
 struct ParameterCounts {
-  std::int64_t trainable = 0;      // everything the optimizer updates
-  std::int64_t frozen = 0;         // buffers stored in checkpoints: final_logits_bias, sinusoidal position tables
+  std::int64_t trainable = 0;  // everything the optimizer updates
+  std::int64_t frozen = 0;     // buffers stored in checkpoints: final_logits_bias, sinusoidal position tables
   std::int64_t total() const { return trainable + frozen; }
   // For memory estimates: elements of trainable matrices (≥ 2-D) and their rows + columns (Adafactor's factored
   // second moment), and elements of trainable vectors (Adafactor keeps a full second moment for those).

@@ -17,7 +17,7 @@ namespace fitsum::model {
 // The summed loss of the label tokens (those not -100) and their count; dividing the sum by the tokens of a whole
 // accumulated batch gives the exact loss of that batch.
 struct TokenLoss {
-  at::Tensor sum;           // () float32
+  at::Tensor sum;  // () float32
   std::int64_t tokens = 0;
 };
 

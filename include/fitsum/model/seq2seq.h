@@ -216,9 +216,9 @@ class Seq2SeqModelImpl : public torch::nn::Module {
 TORCH_MODULE(Seq2SeqModel);
 
 struct Seq2SeqOutput {
-  torch::Tensor loss;                   // () mean cross-entropy over label tokens that are not -100
-  torch::Tensor logits;                 // (B, T, V)
-  torch::Tensor encoder_hidden_state;   // (B, S, D)
+  torch::Tensor loss;                  // () mean cross-entropy over label tokens that are not -100
+  torch::Tensor logits;                // (B, T, V)
+  torch::Tensor encoder_hidden_state;  // (B, S, D)
 };
 
 class Seq2SeqLMImpl : public torch::nn::Module {

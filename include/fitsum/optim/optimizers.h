@@ -66,9 +66,9 @@ class AdamW : public torch::optim::Optimizer {
 struct AdafactorOptions : public torch::optim::OptimizerCloneableOptions<AdafactorOptions> {
   explicit AdafactorOptions(double lr = 1e-3) : lr_(lr) {}
   TORCH_ARG(double, lr);
-  TORCH_ARG(double, eps1) = 1e-30;           // added to grad² (HF eps[0])
-  TORCH_ARG(double, clip_threshold) = 1.0;   // the update's RMS is clipped to this
-  TORCH_ARG(double, decay_rate) = -0.8;      // beta2_t = 1 - t^decay_rate
+  TORCH_ARG(double, eps1) = 1e-30;          // added to grad² (HF eps[0])
+  TORCH_ARG(double, clip_threshold) = 1.0;  // the update's RMS is clipped to this
+  TORCH_ARG(double, decay_rate) = -0.8;     // beta2_t = 1 - t^decay_rate
   TORCH_ARG(double, weight_decay) = 0.0;
   // Three passes over the gradient per parameter, no temporaries (optim/fused_steps.h) where it applies
   // (contiguous float32 matrices and vectors on the CPU); false: the tensor-op formulas.

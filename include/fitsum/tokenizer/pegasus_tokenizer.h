@@ -29,9 +29,9 @@ class PegasusTokenizer {
  public:
   static constexpr TokenId kPadId = 0;
   static constexpr TokenId kEosId = 1;
-  static constexpr TokenId kMaskSentenceId = 2;  // <mask_1>
-  static constexpr TokenId kMaskId = 3;          // <mask_2>
-  static constexpr TokenId kOffset = 103;        // ids below are reserved; SentencePiece id k is k + kOffset
+  static constexpr TokenId kMaskSentenceId = 2;   // <mask_1>
+  static constexpr TokenId kMaskId = 3;           // <mask_2>
+  static constexpr TokenId kOffset = 103;         // ids below are reserved; SentencePiece id k is k + kOffset
   static constexpr TokenId kUnkId = kOffset + 2;  // <unk>: SentencePiece's unknown piece 2
 
   // Loads `dir/spiece.model`; throws std::runtime_error with a hint when the folder has none.
@@ -39,7 +39,7 @@ class PegasusTokenizer {
   // Loads a SentencePiece model with PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2); throws otherwise.
   explicit PegasusTokenizer(const fs::path& spiece_model);
 
-  TokenId vocab_size() const { return vocab_size_; }     // pieces + 103 (96103 for PEGASUS)
+  TokenId vocab_size() const { return vocab_size_; }  // pieces + 103 (96103 for PEGASUS)
   bool is_special(TokenId id) const { return id >= 0 && id <= kUnkId; }
   const fs::path& model_file() const { return model_.file(); }
 

@@ -48,8 +48,8 @@ namespace fs = std::filesystem;
 // Everything the trainer needs besides the arguments; model code and data come in ready, the trainer owns the loop.
 struct TrainerInputs {
   model::Seq2SeqLM model{nullptr};
-  nlohmann::json config_json;          // written with every saved model
-  fs::path tokenizer_dir;              // its tokenizer files are copied into every saved model folder
+  nlohmann::json config_json;  // written with every saved model
+  fs::path tokenizer_dir;      // its tokenizer files are copied into every saved model folder
   std::vector<data::Example> train_examples;
   std::vector<data::Example> eval_examples;
   data::CollatorOptions collator;
@@ -64,9 +64,9 @@ struct TrainerInputs {
 
 // What the caller sees while training runs (the CLI prints; tests record).
 struct TrainerCallbacks {
-  std::function<void(const nlohmann::ordered_json& entry)> on_log;        // each log_history entry
+  std::function<void(const nlohmann::ordered_json& entry)> on_log;         // each log_history entry
   std::function<void(std::int64_t step, std::int64_t max_steps)> on_step;  // after each optimizer step
-  std::function<void(const std::string& message)> on_message;            // checkpoints saved, resumes, ...
+  std::function<void(const std::string& message)> on_message;              // checkpoints saved, resumes, ...
 };
 
 struct TrainResult {
@@ -136,7 +136,7 @@ class Trainer {
   std::int64_t step_in_epoch_ = 0;  // the next optimizer step within it
   double loss_since_log_ = 0.0;     // summed step losses since the last log
   std::int64_t steps_since_log_ = 0;
-  double total_loss_ = 0.0;         // summed step losses of the whole run
+  double total_loss_ = 0.0;  // summed step losses of the whole run
   double last_grad_norm_ = 0.0;
   nlohmann::ordered_json log_history_ = nlohmann::ordered_json::array();
 

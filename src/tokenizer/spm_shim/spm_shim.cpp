@@ -33,9 +33,7 @@ int64_t copy_out(const T* data, size_t count, T* out, size_t capacity) {
   return static_cast<int64_t>(count);
 }
 
-bool valid_id(const fitsum_spm_model* model, int32_t id) {
-  return id >= 0 && id < model->processor.GetPieceSize();
-}
+bool valid_id(const fitsum_spm_model* model, int32_t id) { return id >= 0 && id < model->processor.GetPieceSize(); }
 
 }  // namespace
 
@@ -75,8 +73,8 @@ FITSUM_SPM_EXPORT int fitsum_spm_is_control(const fitsum_spm_model* model, int32
   return valid_id(model, id) && model->processor.IsControl(id) ? 1 : 0;
 }
 
-FITSUM_SPM_EXPORT int64_t fitsum_spm_encode(const fitsum_spm_model* model, const char* text, size_t size,
-                                            int32_t* ids, size_t capacity) {
+FITSUM_SPM_EXPORT int64_t fitsum_spm_encode(const fitsum_spm_model* model, const char* text, size_t size, int32_t* ids,
+                                            size_t capacity) {
   try {
     std::vector<int> encoded;
     const auto status = model->processor.Encode(std::string_view(text, size), &encoded);
@@ -90,8 +88,8 @@ FITSUM_SPM_EXPORT int64_t fitsum_spm_encode(const fitsum_spm_model* model, const
   }
 }
 
-FITSUM_SPM_EXPORT int64_t fitsum_spm_decode(const fitsum_spm_model* model, const int32_t* ids, size_t count,
-                                            char* text, size_t capacity) {
+FITSUM_SPM_EXPORT int64_t fitsum_spm_decode(const fitsum_spm_model* model, const int32_t* ids, size_t count, char* text,
+                                            size_t capacity) {
   try {
     std::vector<int> pieces(ids, ids + count);
     for (const int id : pieces) {

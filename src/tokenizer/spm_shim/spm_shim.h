@@ -40,12 +40,10 @@ int fitsum_spm_is_unknown(const fitsum_spm_model* model, int32_t id);
 int fitsum_spm_is_control(const fitsum_spm_model* model, int32_t id);
 
 // Encodes UTF-8 text (`size` bytes, need not be NUL-terminated) to piece ids, deterministic Viterbi.
-int64_t fitsum_spm_encode(const fitsum_spm_model* model, const char* text, size_t size, int32_t* ids,
-                          size_t capacity);
+int64_t fitsum_spm_encode(const fitsum_spm_model* model, const char* text, size_t size, int32_t* ids, size_t capacity);
 
 // Decodes piece ids to UTF-8 text (not NUL-terminated); unknown pieces render as " \xE2\x81\x87 ".
-int64_t fitsum_spm_decode(const fitsum_spm_model* model, const int32_t* ids, size_t count, char* text,
-                          size_t capacity);
+int64_t fitsum_spm_decode(const fitsum_spm_model* model, const int32_t* ids, size_t count, char* text, size_t capacity);
 
 // The piece string of an id (UTF-8, not NUL-terminated).
 int64_t fitsum_spm_id_to_piece(const fitsum_spm_model* model, int32_t id, char* text, size_t capacity);
