@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -362,6 +363,30 @@ void save_model_folder(model::Seq2SeqLMImpl& model, const fs::path& out_dir, con
       }
     }
   }
+}
+
+namespace {
+
+// "checkpoint-N" -> N, or -1.
+std::int64_t checkpoint_step(const fs::path& dir) {
+  static const std::regex pattern("checkpoint-([0-9]+)");
+  std::smatch match;
+  const std::string name = dir.filename().string();
+  if (std::regex_match(name, match, pattern)) return std::stoll(match[1]);
+  return -1;
+}
+
+}  // namespace
+
+std::vector<fs::path> checkpoint_folders(const fs::path& output_dir) {
+  std::vector<fs::path> found;
+  if (!fs::exists(output_dir)) return found;
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    if (entry.is_directory() && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
+  }
+  std::sort(found.begin(), found.end(),
+            [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
+  return found;
 }
 
 }  // namespace fitsum::io

@@ -64,7 +64,9 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
   EvalMode eval_mode(model);
   torch::NoGradGuard no_grad;
   double weighted = 0.0;
-  for (const auto& batch_indices : batches_of(labelled, options.batch_size)) {
+  const auto batches = batches_of(labelled, options.batch_size);
+  std::size_t done = 0;
+  for (const auto& batch_indices : batches) {
     auto batch = data::collate(examples, batch_indices, options.collator);
     auto ids = batch.input_ids.to(device);
     auto mask = batch.attention_mask.to(device);
@@ -75,6 +77,7 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
     const auto loss = model.token_loss(hidden, labels, options.label_smoothing);
     weighted += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens)) *
                 static_cast<double>(batch_indices.size());
+    if (options.on_progress) options.on_progress("eval loss", ++done, batches.size());
   }
   return weighted / static_cast<double>(labelled.size());
 }
@@ -91,7 +94,9 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
     std::vector<eval::RougeScores> scores;
     double generated_tokens = 0.0;
-    for (const auto& batch_indices : batches_of(all, options.batch_size)) {
+    const auto batches = batches_of(all, options.batch_size);
+    std::size_t done = 0;
+    for (const auto& batch_indices : batches) {
       // Generation needs no labels: collate the sources alone.
       std::vector<data::Example> sources;
       for (auto i : batch_indices) {
@@ -122,6 +127,7 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
         }
         result.predictions.push_back(std::move(p));
       }
+      if (options.on_progress) options.on_progress("generate", ++done, batches.size());
     }
     result.gen_len = generated_tokens / static_cast<double>(examples.size());
     if (!scores.empty()) result.rouge = eval::mean_rouge(scores);

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -41,26 +40,6 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 std::int64_t label_tokens(const data::Example& e) {
   if (!e.labels) return 0;
   return static_cast<std::int64_t>(e.labels->size());  // unpadded labels: every one counts
-}
-
-// "checkpoint-N" -> N, or -1.
-std::int64_t checkpoint_step(const fs::path& dir) {
-  static const std::regex pattern("checkpoint-([0-9]+)");
-  std::smatch match;
-  const std::string name = dir.filename().string();
-  if (std::regex_match(name, match, pattern)) return std::stoll(match[1]);
-  return -1;
-}
-
-std::vector<fs::path> checkpoints_in(const fs::path& output_dir) {
-  std::vector<fs::path> found;
-  if (!fs::exists(output_dir)) return found;
-  for (const auto& entry : fs::directory_iterator(output_dir)) {
-    if (entry.is_directory() && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
-  }
-  std::sort(found.begin(), found.end(),
-            [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
-  return found;
 }
 
 // Explains an out-of-memory error with what held the memory and which knobs would help.
@@ -98,7 +77,7 @@ void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir) {
   if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
-    const auto found = checkpoints_in(output_dir);
+    const auto found = io::checkpoint_folders(output_dir);
     if (found.empty()) {
       throw std::runtime_error("resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
                                "'");
@@ -217,6 +196,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
       outcome.tokens += mask.sum().item<std::int64_t>() + token_loss.tokens;
       samples += static_cast<std::int64_t>(mb.size());
       ++i;
+      if (callbacks_.on_micro_batch) callbacks_.on_micro_batch(i, micro_batches.size());
       if (g_stop_signal.load() != 0) {
         train_samples_ += samples;
         outcome.interrupted = true;
@@ -310,6 +290,7 @@ nlohmann::ordered_json Trainer::evaluate() {
   options.label_smoothing = args_.label_smoothing_factor;
   options.bf16 = args_.bf16;
   options.collator = in_.collator;
+  options.on_progress = callbacks_.on_evaluation;
   const auto result = evaluate_model(*in_.model, in_.eval_examples, in_.tokenizer.get(), options, in_.device);
   return evaluation_metrics(result, args_.predict_with_generate);
 }
@@ -380,7 +361,7 @@ void Trainer::save_checkpoint(const torch::Tensor& rng) {
   if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
 
   if (args_.save_total_limit) {
-    auto all = checkpoints_in(output_dir);
+    auto all = io::checkpoint_folders(output_dir);
     while (static_cast<std::int64_t>(all.size()) > *args_.save_total_limit) {
       fs::remove_all(all.front());
       if (callbacks_.on_message) callbacks_.on_message("removed " + all.front().string() + " (save_total_limit)");
@@ -449,6 +430,7 @@ void Trainer::begin_run() {
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
   memory::reset_peak_memory(in_.device);
   log_start_ = Clock::now();
+  if (callbacks_.on_step) callbacks_.on_step(global_step_, max_steps_);  // where this run starts
 }
 
 void Trainer::record_step(const StepOutcome& outcome) {

@@ -98,7 +98,13 @@ std::vector<std::string> normalize_arguments(const CLI::App& app, const std::vec
                      (suggestion.empty() ? "; see fitsum --help" : "; did you mean '" + suggestion + "'?"));
   }
   std::vector<std::string> out{args[0]};
-  for (std::size_t i = 1; i < args.size(); ++i) {
+  std::size_t first = 1;
+  // Nested subcommands (`fitsum bench train ...`): the flags belong to the innermost one named.
+  while (first < args.size() && find_subcommand(*command, args[first]) != nullptr) {
+    command = find_subcommand(*command, args[first]);
+    out.push_back(args[first++]);
+  }
+  for (std::size_t i = first; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--") {  // the rest is positional
       out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());

@@ -16,6 +16,7 @@
 #include "fitsum/train/evaluation.h"
 #include "fitsum/util/files.h"
 #include "generation_flags.h"
+#include "progress.h"
 #include "runtime_flags.h"
 
 namespace fitsum::cli {
@@ -35,6 +36,7 @@ struct EvalArgs {
   bool rouge_split_sentences = false;
   bool bf16 = false;
   bool no_loss = false;
+  bool disable_tqdm = false;
   data::DataOptions data;
   GenerationFlags generation;
   util::RuntimeOptions runtime;
@@ -77,7 +79,13 @@ void run_eval(EvalArgs a) {
   std::fprintf(stderr, "  rouge        use_stemmer=%s split_sentences=%s, exact means\n",
                a.use_stemmer ? "true" : "false", a.rouge_split_sentences ? "true" : "false");
 
+  ProgressLine progress(!a.disable_tqdm);
+  options.on_progress = [&progress](const char* phase, std::size_t done, std::size_t total) {
+    if (done == 1) progress.start(std::string("eval (") + phase + ")", static_cast<std::int64_t>(total));
+    progress.show(static_cast<std::int64_t>(done), "", done == 1);
+  };
   const auto result = train::evaluate_model(model, examples, tok, options, runtime.device);
+  progress.clear();
 
   auto metrics = train::evaluation_metrics(result, /*generated=*/true);
   metrics["eval_samples"] = examples.size();
@@ -114,6 +122,7 @@ void add_eval_command(CLI::App& app) {
                 "newlines between sentences before rougeLsum, as run_summarization does");
   cmd->add_flag("--bf16", a->bf16, "bfloat16 autocast");
   cmd->add_flag("--no_loss", a->no_loss, "skip the loss pass");
+  cmd->add_flag("--disable_tqdm", a->disable_tqdm, "no progress on stderr");
   add_tokenization_flags(*cmd, a->data);
   add_sample_limit_flags(*cmd, a->data);
   add_generation_flags(*cmd, a->generation);

@@ -88,7 +88,6 @@ const HfArgument table[] = {
     {"dataloader_prefetch_factor", Kind::value, "*", ""},
     {"past_index", Kind::value, "-1", ""},
     {"run_name", Kind::value, "*", ""},
-    {"disable_tqdm", Kind::boolean, "*", ""},  // fitsum draws no progress bar yet
     {"remove_unused_columns", Kind::boolean, "*", ""},
     {"label_names", Kind::list, "null", "the labels are the summary column's tokens"},
     {"load_best_model_at_end", Kind::boolean, "false", "not yet: the final model is the last step's"},
@@ -187,8 +186,8 @@ void check(const HfArgument& argument, const CLI::results_t& results) {
   for (auto& value : values) {
     if (argument.kind == Kind::boolean && value.empty()) value = "true";  // a bare --flag
     if (matches(argument, value)) continue;
-    std::string message = "--" + std::string(argument.name) + (value.empty() ? "" : " " + value) +
-                          " is not supported by fitsum";
+    std::string message =
+        "--" + std::string(argument.name) + (value.empty() ? "" : " " + value) + " is not supported by fitsum";
     if (*argument.hint != '\0') message += ": " + std::string(argument.hint);
     throw UsageError(message);
   }

@@ -45,8 +45,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     const auto* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-    std::cerr << "fitsum: error: " << e.what() << "; see fitsum " << command->get_name()
-              << (command == &app ? "" : " ") << "--help\n";
+    std::cerr << "fitsum: error: " << e.what() << "; see fitsum " << command->get_name() << (command == &app ? "" : " ")
+              << "--help\n";
     return 2;
   } catch (const fitsum::memory::PlanDoesNotFit& e) {
     std::cerr << "fitsum: error: " << e.what() << "\n";

@@ -60,7 +60,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   print_configuration(prepared, runtime);
   auto measured = std::make_shared<std::vector<MeasuredPeak>>();
   const auto args = prepared.args;
-  train::Trainer trainer(args, std::move(prepared.inputs), console_callbacks(measured));
+  train::Trainer trainer(args, std::move(prepared.inputs), console_callbacks(measured, !o.disable_tqdm));
   std::printf("training: %lld optimizer steps (%lld per epoch), %lld examples per step = %lld x %lld accumulation\n",
               static_cast<long long>(trainer.max_steps()), static_cast<long long>(trainer.steps_per_epoch()),
               static_cast<long long>(args.per_device_train_batch_size * args.gradient_accumulation_steps),

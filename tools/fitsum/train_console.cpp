@@ -3,9 +3,10 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <string>
+
+#include "progress.h"
 
 namespace fitsum::cli {
 
@@ -15,32 +16,65 @@ void on_stop_signal(int signal_number) { train::request_stop(signal_number); }
 
 }  // namespace
 
-// Log entries and messages as lines; on a terminal, a progress bar redrawn in place between them.
-train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured) {
-  const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// What the progress line shows besides the counts: the latest logged loss, the step being built.
+struct TrainingProgress {
+  explicit TrainingProgress(bool enabled) : line(enabled), evaluation(enabled) { line.start("train", 0); }
+  ProgressLine line;
+  ProgressLine evaluation;
+  std::int64_t step = 0;
+  std::int64_t max_steps = 0;
+  std::string loss;
+
+  void show_step(bool force) { line.show(step, loss, force); }
+  void show_micro_batch(std::size_t done, std::size_t total) {
+    const std::string micro = "micro-batch " + std::to_string(done) + "/" + std::to_string(total);
+    line.show(step, loss.empty() ? micro : loss + ", " + micro, step == 0 && done == 1);
+  }
+};
+
+std::string loss_text(const nlohmann::ordered_json& entry) {
+  if (!entry.contains("loss") || !entry["loss"].is_number()) return {};
+  char text[32];
+  std::snprintf(text, sizeof text, "loss=%.4f", entry["loss"].get<double>());
+  return text;
+}
+
+}  // namespace
+
+// Log entries and messages as lines on stdout; progress on stderr, erased on a terminal before each line.
+train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured, bool progress) {
+  auto state = std::make_shared<TrainingProgress>(progress);
   train::TrainerCallbacks callbacks;
-  callbacks.on_log = [tty, measured](const nlohmann::ordered_json& entry) {
+  callbacks.on_log = [state, measured](const nlohmann::ordered_json& entry) {
     if (entry.contains("peak_memory_bytes") && entry.contains("step")) {
       measured->push_back({entry["step"].get<std::int64_t>(), entry["peak_memory_bytes"].get<std::uint64_t>()});
     }
-    std::printf("%s%s\n", tty ? "\r\033[K" : "", entry.dump().c_str());
+    state->line.clear();
+    state->evaluation.clear();
+    std::printf("%s\n", entry.dump().c_str());
+    std::fflush(stdout);
+    if (const auto loss = loss_text(entry); !loss.empty()) state->loss = loss;
+    if (!entry.contains("train_runtime")) state->show_step(true);  // the run's summary is its last line
+  };
+  callbacks.on_message = [state](const std::string& message) {
+    state->line.clear();
+    state->evaluation.clear();
+    std::printf("fitsum: %s\n", message.c_str());
     std::fflush(stdout);
   };
-  callbacks.on_message = [tty](const std::string& message) {
-    std::printf("%sfitsum: %s\n", tty ? "\r\033[K" : "", message.c_str());
-    std::fflush(stdout);
+  callbacks.on_step = [state](std::int64_t step, std::int64_t max_steps) {
+    state->max_steps = max_steps;
+    state->line.set_total(max_steps);
+    state->step = step;
+    state->show_step(false);
+    if (step == max_steps) state->line.clear();  // the summary and "done" follow
   };
-  callbacks.on_step = [tty, start](std::int64_t step, std::int64_t max_steps) {
-    if (!tty) return;
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double eta = step > 0 ? elapsed / static_cast<double>(step) * static_cast<double>(max_steps - step) : 0.0;
-    const int width = 30;
-    const int filled = static_cast<int>(width * step / std::max<std::int64_t>(1, max_steps));
-    std::printf("\r\033[K[%s%s] %lld/%lld steps, %.0f s elapsed, ETA %.0f s", std::string(filled, '#').c_str(),
-                std::string(width - filled, ' ').c_str(), static_cast<long long>(step),
-                static_cast<long long>(max_steps), elapsed, eta);
-    std::fflush(stdout);
+  callbacks.on_micro_batch = [state](std::size_t done, std::size_t total) { state->show_micro_batch(done, total); };
+  callbacks.on_evaluation = [state](const char* phase, std::size_t done, std::size_t total) {
+    if (done == 1) state->evaluation.start(std::string("eval (") + phase + ")", static_cast<std::int64_t>(total));
+    state->evaluation.show(static_cast<std::int64_t>(done), "", done == 1);
   };
   return callbacks;
 }

@@ -1,6 +1,6 @@
-// What `fitsum train` shows while it runs and how it stops: log entries and messages as lines on stdout, a progress
-// bar redrawn in place between them on a terminal, and SIGINT / SIGTERM turned into a stop request (the trainer
-// saves a checkpoint of the last completed step).
+// What `fitsum train` shows while it runs and how it stops: log entries and messages as lines on stdout, progress
+// on stderr (training steps, the micro-batches of a step under accumulation, evaluation batches; see progress.h),
+// and SIGINT / SIGTERM turned into a stop request (the trainer saves a checkpoint of the last completed step).
 #pragma once
 
 #include <memory>
@@ -13,8 +13,9 @@
 
 namespace fitsum::cli {
 
-// Every log entry with a measured peak is also appended to `measured` (for --memory_report).
-train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured);
+// Every log entry with a measured peak is also appended to `measured` (for --memory_report). `progress` false
+// (disable_tqdm) leaves stderr quiet.
+train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured, bool progress);
 
 // While it lives, SIGINT and SIGTERM ask the trainer to stop after the current micro-batch; the previous handlers
 // come back when it goes.

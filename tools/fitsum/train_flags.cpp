@@ -115,7 +115,9 @@ void add_evaluation_flags(CLI::App& g, train::TrainingArguments& t) {
       "max_length for --predict_with_generate (default: the model's generation config)");
 }
 
-void add_logging_flags(CLI::App& g, train::TrainingArguments& t) {
+void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_tqdm) {
+  g.add_flag("--disable_tqdm", disable_tqdm,
+             "no progress on stderr (by default: redrawn on a terminal, else a line every 30 s and at each log)");
   add_parsed(
       g, "--logging_strategy", t.logging_strategy,
       [](const std::string& s) { return train::parse_interval_strategy(s, "logging_strategy"); }, "no, steps or epoch",
@@ -180,7 +182,7 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
                                          "(docs/memory.md)"),
                    o);
   add_evaluation_flags(*cmd.add_option_group("Evaluation", "evaluation during training"), o.job.args);
-  add_logging_flags(*cmd.add_option_group("Logging", "logs and checkpoints"), o.job.args);
+  add_logging_flags(*cmd.add_option_group("Logging", "logs and checkpoints"), o.job.args, o.disable_tqdm);
   add_runtime_flags(*cmd.add_option_group("Runtime", "device and threads"), o.runtime);
   add_hf_compatibility_arguments(cmd);
 }

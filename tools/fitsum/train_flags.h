@@ -22,6 +22,7 @@ struct TrainCommandOptions {
   util::RuntimeOptions runtime;
   bool no_resplit = false;    // --no_resplit: the planner keeps the micro-batch and accumulation as given
   std::string memory_report;  // --memory_report: an SVG of the plan (and, after training, the measured peaks)
+  bool disable_tqdm = false;  // --disable_tqdm: no progress on stderr
 };
 
 void add_training_flags(CLI::App& command, TrainCommandOptions& options);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,8 @@ struct EvaluationOptions {
   double label_smoothing = 0.0;
   bool bf16 = false;
   data::CollatorOptions collator;
+  // Called after each batch of a pass: phase ("eval loss" or "generate"), batches done, batches in the pass.
+  std::function<void(const char* phase, std::size_t done, std::size_t total)> on_progress;
 };
 
 struct Prediction {

@@ -66,9 +66,14 @@ struct TrainerInputs {
 
 // What the caller sees while training runs (the CLI prints; tests record).
 struct TrainerCallbacks {
-  std::function<void(const nlohmann::ordered_json& entry)> on_log;         // each log_history entry
-  std::function<void(std::int64_t step, std::int64_t max_steps)> on_step;  // after each optimizer step
-  std::function<void(const std::string& message)> on_message;              // checkpoints saved, resumes, ...
+  std::function<void(const nlohmann::ordered_json& entry)> on_log;  // each log_history entry
+  // Once at the start with the step the run starts from (0, or a resumed step), then after each optimizer step.
+  std::function<void(std::int64_t step, std::int64_t max_steps)> on_step;
+  std::function<void(const std::string& message)> on_message;  // checkpoints saved, resumes, ...
+  // After each micro-batch's backward: micro-batches done and planned in the step being built.
+  std::function<void(std::size_t done, std::size_t total)> on_micro_batch;
+  // During an evaluation: see EvaluationOptions::on_progress.
+  std::function<void(const char* phase, std::size_t done, std::size_t total)> on_evaluation;
 };
 
 struct TrainResult {
