@@ -6,11 +6,16 @@
 //   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product), the denominator of MFU.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -40,6 +45,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Seconds since this process started (the kernel's start time, so loading LibTorch counts): what a user waits for
+// the first step, comparable with bench/hf_trainer_bench.py's first_step_s. NaN where /proc is not there.
+double seconds_since_process_start() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  double now = 0.0;
+  const auto after_name = text.rfind(')');
+  if (after_name == std::string::npos || !(uptime >> now)) return std::nan("");
+  std::istringstream fields(text.substr(after_name + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  return now - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
@@ -192,6 +212,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   torch::manual_seed(o.seed);
   std::vector<double> times, update_times;
   double loss = 0.0;
+  double first_step_s = 0.0;
   for (int step = 0; step < o.warmup + o.steps; ++step) {
     if (step == o.warmup) memory::reset_peak_memory(device);
     synchronize(device);
@@ -207,6 +228,7 @@ void run_bench_train(const BenchTrainOptions& o) {
     const auto update_start = Clock::now();
     train::optimizer_step(*optimizer, parameters, update);
     synchronize(device);
+    if (step == 0) first_step_s = seconds_since_process_start();
     if (step >= o.warmup) {
       times.push_back(seconds_since(start));
       update_times.push_back(seconds_since(update_start));
@@ -238,6 +260,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   out["update_threads"] = threads.update;
   out["step_s_median"] = step_s;
   out["step_s_all"] = times;
+  out["first_step_s"] = first_step_s;
   out["update_s_median"] = median(update_times);  // clipping, optimizer step and zeroing the gradients
   out["tokens_per_s"] = tokens / step_s;
   out["samples_per_s"] = static_cast<double>(accumulation * o.batch) / step_s;
