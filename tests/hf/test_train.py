@@ -16,6 +16,7 @@ from harness import FAMILIES, assert_close, fitsum, load_file, read_json, save_m
 
 PEGASUS = FAMILIES["pegasus"]
 STEPS = 5
+HF_LOGS_SCALED_LOSS = transformers.__version__.startswith("4.47.")  # seen with 4.47.1
 
 
 def make_records(count, label_lengths, vocab, seed, source=(9, 16)):
@@ -151,6 +152,10 @@ def test_trajectory_equals_seq2seq_trainer(tmp_path, optim, accumulation, batch,
     for step, (got, want, hf_log) in enumerate(zip(logs, want_losses, hf_logs), start=1):
         assert got["step"] == hf_log["step"] == step
         assert_close(got["loss"], want, 1e-4, f"step {step} loss")
+        # transformers 4.47 logs gradient_accumulation_steps x the loss for models without loss kwargs (PEGASUS):
+        # training_step returns the undivided loss whenever num_items_in_batch is known. fitsum logs the loss itself.
+        expected_log = round(want * (accumulation if HF_LOGS_SCALED_LOSS else 1), 4)
+        assert abs(hf_log["loss"] - expected_log) <= 1.5e-4, f"step {step}: HF logged {hf_log['loss']}"
         assert_close(got["grad_norm"], hf_log["grad_norm"], 1e-4, f"step {step} grad_norm")
         assert_close(got["learning_rate"], hf_log["learning_rate"], 1e-6, f"step {step} learning_rate")
     compare_weights(weights, trainer.model, f"{optim} accumulation {accumulation}")
@@ -184,8 +189,13 @@ def test_unequal_label_tokens_are_weighted_by_tokens(tmp_path):
     # The first step starts from the same weights: its loss is the same data weighted two ways.
     first_weighted = sum(m for m, _ in weighted.micro[:4]) / 4
     assert_close(logs[0]["loss"], first_weighted, 1e-4, "step 1 loss (token-weighted)")
-    assert abs(logs[0]["loss"] - plain_losses[0]) > 1e-3 * abs(plain_losses[0]), \
-        "the data no longer separates token weighting from the mean of micro-batch means"
     compare_weights(weights, weighted.model, "token-weighted accumulation")
-    with pytest.raises(AssertionError):
-        compare_weights(weights, plain.model, "mean of micro-batch means")
+    if plain.model_accepts_loss_kwargs:
+        # A transformers whose PEGASUS takes loss kwargs weights by tokens itself: fitsum equals its plain run too.
+        compare_weights(weights, plain.model, "plain Seq2SeqTrainer (token-weighted by transformers)")
+    else:
+        # transformers 4.47: PEGASUS takes no loss kwargs, so the Trainer averages micro-batch means.
+        assert abs(logs[0]["loss"] - plain_losses[0]) > 1e-3 * abs(plain_losses[0]), \
+            "the data no longer separates token weighting from the mean of micro-batch means"
+        with pytest.raises(AssertionError):
+            compare_weights(weights, plain.model, "mean of micro-batch means")
