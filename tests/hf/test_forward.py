@@ -17,8 +17,8 @@ def make_batch(vocab, batch, source, target, seed, pad=0, eos=1):
     labels = torch.randint(2, vocab, (batch, target), generator=g)
     attention_mask = torch.ones(batch, source, dtype=torch.long)
     for b in range(batch):
-        s = source - 3 * b
-        t = target - 2 * b
+        s = max(3, source - 2 * b)
+        t = max(2, target - 2 * b)
         input_ids[b, s - 1] = eos
         input_ids[b, s:] = pad
         attention_mask[b, s:] = 0

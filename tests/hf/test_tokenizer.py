@@ -1,6 +1,11 @@
-"""Tokenization: `fitsum tokenize` gives the ids of transformers' PegasusTokenizer (slow, sentencepiece) and
-PegasusTokenizerFast (tokenizers) for every SAMSum record of all three splits, truncated as run_summarization.py
-truncates (max_length, truncation=True: </s> kept last)."""
+"""Tokenization: `fitsum tokenize` gives the ids of transformers' PegasusTokenizer (slow, sentencepiece) for every
+SAMSum record of all three splits, truncated as run_summarization.py truncates (max_length, truncation=True: </s>
+kept last), and those of PegasusTokenizerFast (tokenizers) wherever the two HF tokenizers agree.
+
+They do not always agree: on a few records (2 of validation's 818, 5 of test's 819 at these lengths) the fast
+tokenizer splits a run of repeated characters differently from sentencepiece ("ll" + "l" against "l" + "ll", "*****"
++ "*" against "*" + "*****"): another segmentation of the same text, which decodes to the same string. fitsum follows
+sentencepiece, as the slow tokenizer does."""
 import pytest
 from transformers import PegasusTokenizer, PegasusTokenizerFast
 
@@ -15,6 +20,12 @@ def tokenizers():
     return folder, PegasusTokenizer.from_pretrained(folder), PegasusTokenizerFast.from_pretrained(folder)
 
 
+def encode(tok, records):
+    inputs = tok([r["dialogue"] for r in records], max_length=MAX_SOURCE, truncation=True)["input_ids"]
+    labels = tok(text_target=[r["summary"] for r in records], max_length=MAX_TARGET, truncation=True)["input_ids"]
+    return list(zip(inputs, labels))
+
+
 @pytest.mark.parametrize("split", ["train", "validation", "test"])
 def test_samsum_ids_equal_slow_and_fast_tokenizers(tmp_path, tokenizers, split):
     folder, slow, fast = tokenizers
@@ -22,18 +33,21 @@ def test_samsum_ids_equal_slow_and_fast_tokenizers(tmp_path, tokenizers, split):
     out = tmp_path / "tok.jsonl"
     fitsum("tokenize", "--model", folder, "--input_file", data, "--output_file", out,
            "--max_source_length", MAX_SOURCE, "--max_target_length", MAX_TARGET)
-    got = read_jsonl(out)
+    got = [(g["input_ids"], g["labels"]) for g in read_jsonl(out)]
     records = read_jsonl(data)
     assert len(got) == len(records)
-    texts = [r["dialogue"] for r in records]
-    summaries = [r["summary"] for r in records]
-    truncated = 0
-    for name, tok in (("slow", slow), ("fast", fast)):
-        inputs = tok(texts, max_length=MAX_SOURCE, truncation=True)["input_ids"]
-        labels = tok(text_target=summaries, max_length=MAX_TARGET, truncation=True)["input_ids"]
-        bad = [i for i, (g, x, y) in enumerate(zip(got, inputs, labels))
-               if g["input_ids"] != x or g["labels"] != y]
-        assert not bad, (f"{split}: {len(bad)} of {len(records)} records differ from the {name} tokenizer, first "
-                         f"id {records[bad[0]]['id']}:\n fitsum {got[bad[0]]}\n hf     {inputs[bad[0]]} {labels[bad[0]]}")
-        truncated = sum(len(x) == MAX_SOURCE for x in inputs)
-    assert truncated > 0, "no dialogue reached max_source_length: truncation is not exercised"
+    want_slow, want_fast = encode(slow, records), encode(fast, records)
+
+    bad = [i for i, (g, w) in enumerate(zip(got, want_slow)) if g != w]
+    assert not bad, (f"{split}: {len(bad)} of {len(records)} records differ from PegasusTokenizer, first id "
+                     f"{records[bad[0]]['id']}:\n fitsum {got[bad[0]]}\n hf     {want_slow[bad[0]]}")
+    disagree = [i for i, (s, f) in enumerate(zip(want_slow, want_fast)) if s != f]
+    bad = [i for i, (g, f) in enumerate(zip(got, want_fast)) if g != f and i not in disagree]
+    assert not bad, f"{split}: {len(bad)} records differ from PegasusTokenizerFast where the slow one agrees with it"
+    for i in disagree:  # the HF tokenizers' own disagreement: the same text, segmented otherwise
+        for s, f in zip(want_slow[i], want_fast[i]):
+            assert slow.decode(s) == fast.decode(f), f"{split} record {records[i]['id']}: not a re-segmentation"
+    assert len(disagree) <= len(records) // 100, f"{split}: {len(disagree)} records where slow and fast disagree"
+    print(f"{split}: {len(records)} records equal PegasusTokenizer; PegasusTokenizerFast segments {len(disagree)} "
+          f"of them differently")
+    assert sum(len(x) == MAX_SOURCE for x, _ in want_slow) > 0, "truncation is not exercised"
