@@ -149,7 +149,8 @@ TEST_P(GenerationCases, MatchReference) {
 }
 
 // transformers < 4.36 divided a beam still open at max_length by all its tokens, 4.37 on by one less
-// (GenerationOptions::beam_length): the same sequences, those hypotheses' scores scaled by ((L - 1) / L)^length_penalty.
+// (GenerationOptions::beam_length): the same sequences, those hypotheses' scores scaled by ((L - 1) /
+// L)^length_penalty.
 TEST(GenerationCases, ClassicLengthNormalisationOfOpenBeams) {
   FITSUM_REQUIRE_SHARED();
   const auto file = util::read_json_file(source_dir() / "tests" / "data" / "generation_cases.json");

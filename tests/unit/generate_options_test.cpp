@@ -324,7 +324,7 @@ TEST(BeamHypotheses, IsDoneForEachEarlyStopping) {
   }
   // "never" with length_penalty <= 0 divides by the current length.
   generate::BeamHypotheses h(1, -1.0, EarlyStopping::never, 20);
-  h.add({0, 5}, -1.0, 2);               // -1 / 2^-1 = -2
+  h.add({0, 5}, -1.0, 2);            // -1 / 2^-1 = -2
   EXPECT_TRUE(h.is_done(-0.5, 4));   // -0.5 * 4 = -2
   EXPECT_FALSE(h.is_done(-0.4, 4));  // -1.6
 }

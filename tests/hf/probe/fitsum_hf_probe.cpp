@@ -116,7 +116,8 @@ void run_generate(const Args& a) {
   const auto attention_mask = batch.read("attention_mask");
   const auto config = read_json((fs::path(a.model) / "config.json").string());
   const auto generation_path = fs::path(a.model) / "generation_config.json";
-  const auto base = fs::exists(generation_path) ? read_json(generation_path.string()) : json::object();
+  // The model's generation config: generation_config.json, else config.json's generation fields (as from_pretrained).
+  const auto base = fs::exists(generation_path) ? read_json(generation_path.string()) : config;
 
   json results = json::array();
   for (const auto& kwargs : read_json(a.cases)) {
