@@ -6,4 +6,5 @@ if [[ -z "${FITSUM_HF_PYTHON:-}" ]]; then
   exit 77
 fi
 cd "$(dirname "$1")"
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ in the source tree
 exec "$FITSUM_HF_PYTHON" -m pytest -v -p no:cacheprovider -W ignore::DeprecationWarning "$1"
