@@ -2,10 +2,10 @@
 SAMSum record of all three splits, truncated as run_summarization.py truncates (max_length, truncation=True: </s>
 kept last), and those of PegasusTokenizerFast (tokenizers) wherever the two HF tokenizers agree.
 
-They do not always agree: on a few records (2 of validation's 818, 5 of test's 819 at these lengths) the fast
-tokenizer splits a run of repeated characters differently from sentencepiece ("ll" + "l" against "l" + "ll", "*****"
-+ "*" against "*" + "*****"): another segmentation of the same text, which decodes to the same string. fitsum follows
-sentencepiece, as the slow tokenizer does."""
+They do not always agree: on under 1% of the records (validation 2 of 818, test 5 of 819, train 102 of 14,732 at these
+lengths) the fast tokenizer segments otherwise than sentencepiece: runs of a repeated character ("ll" + "l" against
+"l" + "ll", "*****" + "*" against "*" + "*****"), and characters outside the vocabulary, which the two map to <unk>
+differently. fitsum follows sentencepiece, as the slow tokenizer does; the test bounds the disagreement at 1%."""
 import pytest
 from transformers import PegasusTokenizer, PegasusTokenizerFast
 
@@ -44,9 +44,6 @@ def test_samsum_ids_equal_slow_and_fast_tokenizers(tmp_path, tokenizers, split):
     disagree = [i for i, (s, f) in enumerate(zip(want_slow, want_fast)) if s != f]
     bad = [i for i, (g, f) in enumerate(zip(got, want_fast)) if g != f and i not in disagree]
     assert not bad, f"{split}: {len(bad)} records differ from PegasusTokenizerFast where the slow one agrees with it"
-    for i in disagree:  # the HF tokenizers' own disagreement: the same text, segmented otherwise
-        for s, f in zip(want_slow[i], want_fast[i]):
-            assert slow.decode(s) == fast.decode(f), f"{split} record {records[i]['id']}: not a re-segmentation"
     assert len(disagree) <= len(records) // 100, f"{split}: {len(disagree)} records where slow and fast disagree"
     print(f"{split}: {len(records)} records equal PegasusTokenizer; PegasusTokenizerFast segments {len(disagree)} "
           f"of them differently")
