@@ -7,6 +7,10 @@ BootstrapAggregator, fitsum eval the exact mean (fitsum rouge --aggregate bootst
 run_summarization.py rounds to 4 decimals. So compute_metrics here takes rouge_score's per-record scores and their
 exact mean, unrounded. Sentence splitting for rougeLsum (nltk.sent_tokenize) needs Punkt's data, which PyPI does
 not ship: without it both sides score without splitting."""
+import json
+import os
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -32,11 +36,37 @@ class Tokenized(torch.utils.data.Dataset):
                 "labels": self.labels[i]}
 
 
-def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path):
-    folder = shared_path("data", "pegasus-tiny")
-    records = read_jsonl(shared_path("data", "samsum", "test.jsonl"))[:COUNT]
-    tokenizer = PegasusTokenizer.from_pretrained(folder)
+def summary_word_model(records, folder):
+    """The shared tiny PEGASUS checkpoint (its own outputs score ROUGE 0) with final_logits_bias raised on the tokens
+    that occur most in these records' summaries, so that its predictions share words with the references and every
+    ROUGE score is a non-zero number to compare. Saved with save_pretrained, tokenizer included."""
+    source = shared_path("data", "pegasus-tiny")
+    tokenizer = PegasusTokenizer.from_pretrained(source)
+    model = PegasusForConditionalGeneration.from_pretrained(source)
+    words = [t for r in records for t in tokenizer(r["summary"])["input_ids"]
+             if tokenizer.convert_ids_to_tokens(t).lstrip("\u2581").isalpha()]
+    with torch.no_grad():
+        for rank, (token, _) in enumerate(Counter(words).most_common(60)):
+            model.final_logits_bias[0, token] += 8.0 - rank * 0.05
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    # Each token once per summary (NoRepeatNGram): with min_length 32 the predictions hold many different summary
+    # words. Set in generation_config.json as a user edits it (no "_from_model_config"), and the model reloaded from
+    # the folder, so that both sides read the same files.
+    path = os.path.join(folder, "generation_config.json")
+    generation = read_json(path)
+    generation.pop("_from_model_config", None)
+    generation["no_repeat_ngram_size"] = 1
+    with open(path, "w") as f:
+        json.dump(generation, f, indent=2)
     model = PegasusForConditionalGeneration.from_pretrained(folder)
+    return tokenizer, model
+
+
+def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path):
+    records = read_jsonl(shared_path("data", "samsum", "test.jsonl"))[:COUNT]
+    folder = str(tmp_path / "model")
+    tokenizer, model = summary_word_model(records, folder)
     from transformers import DataCollatorForSeq2Seq
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
