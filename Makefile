@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: deps build test test-haswell test-all demo bench clean
+.PHONY: deps build test test-haswell test-all test-hf demo bench clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -15,20 +15,28 @@ $(BUILD_DIR)/CMakeCache.txt:
 build: $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# The default run: everything except the tests labelled slow or gpu.
+# The default run: everything except the tests labelled slow, gpu or hf.
 test: deps
 	$(MAKE) build
-	cd $(BUILD_DIR) && ctest --output-on-failure -LE "slow|gpu" -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD_DIR) && ctest --output-on-failure -LE "slow|gpu|hf" -j $(JOBS) $(CTEST_FLAGS)
 
 # The default run again with OpenBLAS forced onto its Haswell (AVX2) kernels: tolerances must not depend on the
 # kernels a CPU happens to pick.
 test-haswell: deps
 	$(MAKE) build
-	cd $(BUILD_DIR) && OPENBLAS_CORETYPE=Haswell ctest --output-on-failure -LE "slow|gpu" -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD_DIR) && OPENBLAS_CORETYPE=Haswell ctest --output-on-failure -LE "slow|gpu|hf" -j $(JOBS) $(CTEST_FLAGS)
 
 test-all: deps
 	$(MAKE) build
-	cd $(BUILD_DIR) && ctest --output-on-failure -LE gpu -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD_DIR) && ctest --output-on-failure -LE "gpu|hf" -j $(JOBS) $(CTEST_FLAGS)
+
+# Live comparisons with transformers, accelerate, tokenizers and rouge_score from PyPI (tests/hf, docs/hf.md): a venv
+# in the build folder over Debian's python3-torch 1.13 (HF_TORCH=debian) or with torch from PyPI (HF_TORCH=pip).
+HF_TORCH ?= debian
+test-hf: deps
+	$(MAKE) build
+	python=$$(bash scripts/hf-venv.sh $(abspath $(BUILD_DIR)) $(HF_TORCH) | tail -n 1) && \
+	  cd $(BUILD_DIR) && FITSUM_HF_PYTHON=$$python FITSUM_HF_TORCH=$(HF_TORCH) ctest --output-on-failure -L hf $(CTEST_FLAGS)
 
 demo: deps
 	$(MAKE) build

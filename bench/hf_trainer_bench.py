@@ -1,22 +1,44 @@
 #!/usr/bin/env python3
-"""The Hugging Face baseline of bench/gpu.sh: PegasusForConditionalGeneration (random init from a config.json)
-trained by transformers' Trainer on random tokens, timed per optimizer step, under a cap on CUDA memory.
+"""The Hugging Face baseline: PegasusForConditionalGeneration (random init from a config.json) trained by
+transformers' Seq2SeqTrainer on random tokens, timed per optimizer step; on CUDA under a cap on memory (bench/gpu.sh),
+on the CPU side by side with `fitsum train` (bench/run_side_by_side.py --hf_python).
 
     python3 bench/hf_trainer_bench.py --config data/pegasus/config.json --batch 1 --accumulation 64 \\
         --gradient_checkpointing --optim adafactor --max_memory_gib 16 [--bf16]
+    build/hf-venv/bin/python bench/hf_trainer_bench.py --device cpu --config configs/pegasus-small/config.json \\
+        --batch 2 --accumulation 1 --src_len 256 --tgt_len 64 --steps 3
 
 Prints one JSON line with the fields of `fitsum bench train`: impl, step_s_median, samples_per_s, tokens_per_s,
-peak_allocated_mib, peak_reserved_mib (torch.cuda.max_memory_allocated / _reserved), loss_last; or, when the cap
-is too small, {"impl": "hf-trainer", "error": "out of memory", ...}.
+loss_last, and on CUDA peak_allocated_mib / peak_reserved_mib (torch.cuda.max_memory_allocated / _reserved), on the
+CPU peak_rss_mib (the process's VmHWM) and first_step_s (process start to the end of the first optimizer step); or,
+when the CUDA cap is too small, {"impl": "hf-trainer", "error": "out of memory", ...}.
 """
 import argparse
 import inspect
 import json
+import os
 import statistics
 import tempfile
 import time
 
 import torch
+
+
+def seconds_since_process_start():
+    """What a user waits for the first step: from the kernel's start time of this process (as fitsum bench)."""
+    with open("/proc/self/stat") as f:
+        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        now = float(f.read().split()[0])
+    return now - start_ticks / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 class RandomTokens(torch.utils.data.Dataset):
@@ -47,14 +69,17 @@ def main():
     ap.add_argument("--gradient_checkpointing", action="store_true")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--max_memory_gib", type=float, default=16.0)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     a = ap.parse_args()
 
-    from transformers import (PegasusConfig, PegasusForConditionalGeneration, Trainer, TrainerCallback,
-                              TrainingArguments, default_data_collator)
+    from transformers import (PegasusConfig, PegasusForConditionalGeneration, Seq2SeqTrainer,
+                              Seq2SeqTrainingArguments, TrainerCallback, default_data_collator)
 
-    device = torch.device("cuda")
-    total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, a.max_memory_gib * 2**30 / total), 0)
+    cuda = a.device == "cuda"
+    device = torch.device(a.device)
+    if cuda:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.max_memory_gib * 2**30 / total), 0)
     torch.manual_seed(0)
     config = PegasusConfig.from_json_file(a.config)
     model = PegasusForConditionalGeneration(config).to(device)
@@ -67,24 +92,29 @@ def main():
             self.times, self.start = [], None
 
         def on_step_begin(self, args, state, control, **kwargs):
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             self.times.append(time.perf_counter() - self.start)
+            if len(self.times) == 1:
+                self.first_step_s = seconds_since_process_start()
 
     wanted = dict(output_dir=tempfile.mkdtemp(prefix="hf-bench-"), per_device_train_batch_size=a.batch,
                   gradient_accumulation_steps=a.accumulation, max_steps=steps, learning_rate=1e-3,
                   weight_decay=0.01, optim=a.optim, gradient_checkpointing=a.gradient_checkpointing, bf16=a.bf16,
                   logging_steps=1, save_strategy="no", report_to="none", dataloader_num_workers=0,
-                  disable_tqdm=True, seed=0, remove_unused_columns=False)
-    accepted = inspect.signature(TrainingArguments.__init__).parameters
-    args = TrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
+                  disable_tqdm=True, seed=0, remove_unused_columns=False, use_cpu=not cuda)
+    accepted = inspect.signature(Seq2SeqTrainingArguments.__init__).parameters
+    args = Seq2SeqTrainingArguments(**{k: v for k, v in wanted.items() if k in accepted})
     timer = StepTimer()
-    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
-                      callbacks=[timer])
-    torch.cuda.reset_peak_memory_stats()
+    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator,
+                             callbacks=[timer])
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     out = {"impl": "hf-trainer", "batch": a.batch, "gradient_accumulation_steps": a.accumulation,
            "src_len": a.src_len, "tgt_len": a.tgt_len, "optim": a.optim,
            "gradient_checkpointing": a.gradient_checkpointing, "bf16": a.bf16, "max_memory_gib": a.max_memory_gib}
@@ -102,9 +132,14 @@ def main():
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     out.update(step_s_median=step, step_s_all=timer.times, samples_per_s=samples / step,
                tokens_per_s=samples * (a.src_len + a.tgt_len) / step,
-               peak_allocated_mib=torch.cuda.max_memory_allocated() / 2**20,
-               peak_reserved_mib=torch.cuda.max_memory_reserved() / 2**20,
                loss_last=losses[-1] if losses else result.training_loss)
+    if cuda:
+        out.update(peak_allocated_mib=torch.cuda.max_memory_allocated() / 2**20,
+                   peak_reserved_mib=torch.cuda.max_memory_reserved() / 2**20)
+    else:
+        import transformers
+        out.update(peak_rss_mib=peak_rss_mib(), first_step_s=timer.first_step_s, torch=torch.__version__,
+                   transformers=transformers.__version__, intra_op_threads=torch.get_num_threads())
     print(json.dumps(out))
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""fitsum against eager PyTorch, side by side in one run: training tokens/s, peak memory and MFU.
+"""fitsum against eager PyTorch and transformers' Seq2SeqTrainer, side by side in one run: training tokens/s,
+peak memory, time to first step and MFU.
 
 For each shape the runner first measures the machine's fp32 matmul rate (`fitsum bench matmul`, the
 denominator of MFU), then alternates the eager baseline (../shared/reference/bench_eager.py, on the same
@@ -8,6 +9,8 @@ process per measurement, so that a slow spell of the machine hits every contende
 step time is the median over rounds of its per-run median; its memory is the largest peak RSS (VmHWM) seen.
 
     /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes tiny,small
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 \\
+        --hf_python build/hf-venv/bin/python        # adds the HF Trainer (bench/hf_trainer_bench.py)
     /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 \\
         --variant "plain=--unfused all" --variant "threads 2+1=--num_threads 2 --blas_threads 1"
 
@@ -64,13 +67,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the contenders per shape")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=FLAGS: another fitsum contender, e.g. 'plain=--unfused all'")
-    ap.add_argument("--no_eager", action="store_true", help="fitsum contenders only")
+    ap.add_argument("--no_eager", action="store_true", help="no eager baseline")
+    ap.add_argument("--hf_python", help="a Python with transformers (make test-hf's venv): adds the HF Trainer")
+    ap.add_argument("--accumulation", type=int, default=1, help="gradient_accumulation_steps of every contender")
+    ap.add_argument("--gradient_checkpointing", action="store_true", help="for fitsum and the HF Trainer")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per process")
     ap.add_argument("--json", help="write every run's JSON output to this file")
     a = ap.parse_args()
 
     fitsum_optim = "adamw_torch" if a.optim == "adamw" else "adafactor"
     contenders = [] if a.no_eager else [("eager", None)]
+    if a.hf_python:
+        contenders.append(("hf-trainer", "hf"))
     contenders.append(("fitsum", []))
     for v in a.variant:
         name, _, flags = v.partition("=")
@@ -89,10 +97,16 @@ def main():
             for name, flags in contenders:
                 common = ["--batch", str(a.batch), "--src_len", str(a.src_len), "--tgt_len", str(a.tgt_len),
                           "--steps", str(a.steps), "--warmup", str(a.warmup)]
+                knobs = ["--gradient_checkpointing"] if a.gradient_checkpointing else []
                 if flags is None:
                     command = [a.python, a.eager, "--config", CONFIGS[shape], "--optim", a.optim] + common
+                elif flags == "hf":
+                    command = [a.hf_python, os.path.join(ROOT, "bench", "hf_trainer_bench.py"), "--device", "cpu",
+                               "--config", CONFIGS[shape], "--optim", fitsum_optim, "--accumulation",
+                               str(a.accumulation)] + common + knobs
                 else:
-                    command = [a.fitsum, "bench", "train", "--shape", shape, "--optim", fitsum_optim] + common + flags
+                    command = [a.fitsum, "bench", "train", "--shape", shape, "--optim", fitsum_optim,
+                               "--gradient_accumulation_steps", str(a.accumulation)] + common + knobs + flags
                 started = time.time()
                 out = run_json(command, a.timeout)
                 out["wall_s"] = time.time() - started
@@ -103,7 +117,7 @@ def main():
                 print(f"  {shape:5s} {name:24s} round {round_index + 1}: {out['step_s_median']:.3f} s/step, "
                       f"{out['peak_rss_mib']:.0f} MiB peak RSS (load {out['load_average']:.1f})", file=sys.stderr)
         # MFU needs the model's FLOPs: fitsum reports them (the same shapes and lengths for every contender).
-        fitsum_runs = [r for name, rs in results.items() if name != "eager" for r in rs]
+        fitsum_runs = [r for name, rs in results.items() if name.startswith("fitsum") for r in rs]
         flops = fitsum_runs[0]["flops_per_step"]
         rate = matmul["gflops"] * 1e9
         summary = {}
@@ -111,7 +125,8 @@ def main():
             step = statistics.median(r["step_s_median"] for r in rs)
             summary[name] = {
                 "step_s": step,
-                "tokens_per_s": a.batch * (a.src_len + a.tgt_len) / step,
+                "tokens_per_s": a.batch * a.accumulation * (a.src_len + a.tgt_len) / step,
+                "first_step_s": statistics.median(r.get("first_step_s", float("nan")) for r in rs),
                 "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
                 "peak_tracked_mib": max((r.get("peak_tracked_mib", float("nan")) for r in rs)),
                 "mfu": flops / step / rate,
@@ -122,7 +137,7 @@ def main():
     print(f"\nbatch {a.batch}, source {a.src_len}, target {a.tgt_len} tokens, {a.optim}, {a.rounds} rounds of "
           f"{a.steps} timed steps; load average {min(loads):.1f}-{max(loads):.1f}\n")
     header = "| shape | contender | tokens/s | vs " + base + " | peak RSS MiB | vs " + base + \
-             " | tracked peak MiB | MFU | matmul GFLOP/s |"
+             " | time to first step s | tracked peak MiB | MFU | matmul GFLOP/s |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     for shape, gflops, summary in rows:
@@ -130,7 +145,8 @@ def main():
         for name, s in summary.items():
             tracked = "" if s["peak_tracked_mib"] != s["peak_tracked_mib"] else f"{s['peak_tracked_mib']:.0f}"
             print(f"| {shape} | {name} | {s['tokens_per_s']:.0f} | {s['tokens_per_s'] / ref['tokens_per_s']:.2f}x | "
-                  f"{s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / ref['peak_rss_mib']:.2f}x | {tracked} | "
+                  f"{s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / ref['peak_rss_mib']:.2f}x | {s['first_step_s']:.1f} | "
+                  f"{tracked} | "
                   f"{100 * s['mfu']:.0f}% | {gflops:.0f} |")
     if a.json:
         with open(a.json, "w") as f:

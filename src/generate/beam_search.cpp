@@ -1,9 +1,9 @@
-// Implements include/fitsum/generate/beam_search.h, following transformers 4.x before 4.36:
-// GenerationMixin.beam_search (log-softmax, processors, + beam scores, top 2 * num_beams), BeamSearchScorer.process
-// and .finalize, BeamHypotheses.add / .is_done. Differences from HF that do not change results: a source that is
-// done leaves the decoder batch instead of being decoded with pad tokens; the first step decodes one row per source
-// (all its beams are identical then) and copies it to the beams; beams reordered within a source keep their
-// cross-attention keys/values.
+// Implements include/fitsum/generate/beam_search.h, following transformers' GenerationMixin.beam_search
+// (log-softmax, processors, + beam scores, top 2 * num_beams), BeamSearchScorer.process and .finalize and
+// BeamHypotheses.add / .is_done, with the length normalisation GenerationOptions::beam_length picks. Differences from
+// HF that do not change results: a source that is done leaves the decoder batch instead of being decoded with pad
+// tokens; the first step decodes one row per source (all its beams are identical then) and copies it to the beams;
+// beams reordered within a source keep their cross-attention keys/values.
 #include "fitsum/generate/beam_search.h"
 
 #include <algorithm>
@@ -22,15 +22,14 @@ namespace fitsum::generate {
 // ---- BeamHypotheses ----
 
 BeamHypotheses::BeamHypotheses(std::int64_t num_beams, double length_penalty, EarlyStopping early_stopping,
-                               std::int64_t max_length)
+                               std::int64_t longest_length)
     : num_beams_(num_beams),
       length_penalty_(length_penalty),
       early_stopping_(early_stopping),
-      max_length_(max_length) {}
+      longest_length_(longest_length) {}
 
-void BeamHypotheses::add(std::vector<std::int64_t> tokens, double sum_logprobs) {
-  // Classic normalisation: the length counts the decoder start token and not the eos (docs/generate.md).
-  const double score = sum_logprobs / std::pow(static_cast<double>(tokens.size()), length_penalty_);
+void BeamHypotheses::add(std::vector<std::int64_t> tokens, double sum_logprobs, std::int64_t length) {
+  const double score = sum_logprobs / std::pow(static_cast<double>(length), length_penalty_);
   const auto kept = static_cast<std::int64_t>(hypotheses_.size());
   if (kept < num_beams_ || score > worst_score_) {
     hypotheses_.push_back({score, std::move(tokens)});
@@ -59,7 +58,7 @@ bool BeamHypotheses::is_done(double best_sum_logprobs, std::int64_t cur_length) 
       return worst_score_ >= best_sum_logprobs / std::pow(static_cast<double>(cur_length), length_penalty_);
     case EarlyStopping::never: {
       // The best score still attainable: with length_penalty > 0 the longest possible sequence divides the least.
-      const double length = length_penalty_ > 0.0 ? static_cast<double>(max_length_) : static_cast<double>(cur_length);
+      const auto length = static_cast<double>(length_penalty_ > 0.0 ? longest_length_ : cur_length);
       return worst_score_ >= best_sum_logprobs / std::pow(length, length_penalty_);
     }
   }
@@ -85,78 +84,124 @@ std::vector<std::int64_t> row_tokens(const torch::Tensor& sequences, std::int64_
   return std::vector<std::int64_t>(data, data + length);
 }
 
-}  // namespace
+// The length a hypothesis of `tokens` tokens (start token first, eos not stored) is normalised by. From 4.37 HF counts
+// the generated tokens, eos included: the same number for a hypothesis ended by eos, one less for a beam still open
+// at max_length.
+std::int64_t normalising_length(BeamLength convention, std::int64_t tokens, bool ended_by_eos) {
+  return convention == BeamLength::classic || ended_by_eos ? tokens : tokens - 1;
+}
 
-namespace {
+// The running search. R = num_beams * active sources (one row per source before the first step).
+struct BeamState {
+  torch::Tensor sequences;                 // (R, T) int64 on the CPU: each beam's tokens, start token first
+  torch::Tensor beam_scores;               // (R) float32 on the device: each beam's sum of log-probabilities
+  std::vector<std::int64_t> active;        // the sources still searching, in row order
+  std::vector<BeamHypotheses> hypotheses;  // per source
+  std::int64_t length = 1;                 // tokens per beam
+};
 
-// The next beams of every active source, as BeamSearchScorer.process chooses them from the ranked candidates.
+// What BeamSearchScorer.process chose for the next step: the row each next beam extends, with which token, and its
+// new score; and the sources that are not done.
 struct NextBeams {
-  std::vector<std::int64_t> rows;    // the row each next beam extends
-  std::vector<std::int64_t> tokens;  // and with which token
-  std::vector<float> scores;         // its new sum of log-probabilities
+  std::vector<std::int64_t> rows;
+  std::vector<std::int64_t> tokens;
+  std::vector<float> scores;
   std::vector<std::int64_t> still_active;
 };
 
-// top_scores / top_ids (A, 2 * beams) on the CPU: candidates ranked per source; ids index (beams * V).
-NextBeams process_candidates(const at::Tensor& top_scores, const at::Tensor& top_ids, std::int64_t vocab,
-                             std::int64_t length, const at::Tensor& sequences, const std::vector<std::int64_t>& active,
-                             std::vector<BeamHypotheses>& hypotheses, std::int64_t beams, std::int64_t eos) {
+// After the first step: each source's single row becomes num_beams rows. Beam 0 starts at 0 and the others at -1e9
+// (HF's initial beam_scores), so the first step's candidates all extend beam 0 and the beams then differ.
+torch::Tensor expand_to_beams(BeamState& state, StepDecoder& decoder, const torch::Tensor& log_probs,
+                              std::int64_t beams) {
+  const auto batch = state.sequences.size(0);
+  auto expand = torch::arange(batch, torch::kLong).repeat_interleave(beams);  // (B * beams)
+  state.sequences = state.sequences.index_select(0, expand);
+  decoder.select(expand);
+  auto scores = torch::zeros({batch, beams}, log_probs.options().dtype(torch::kFloat32));
+  scores.narrow(1, 1, beams - 1).fill_(-1e9);
+  state.beam_scores = scores.view({-1});
+  return log_probs.index_select(0, expand.to(log_probs.device()));
+}
+
+// BeamSearchScorer.process for the a-th active source: walking down its 2 * num_beams best candidates, an eos ranked
+// within the first num_beams finishes a hypothesis (a lower-ranked eos is dropped), the first num_beams others become
+// next beams. Returns whether the source is done.
+bool process_source(BeamState& state, std::int64_t a, const torch::TensorAccessor<float, 1>& scores,
+                    const torch::TensorAccessor<std::int64_t, 1>& ids, std::int64_t vocab,
+                    const GenerationOptions& options, NextBeams& next) {
+  const auto beams = options.num_beams;
+  auto& hypotheses = state.hypotheses[state.active[a]];
+  float best = -std::numeric_limits<float>::infinity();
+  for (std::int64_t rank = 0; rank < 2 * beams; ++rank) best = std::max(best, scores[rank]);
+  std::int64_t kept = 0;
+  for (std::int64_t rank = 0; rank < 2 * beams && kept < beams; ++rank) {
+    const auto token = ids[rank] % vocab;
+    const auto row = a * beams + ids[rank] / vocab;
+    if (token != options.eos_token_id) {
+      next.rows.push_back(row);
+      next.tokens.push_back(token);
+      next.scores.push_back(scores[rank]);
+      ++kept;
+    } else if (rank < beams) {
+      hypotheses.add(row_tokens(state.sequences, row), scores[rank],
+                     normalising_length(options.beam_length, state.length, /*ended_by_eos=*/true));
+    }
+  }
+  if (kept < beams) {
+    throw std::runtime_error(
+        "beam search found fewer than num_beams continuations that are not eos among the top 2 * num_beams "
+        "candidates (HF raises the same)");
+  }
+  return hypotheses.is_done(best, state.length);
+}
+
+// One step's bookkeeping over all active sources. log_probs (R, V) are the processed log-probabilities.
+NextBeams process(BeamState& state, torch::Tensor log_probs, const GenerationOptions& options) {
+  const auto beams = options.num_beams;
+  const auto vocab = log_probs.size(1);
+  const auto sources = static_cast<std::int64_t>(state.active.size());
+  // (A, beams * V): every continuation of every beam of a source, ranked together. In place: at PEGASUS's vocabulary
+  // each (R, V) temporary is megabytes, and log_probs is not needed afterwards.
+  auto candidates = log_probs.add_(state.beam_scores.unsqueeze(1)).view({sources, beams * vocab});
+  auto [top_scores, top_ids] = torch::topk(candidates, 2 * beams, 1, /*largest=*/true, /*sorted=*/true);
+  top_scores = top_scores.to(torch::kCPU);
+  top_ids = top_ids.to(torch::kCPU);
   const auto scores_of = top_scores.accessor<float, 2>();
   const auto ids_of = top_ids.accessor<std::int64_t, 2>();
   NextBeams next;
-  for (std::size_t a = 0; a < active.size(); ++a) {
-    const auto source = active[a];
-    std::int64_t kept = 0;
-    float best = -std::numeric_limits<float>::infinity();
-    for (std::int64_t rank = 0; rank < 2 * beams; ++rank) best = std::max(best, scores_of[a][rank]);
+  for (std::int64_t a = 0; a < sources; ++a) {
     const auto first_kept = next.rows.size();
-    for (std::int64_t rank = 0; rank < 2 * beams && kept < beams; ++rank) {
-      const auto id = ids_of[a][rank];
-      const auto token = id % vocab;
-      const auto row = static_cast<std::int64_t>(a) * beams + id / vocab;
-      const float score = scores_of[a][rank];
-      if (token == eos) {
-        // An eos ranked below the first num_beams candidates is dropped, not kept as a hypothesis.
-        if (rank < beams) hypotheses[source].add(row_tokens(sequences, row), score);
-      } else {
-        next.rows.push_back(row);
-        next.tokens.push_back(token);
-        next.scores.push_back(score);
-        ++kept;
-      }
-    }
-    if (kept < beams) {
-      throw std::runtime_error(
-          "beam search found fewer than num_beams continuations that are not eos among the "
-          "top 2 * num_beams candidates (HF raises the same)");
-    }
-    if (hypotheses[source].is_done(best, length)) {
+    if (process_source(state, a, scores_of[a], ids_of[a], vocab, options, next)) {
       next.rows.resize(first_kept);  // a finished source leaves the batch
       next.tokens.resize(first_kept);
       next.scores.resize(first_kept);
     } else {
-      next.still_active.push_back(source);
+      next.still_active.push_back(state.active[a]);
     }
   }
   return next;
 }
 
-// BeamSearchScorer.finalize: the beams of sources still open at max_length become hypotheses too; then the best
-// hypothesis of each source, shorter ones padded with eos then pad, up to the longest + 1 (at most max_length).
-void finalize(GenerationResult& result, std::vector<BeamHypotheses>& hypotheses,
-              const std::vector<std::int64_t>& active, const at::Tensor& sequences, const at::Tensor& beam_scores,
-              std::int64_t beams, std::int64_t max_length, const GenerationOptions& options) {
-  const auto final_scores = active.empty() ? torch::Tensor() : beam_scores.to(torch::kCPU);
-  for (std::size_t a = 0; a < active.size(); ++a) {
-    for (std::int64_t i = 0; i < beams; ++i) {
-      const auto row = static_cast<std::int64_t>(a) * beams + i;
-      hypotheses[active[a]].add(row_tokens(sequences, row), final_scores[row].item<float>());
+// BeamSearchScorer.finalize: the beams of sources still open at max_length become hypotheses too.
+void finalize_open_beams(BeamState& state, const GenerationOptions& options) {
+  if (state.active.empty()) return;
+  const auto scores = state.beam_scores.to(torch::kCPU);
+  const auto length = normalising_length(options.beam_length, state.length, /*ended_by_eos=*/false);
+  for (std::size_t a = 0; a < state.active.size(); ++a) {
+    for (std::int64_t i = 0; i < options.num_beams; ++i) {
+      const auto row = static_cast<std::int64_t>(a) * options.num_beams + i;
+      state.hypotheses[state.active[a]].add(row_tokens(state.sequences, row), scores[row].item<float>(), length);
     }
   }
+}
+
+// The best hypothesis of each source; shorter ones get eos then pad, up to the longest + 1 (at most max_length).
+void write_best(const std::vector<BeamHypotheses>& hypotheses, const GenerationOptions& options,
+                GenerationResult& result) {
   const auto batch = static_cast<std::int64_t>(hypotheses.size());
   std::int64_t longest = 0;
   for (const auto& h : hypotheses) longest = std::max<std::int64_t>(longest, h.best().tokens.size());
-  const auto width = std::min(longest + 1, max_length);
+  const auto width = std::min(longest + 1, options.effective_max_length());
   result.sequences = torch::full({batch, width}, options.pad_token_id, torch::kLong);
   result.sequence_scores = torch::empty({batch}, torch::kFloat32);
   auto out = result.sequences.accessor<std::int64_t, 2>();
@@ -180,58 +225,36 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
   }
   check_inputs(model, input_ids, attention_mask);
   EvalModeGuard inference(model);
+
   const auto batch = input_ids.size(0);
-  const auto beams = options.num_beams;
   const auto max_length = options.effective_max_length();
-  GenerationResult result;
-  std::vector<BeamHypotheses> hypotheses(
-      batch, BeamHypotheses(beams, options.length_penalty, options.early_stopping, max_length));
+  const auto longest = normalising_length(options.beam_length, max_length, /*ended_by_eos=*/false);
+  BeamState state;
+  state.hypotheses.assign(batch,
+                          BeamHypotheses(options.num_beams, options.length_penalty, options.early_stopping, longest));
+  state.sequences = torch::full({batch, 1}, options.decoder_start_token_id, torch::kLong);
+  for (std::int64_t b = 0; b < batch; ++b) state.active.push_back(b);
   StepDecoder decoder(model, model.encode(input_ids, attention_mask), attention_mask, options.use_cache);
-  const auto device = decoder.device();
-  // The running beams' tokens (R, T) on the CPU, R = beams * active sources; the first step has one row per source.
-  auto sequences = torch::full({batch, 1}, options.decoder_start_token_id, torch::kLong);
-  torch::Tensor beam_scores;                // (R) float32 on the device: each beam's sum of log-probabilities
-  std::vector<std::int64_t> active(batch);  // the sources still searching, in row order
-  for (std::int64_t b = 0; b < batch; ++b) active[b] = b;
-  for (std::int64_t length = 1;;) {
-    auto log_probs = torch::log_softmax(decoder.next_logits(sequences), -1);  // (R, V)
+  GenerationResult result;
+  while (true) {
+    auto log_probs = torch::log_softmax(decoder.next_logits(state.sequences), -1);  // (R, V)
     ++result.stats.decoder_steps;
     result.stats.decoded_rows += decoder.rows();
-    if (length == 1) {
-      // Copy each source's row into its beams. Beam 0 starts at 0 and the others at -1e9 (HF's initial
-      // beam_scores), so the first step's candidates all extend beam 0 and the beams then differ.
-      auto expand = torch::arange(batch, torch::kLong).repeat_interleave(beams);  // (B * beams)
-      log_probs = log_probs.index_select(0, expand.to(device));
-      sequences = sequences.index_select(0, expand);
-      decoder.select(expand);
-      beam_scores = torch::zeros({batch, beams}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
-      beam_scores.narrow(1, 1, beams - 1).fill_(-1e9);
-      beam_scores = beam_scores.view({-1});
-    }
-    apply_logits_processors(log_probs, sequences, options);
-    const auto vocab = log_probs.size(1);
-    const auto sources = static_cast<std::int64_t>(active.size());
-    // (A, beams * V): every continuation of every beam of a source, ranked together. In place: at PEGASUS's
-    // vocabulary each (R, V) temporary is megabytes, and log_probs is not needed afterwards.
-    auto candidates = log_probs.add_(beam_scores.unsqueeze(1)).view({sources, beams * vocab});
-    auto [top_scores, top_ids] = torch::topk(candidates, 2 * beams, 1, /*largest=*/true, /*sorted=*/true);
-    auto next = process_candidates(top_scores.to(torch::kCPU), top_ids.to(torch::kCPU), vocab, length, sequences,
-                                   active, hypotheses, beams, options.eos_token_id);
-    if (next.still_active.empty()) {
-      active.clear();
-      break;
-    }
+    if (state.length == 1) log_probs = expand_to_beams(state, decoder, log_probs, options.num_beams);
+    apply_logits_processors(log_probs, state.sequences, options);
+    auto next = process(state, log_probs, options);
+    const bool same_sources = next.still_active.size() == state.active.size();
+    state.active = std::move(next.still_active);
+    if (state.active.empty()) break;
     auto index = torch::tensor(next.rows, torch::kLong);  // (R')
-    sequences =
-        torch::cat({sequences.index_select(0, index), torch::tensor(next.tokens, torch::kLong).unsqueeze(1)}, 1);
-    beam_scores = torch::tensor(next.scores, torch::kFloat32).to(device);
-    ++length;
-    const bool same_sources = static_cast<std::int64_t>(next.still_active.size()) == sources;
-    active = std::move(next.still_active);
-    if (length >= max_length) break;
+    state.sequences =
+        torch::cat({state.sequences.index_select(0, index), torch::tensor(next.tokens, torch::kLong).unsqueeze(1)}, 1);
+    state.beam_scores = torch::tensor(next.scores, torch::kFloat32).to(decoder.device());
+    if (++state.length >= max_length) break;
     decoder.select(index, same_sources);
   }
-  finalize(result, hypotheses, active, sequences, beam_scores, beams, max_length, options);
+  finalize_open_beams(state, options);
+  write_best(state.hypotheses, options, result);
   return result;
 }
 

@@ -28,6 +28,15 @@ const char* to_string(EarlyStopping early_stopping) {
   return "false";
 }
 
+const char* to_string(BeamLength length) { return length == BeamLength::classic ? "classic" : "generated"; }
+
+BeamLength parse_beam_length(const std::string& text, const std::string& what) {
+  if (text == "generated") return BeamLength::generated;
+  if (text == "classic") return BeamLength::classic;
+  throw std::invalid_argument(what + " '" + text +
+                              "' is not one of generated (transformers >= 4.37), classic (transformers < 4.36)");
+}
+
 std::int64_t GenerationOptions::effective_max_length() const {
   return max_new_tokens ? 1 + *max_new_tokens : max_length;
 }
@@ -265,6 +274,7 @@ json to_json(const GenerationOptions& o) {
   j["length_penalty"] = o.length_penalty;
   j["early_stopping"] =
       o.early_stopping == EarlyStopping::never ? json("never") : json(o.early_stopping == EarlyStopping::on_full);
+  j["beam_length"] = to_string(o.beam_length);
   j["no_repeat_ngram_size"] = o.no_repeat_ngram_size;
   j["decoder_start_token_id"] = o.decoder_start_token_id;
   j["eos_token_id"] = o.eos_token_id;

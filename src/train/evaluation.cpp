@@ -63,7 +63,9 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
   if (labelled.empty()) return std::nullopt;
   EvalMode eval_mode(model);
   torch::NoGradGuard no_grad;
-  double weighted = 0.0;
+  // Trainer.evaluation_loop repeats each batch's mean loss per_device_eval_batch_size times (the dataloader's batch
+  // size, also for a shorter last batch) and averages: the mean of the batch means (transformers 4.47).
+  double sum_of_means = 0.0;
   const auto batches = batches_of(labelled, options.batch_size);
   std::size_t done = 0;
   for (const auto& batch_indices : batches) {
@@ -75,11 +77,10 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
     auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
     // The fused head + loss: without gradients it walks the vocabulary in chunks, never holding (B, T, V) logits.
     const auto loss = model.token_loss(hidden, labels, options.label_smoothing);
-    weighted += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens)) *
-                static_cast<double>(batch_indices.size());
+    sum_of_means += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens));
     if (options.on_progress) options.on_progress("eval loss", ++done, batches.size());
   }
-  return weighted / static_cast<double>(labelled.size());
+  return sum_of_means / static_cast<double>(batches.size());
 }
 
 EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,

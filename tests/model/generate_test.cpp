@@ -1,15 +1,18 @@
 // Greedy and beam search against outputs of Hugging Face generate() semantics computed elsewhere: the fixtures'
 // case.json (greedy, beam, beam_min_length) and tests/data/generation_cases.json (no_repeat_ngram_size,
-// early_stopping True / "never", min_length in greedy search, no forced eos; made by
-// tests/data/make_generation_cases.py). Every case runs with and without the key/value cache: the tokens must be
+// early_stopping True / "never", min_length in greedy search, no forced eos; made by transformers' generate() with
+// tests/data/make_hf_fixtures.py). Every case runs with and without the key/value cache: the tokens must be
 // identical, the beam scores within 1e-4.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "fitsum/generate/beam_search.h"
 #include "fitsum/generate/generate.h"
 #include "fitsum/generate/greedy_search.h"
 #include "fixture_support.h"
 #include "test_support.h"
+#include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
@@ -84,6 +87,9 @@ TEST_P(FixtureGeneration, BeamSearchMatchesReference) {
     options.length_penalty = e["length_penalty"].get<double>();
     options.min_length = e["min_length"].get<std::int64_t>();
     options.early_stopping = EarlyStopping::heuristic;
+    // ../shared's case.json was made with transformers < 4.36's normalisation; every hypothesis ends in the forced
+    // eos here, which both conventions count alike.
+    options.beam_length = generate::BeamLength::classic;
     options.use_cache = use_cache();
     auto result = generate::generate(*model, long_tensor(c["greedy"]["input_ids"]),
                                      long_tensor(c["greedy"]["attention_mask"]), options);
@@ -116,7 +122,7 @@ GenerationOptions case_options(const nlohmann::json& c) {
                            : early.get<bool>() ? EarlyStopping::on_full
                                                : EarlyStopping::heuristic;
   options.forced_eos_token_id = o["forced_eos_token_id"].is_null() ? -1 : o["forced_eos_token_id"].get<std::int64_t>();
-  return options;
+  return options;  // the file comes from transformers 4.47 (tests/data/make_hf_fixtures.py): BeamLength::generated
 }
 
 class GenerationCases : public ::testing::TestWithParam<bool> {};
@@ -140,6 +146,36 @@ TEST_P(GenerationCases, MatchReference) {
       expect_scores(result, c["sequence_scores"], name);
     }
   }
+}
+
+// transformers < 4.36 divided a beam still open at max_length by all its tokens, 4.37 on by one less
+// (GenerationOptions::beam_length): the same sequences, those hypotheses' scores scaled by ((L - 1) /
+// L)^length_penalty.
+TEST(GenerationCases, ClassicLengthNormalisationOfOpenBeams) {
+  FITSUM_REQUIRE_SHARED();
+  const auto file = util::read_json_file(source_dir() / "tests" / "data" / "generation_cases.json");
+  for (const auto& c : file["cases"]) {
+    if (c["name"] != "beam_open_at_max_length") continue;
+    auto model = load_model(c["fixture"].get<std::string>());
+    auto options = case_options(c);
+    options.beam_length = generate::BeamLength::classic;
+    auto result = generate::generate(*model, long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), options);
+    expect_sequences(result, c["sequences"], "classic");
+    int open = 0;
+    for (std::size_t i = 0; i < c["sequences"].size(); ++i) {
+      const auto& tokens = c["sequences"][i];
+      const auto length = static_cast<double>(tokens.size());
+      const bool ended_by_eos = tokens.back().get<std::int64_t>() == options.eos_token_id;
+      open += ended_by_eos ? 0 : 1;
+      const double scale = ended_by_eos ? 1.0 : std::pow((length - 1.0) / length, options.length_penalty);
+      EXPECT_CLOSE(result.sequence_scores[i].item<double>(), c["sequence_scores"][i].get<double>() * scale,
+                   relative(1e-5))
+          << "sequence " << i;
+    }
+    EXPECT_GT(open, 0) << "the case no longer has beams open at max_length";
+    return;
+  }
+  FAIL() << "generation_cases.json has no case beam_open_at_max_length";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cache, GenerationCases, ::testing::Values(true, false),

@@ -279,14 +279,14 @@ TEST(LogitsProcessors, BanMinLengthAndForcedEosInPlace) {
 TEST(BeamHypotheses, KeepsTheBestAndTracksTheWorst) {
   generate::BeamHypotheses h(2, 1.0, EarlyStopping::heuristic, 20);
   EXPECT_EQ(h.worst_score(), 1e9);
-  h.add({0, 5}, -2.0);  // score -1
+  h.add({0, 5}, -2.0, 2);  // score -1
   EXPECT_EQ(h.worst_score(), -1.0);
-  h.add({0, 5, 6, 7}, -2.0);  // -0.5
+  h.add({0, 5, 6, 7}, -2.0, 4);  // -0.5
   EXPECT_EQ(h.size(), 2u);
   EXPECT_EQ(h.worst_score(), -1.0);
-  h.add({0, 9}, -4.0);  // -2: worse than the worst with the list full, not kept
+  h.add({0, 9}, -4.0, 2);  // -2: worse than the worst with the list full, not kept
   EXPECT_EQ(h.size(), 2u);
-  h.add({0, 9, 9, 9, 9}, -1.0);  // -0.2 replaces -1
+  h.add({0, 9, 9, 9, 9}, -1.0, 5);  // -0.2 replaces -1
   EXPECT_EQ(h.size(), 2u);
   EXPECT_EQ(h.worst_score(), -0.5);
   EXPECT_EQ(h.best().tokens, std::vector<std::int64_t>({0, 9, 9, 9, 9}));
@@ -295,23 +295,23 @@ TEST(BeamHypotheses, KeepsTheBestAndTracksTheWorst) {
 
 TEST(BeamHypotheses, LengthPenaltyDividesByLengthToThePower) {
   generate::BeamHypotheses h(1, 0.8, EarlyStopping::heuristic, 20);
-  h.add({0, 5, 6}, -3.0);
+  h.add({0, 5, 6}, -3.0, 3);
   EXPECT_DOUBLE_EQ(h.best().score, -3.0 / std::pow(3.0, 0.8));
 }
 
 TEST(BeamHypotheses, TiesGoToTheLastAdded) {
   generate::BeamHypotheses h(3, 1.0, EarlyStopping::heuristic, 20);
-  h.add({0, 1}, -1.0);
-  h.add({0, 2}, -1.0);
+  h.add({0, 1}, -1.0, 2);
+  h.add({0, 2}, -1.0, 2);
   EXPECT_EQ(h.best().tokens, std::vector<std::int64_t>({0, 2}));
 }
 
 TEST(BeamHypotheses, IsDoneForEachEarlyStopping) {
   for (auto mode : {EarlyStopping::heuristic, EarlyStopping::on_full, EarlyStopping::never}) {
     generate::BeamHypotheses h(2, 1.0, mode, 20);
-    h.add({0, 5}, -2.0);  // -1
+    h.add({0, 5}, -2.0, 2);  // -1
     EXPECT_FALSE(h.is_done(-0.1, 3)) << "fewer than num_beams finished";
-    h.add({0, 6}, -2.0);  // -1, worst -1
+    h.add({0, 6}, -2.0, 2);  // -1, worst -1
     if (mode == EarlyStopping::on_full) {
       EXPECT_TRUE(h.is_done(-0.1, 3));
     } else if (mode == EarlyStopping::heuristic) {
@@ -324,9 +324,16 @@ TEST(BeamHypotheses, IsDoneForEachEarlyStopping) {
   }
   // "never" with length_penalty <= 0 divides by the current length.
   generate::BeamHypotheses h(1, -1.0, EarlyStopping::never, 20);
-  h.add({0, 5}, -1.0);               // -1 / 2^-1 = -2
+  h.add({0, 5}, -1.0, 2);            // -1 / 2^-1 = -2
   EXPECT_TRUE(h.is_done(-0.5, 4));   // -0.5 * 4 = -2
   EXPECT_FALSE(h.is_done(-0.4, 4));  // -1.6
+}
+
+TEST(BeamHypotheses, ScoresByTheLengthItIsGiven) {
+  // HF's generated_len: the caller decides which length counts (GenerationOptions::beam_length).
+  generate::BeamHypotheses h(2, 1.0, EarlyStopping::heuristic, 19);
+  h.add({0, 5, 6, 7}, -3.0, 3);  // an open beam at max_length under BeamLength::generated: 4 tokens count 3
+  EXPECT_DOUBLE_EQ(h.best().score, -1.0);
 }
 
 }  // namespace

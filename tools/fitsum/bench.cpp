@@ -6,12 +6,17 @@
 //   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product), the denominator of MFU.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -43,6 +48,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Seconds since this process started (the kernel's start time, so loading LibTorch counts): what a user waits for
+// the first step, comparable with bench/hf_trainer_bench.py's first_step_s. NaN where /proc is not there.
+double seconds_since_process_start() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  double now = 0.0;
+  const auto after_name = text.rfind(')');
+  if (after_name == std::string::npos || !(uptime >> now)) return std::nan("");
+  std::istringstream fields(text.substr(after_name + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+  }
+  return now - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0.0;
@@ -208,6 +228,7 @@ BenchBatch random_batch(const BenchTrainOptions& o, std::int64_t batch, std::int
 struct StepTimes {
   std::vector<double> step, update;
   double loss = 0.0;
+  double first_step_s = 0.0;  // process start to the end of the first optimizer step
 };
 
 // Warm-up steps, then the timed ones (and one more under the profiler with --profile): accumulation micro-steps on
@@ -249,6 +270,7 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
     const auto update_start = Clock::now();
     optim::optimizer_step(optimizer, parameters, update);
     synchronize(device);
+    if (step == 0) t.first_step_s = seconds_since_process_start();
     if (step >= o.warmup && !profiled) {
       t.step.push_back(seconds_since(start));
       t.update.push_back(seconds_since(update_start));
@@ -275,6 +297,7 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
   out["update_threads"] = runtime.threads.update;
   out["step_s_median"] = step_s;
   out["step_s_all"] = t.step;
+  out["first_step_s"] = t.first_step_s;
   out["update_s_median"] = median(t.update);  // clipping, optimizer step and zeroing the gradients
   out["tokens_per_s"] = static_cast<double>(examples * (o.src_len + o.tgt_len)) / step_s;
   out["samples_per_s"] = static_cast<double>(examples) / step_s;

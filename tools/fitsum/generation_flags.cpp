@@ -25,6 +25,9 @@ void add_generation_flags(CLI::App& cmd, GenerationFlags& f) {
   cmd.add_option_function<std::string>(
       "--early_stopping", [&f](const std::string& v) { f.early_stopping = v; },
       "beam search stop rule: false (HF default), true, never");
+  cmd.add_option_function<std::string>(
+      "--beam_length", [&f](const std::string& v) { f.beam_length = v; },
+      "beam search length normalisation: generated (transformers >= 4.37, default), classic (< 4.36)");
   cmd.add_flag("--no_cache", f.no_cache, "decode without the key/value cache (slower; same tokens)");
 }
 
@@ -46,6 +49,7 @@ void GenerationFlags::apply(generate::GenerationOptions& o) const {
       throw std::invalid_argument("--early_stopping '" + *early_stopping + "' is not one of true, false, never");
     }
   }
+  if (beam_length) o.beam_length = generate::parse_beam_length(*beam_length, "--beam_length");
   if (no_cache) o.use_cache = false;
   o.validate();
 }

@@ -20,6 +20,7 @@ struct GenerationFlags {
   std::optional<std::int64_t> min_length;
   std::optional<std::int64_t> no_repeat_ngram_size;
   std::optional<std::string> early_stopping;  // true, false, never
+  std::optional<std::string> beam_length;
   bool no_cache = false;
 
   // Overrides `options` with the flags that were given, then validates.

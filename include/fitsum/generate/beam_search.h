@@ -1,4 +1,5 @@
-// Beam search (HF GenerationMixin.beam_search with BeamSearchScorer and BeamHypotheses, transformers < 4.36):
+// Beam search (HF GenerationMixin.beam_search with BeamSearchScorer and BeamHypotheses; the length normalisation of
+// transformers >= 4.37 or < 4.36, GenerationOptions::beam_length):
 // num_beams rows per source decode side by side; each step ranks 2 * num_beams candidates per source from the
 // log-softmax plus the running beam scores, moves eos candidates ranked within the first num_beams into the
 // source's finished hypotheses, and keeps the best num_beams others as the next beams. A source is done by HF's
@@ -23,10 +24,14 @@ class BeamHypotheses {
     std::vector<std::int64_t> tokens;  // start token first, no eos
   };
 
-  BeamHypotheses(std::int64_t num_beams, double length_penalty, EarlyStopping early_stopping, std::int64_t max_length);
+  // longest_length: the largest `length` a hypothesis can reach, the bound of early_stopping "never" (HF's max_length
+  // minus the decoder prompt from 4.37 on, max_length before 4.36).
+  BeamHypotheses(std::int64_t num_beams, double length_penalty, EarlyStopping early_stopping,
+                 std::int64_t longest_length);
 
-  // Scores a hypothesis by its length (start token counted) and keeps it if it is among the num_beams best.
-  void add(std::vector<std::int64_t> tokens, double sum_logprobs);
+  // Scores a hypothesis as sum_logprobs / length^length_penalty (HF's generated_len) and keeps it if it is among the
+  // num_beams best.
+  void add(std::vector<std::int64_t> tokens, double sum_logprobs, std::int64_t length);
   // Whether no running beam can still improve this source's hypotheses: best_sum_logprobs is the best candidate
   // score of the step, cur_length the length of the running sequences (before this step's token).
   bool is_done(double best_sum_logprobs, std::int64_t cur_length) const;
@@ -40,7 +45,7 @@ class BeamHypotheses {
   std::int64_t num_beams_;
   double length_penalty_;
   EarlyStopping early_stopping_;
-  std::int64_t max_length_;
+  std::int64_t longest_length_;
   std::vector<Hypothesis> hypotheses_;  // in insertion order, as HF's list (ties resolve by it)
   double worst_score_ = 1e9;            // HF's initial value
 };

@@ -1,7 +1,7 @@
 // Decoding options for greedy and beam search, with the names and meanings of Hugging Face's GenerationConfig
-// (transformers 4.x before 4.36, see docs/generate.md), validated in one place, and read from a model folder's
-// generation_config.json / config.json with HF's precedence. The strategies themselves live in greedy_search.h and
-// beam_search.h; generate.h picks one from num_beams.
+// (see docs/generate.md for the transformers versions each setting equals), validated in one place, and read from a
+// model folder's generation_config.json / config.json with HF's precedence. The strategies themselves live in
+// greedy_search.h and beam_search.h; generate.h picks one from num_beams.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +30,19 @@ enum class EarlyStopping {
 // "false", "true" or "never", as HF writes the value.
 const char* to_string(EarlyStopping early_stopping);
 
+// The length that beam search divides a hypothesis's score by (to the power length_penalty). transformers changed it
+// in 4.36 / 4.37 (PRs #27351, #27808); the two agree on every hypothesis that ends in eos and differ for beams still
+// open at max_length and for early_stopping "never"'s bound.
+enum class BeamLength {
+  generated,  // transformers >= 4.37 (the default): the tokens after the decoder start token, eos included; open
+              // beams at max_length count one token less than `classic`, and "never" bounds with max_length - 1
+  classic,    // transformers < 4.36 (the summarization book's): all tokens, start token included, eos not
+};
+
+// "generated" or "classic"; parse_beam_length throws std::invalid_argument naming `what` for other text.
+const char* to_string(BeamLength length);
+BeamLength parse_beam_length(const std::string& text, const std::string& what);
+
 struct GenerationOptions {
   // Lengths count decoder positions, the decoder start token included, as HF's max_length / min_length do for
   // encoder-decoders. The default is GenerationConfig's.
@@ -40,10 +53,11 @@ struct GenerationOptions {
   std::int64_t min_length = 0;
   // 1: greedy search; more: beam search with that many beams per source.
   std::int64_t num_beams = 1;
-  // Beam search only: a finished hypothesis of n tokens (start token counted, eos not) scores
-  // sum_logprobs / n^length_penalty. Positive values favour longer sequences.
+  // Beam search only: a finished hypothesis scores sum_logprobs / length^length_penalty, the length as beam_length
+  // counts it. Positive values favour longer sequences.
   double length_penalty = 1.0;
   EarlyStopping early_stopping = EarlyStopping::heuristic;
+  BeamLength beam_length = BeamLength::generated;
   // > 0: no n-gram of this size occurs twice in a sequence (NoRepeatNGramLogitsProcessor).
   std::int64_t no_repeat_ngram_size = 0;
 

@@ -1,8 +1,8 @@
 // Evaluating a model on a dataset the way HF's Seq2SeqTrainer.evaluate / predict with predict_with_generate and
-// run_summarization's compute_metrics do it: the loss on the labels (each batch's mean token loss, weighted by the
-// batch's examples), generation with the decoding options, and ROUGE of the decoded predictions against the decoded
-// labels (special tokens skipped, whitespace stripped), as exact means. The loop that runs the model lives here, in
-// train/, above the model; eval/ holds the metrics alone (pure string code).
+// run_summarization's compute_metrics do it: the loss on the labels (the mean over batches of each batch's mean token
+// loss), generation with the decoding options, and ROUGE of the decoded predictions against the decoded labels
+// (special tokens skipped, whitespace stripped), as exact means. The loop that runs the model lives here, in train/,
+// above the model; eval/ holds the metrics alone (pure string code).
 #pragma once
 
 #include <cstdint>

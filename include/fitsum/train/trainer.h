@@ -91,8 +91,8 @@ class Trainer {
   Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks = {});
 
   TrainResult train();
-  // The evaluation metrics over the eval examples: eval_loss as HF's evaluation_loop averages it (each batch's mean
-  // token loss, weighted by the batch's examples) and, with predict_with_generate, ROUGE ×100 and gen_len.
+  // The evaluation metrics over the eval examples: eval_loss as HF's evaluation_loop averages it (the mean over batches
+  // of each batch's mean token loss) and, with predict_with_generate, ROUGE ×100 and gen_len.
   nlohmann::ordered_json evaluate();
 
   std::int64_t max_steps() const { return max_steps_; }

@@ -1,0 +1,109 @@
+"""Evaluation: `fitsum eval` reports what Seq2SeqTrainer.evaluate(predict_with_generate=True) with
+run_summarization.py's compute_metrics reports on the same checkpoint and SAMSum records: eval_loss, the generated
+ids, ROUGE-1/2/L/Lsum x 100 and eval_gen_len.
+
+Two documented differences in the ROUGE aggregate: evaluate's "rouge" metric returns the mid of rouge_score's
+BootstrapAggregator, fitsum eval the exact mean (fitsum rouge --aggregate bootstrap gives the mid); and
+run_summarization.py rounds to 4 decimals. So compute_metrics here takes rouge_score's per-record scores and their
+exact mean, unrounded. Sentence splitting for rougeLsum (nltk.sent_tokenize) needs Punkt's data, which PyPI does
+not ship: without it both sides score without splitting."""
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from rouge_score import rouge_scorer
+from transformers import PegasusForConditionalGeneration, PegasusTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from harness import assert_close, fitsum, read_json, read_jsonl, shared_path, write_jsonl
+
+COUNT, BATCH, BEAMS, MAX_LENGTH, MAX_SOURCE, MAX_TARGET = 10, 4, 4, 40, 128, 48
+
+
+class Tokenized(torch.utils.data.Dataset):
+    def __init__(self, tokenizer, records):
+        self.inputs = tokenizer([r["dialogue"] for r in records], max_length=MAX_SOURCE, truncation=True)
+        self.labels = tokenizer(text_target=[r["summary"] for r in records], max_length=MAX_TARGET,
+                                truncation=True)["input_ids"]
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.inputs["input_ids"][i], "attention_mask": self.inputs["attention_mask"][i],
+                "labels": self.labels[i]}
+
+
+def summary_word_model(records, folder):
+    """The shared tiny PEGASUS checkpoint (its own outputs score ROUGE 0) with final_logits_bias raised on the tokens
+    that occur most in these records' summaries, so that its predictions share words with the references and every
+    ROUGE score is a non-zero number to compare. Saved with save_pretrained, tokenizer included."""
+    source = shared_path("data", "pegasus-tiny")
+    tokenizer = PegasusTokenizer.from_pretrained(source)
+    model = PegasusForConditionalGeneration.from_pretrained(source)
+    words = [t for r in records for t in tokenizer(r["summary"])["input_ids"]
+             if tokenizer.convert_ids_to_tokens(t).lstrip("\u2581").isalpha()]
+    with torch.no_grad():
+        for rank, (token, _) in enumerate(Counter(words).most_common(60)):
+            model.final_logits_bias[0, token] += 8.0 - rank * 0.05
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    # Each token once per summary (NoRepeatNGram): with min_length 32 the predictions hold many different summary
+    # words. Set in generation_config.json as a user edits it (no "_from_model_config"), and the model reloaded from
+    # the folder, so that both sides read the same files.
+    path = os.path.join(folder, "generation_config.json")
+    generation = read_json(path)
+    generation.pop("_from_model_config", None)
+    generation["no_repeat_ngram_size"] = 1
+    with open(path, "w") as f:
+        json.dump(generation, f, indent=2)
+    model = PegasusForConditionalGeneration.from_pretrained(folder)
+    return tokenizer, model
+
+
+def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path):
+    records = read_jsonl(shared_path("data", "samsum", "test.jsonl"))[:COUNT]
+    folder = str(tmp_path / "model")
+    tokenizer, model = summary_word_model(records, folder)
+    from transformers import DataCollatorForSeq2Seq
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+    captured = {}
+
+    def compute_metrics(eval_preds):  # run_summarization.py's, with exact means (see the module docstring)
+        preds, labels = eval_preds
+        preds = np.where(preds != -100, preds, tokenizer.pad_token_id)
+        labels = np.where(labels != -100, labels, tokenizer.pad_token_id)
+        decoded_preds = [p.strip() for p in tokenizer.batch_decode(preds, skip_special_tokens=True)]
+        decoded_labels = [l.strip() for l in tokenizer.batch_decode(labels, skip_special_tokens=True)]
+        scores = [scorer.score(l, p) for p, l in zip(decoded_preds, decoded_labels)]
+        result = {k: float(np.mean([s[k].fmeasure for s in scores])) * 100 for k in scores[0]}
+        result["gen_len"] = float(np.mean([np.count_nonzero(p != tokenizer.pad_token_id) for p in preds]))
+        captured["preds"] = preds
+        return result
+
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / "hf"), report_to=[], use_cpu=True, disable_tqdm=True,
+                                    per_device_eval_batch_size=BATCH, predict_with_generate=True,
+                                    generation_max_length=MAX_LENGTH, generation_num_beams=BEAMS)
+    trainer = Seq2SeqTrainer(model=model, args=args, data_collator=collator, compute_metrics=compute_metrics)
+    want = trainer.evaluate(Tokenized(tokenizer, records))
+
+    data = write_jsonl(tmp_path / "test.jsonl", records)
+    fitsum("eval", "--model", folder, "--test_file", data, "--per_device_eval_batch_size", BATCH, "--num_beams",
+           BEAMS, "--max_length", MAX_LENGTH, "--max_source_length", MAX_SOURCE, "--max_target_length", MAX_TARGET,
+           "--predictions_file", tmp_path / "pred.jsonl", "--metrics_file", tmp_path / "metrics.json")
+    got = read_json(tmp_path / "metrics.json")
+    predictions = read_jsonl(tmp_path / "pred.jsonl")
+
+    for i, p in enumerate(predictions):
+        hf = [t for t in captured["preds"][i].tolist()]
+        ids = p["generated_ids"]
+        assert hf[:len(ids)] == ids and all(t == tokenizer.pad_token_id for t in hf[len(ids):]), \
+            f"record {i}: generated ids differ\n fitsum {ids}\n hf     {hf}"
+    assert_close(got["eval_loss"], want["eval_loss"], 1e-5, "eval_loss")
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        assert_close(got[f"eval_{key}"], want[f"eval_{key}"], 1e-9, f"eval_{key}")
+    assert_close(got["eval_gen_len"], want["eval_gen_len"], 1e-12, "eval_gen_len")
+    assert want["eval_rouge1"] > 0, "ROUGE is 0: the comparison would not see a difference in scoring"

@@ -1,0 +1,93 @@
+"""generate(): fitsum's greedy and beam search return the same token ids and the same beam scores
+(sequences_scores) as transformers' generate() on the same HF folder, for num_beams 1..8, length_penalty,
+min_length, max_length / max_new_tokens, no_repeat_ngram_size and early_stopping True / False / "never"."""
+import json
+
+import pytest
+import torch
+
+from harness import FAMILIES, assert_close, probe, read_json, save_batch, save_model, shared_path
+
+PEGASUS = FAMILIES["pegasus"]
+
+
+def sources(vocab, seed, batch=4, length=14, pad=0, eos=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, vocab, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    for b in range(batch):
+        n = length - 2 * b
+        ids[b, n - 1] = eos
+        ids[b, n:] = pad
+        mask[b, n:] = 0
+    return ids, mask
+
+
+def random_model_with_likely_eos(seed):
+    """A random model whose eos logit is raised, so that hypotheses finish at many different lengths and beam search's
+    finishing rules (early_stopping, length_penalty, min_length) decide the outcome."""
+    model = PEGASUS.random_model(seed=seed, shape="tiny", vocab_size=61)
+    with torch.no_grad():
+        model.final_logits_bias[0, model.config.eos_token_id] = 1.5
+    return model
+
+
+CASES = (
+    [dict(num_beams=1, max_length=12), dict(num_beams=1, max_new_tokens=9, min_length=6),
+     dict(num_beams=1, max_length=16, no_repeat_ngram_size=2), dict(num_beams=1, max_length=10, use_cache=False)]
+    + [dict(num_beams=k, max_length=14, length_penalty=lp, early_stopping=es)
+       for k in (2, 3, 4, 5, 6, 7, 8) for lp in (1.0, 0.8) for es in (False, True, "never")]
+    + [dict(num_beams=4, max_length=12, length_penalty=lp, early_stopping=es)
+       for lp in (0.0, -0.5, 2.0) for es in (False, "never")]
+    + [dict(num_beams=3, max_length=15, min_length=8), dict(num_beams=5, max_new_tokens=7),
+       dict(num_beams=4, max_length=16, no_repeat_ngram_size=3, length_penalty=0.8),
+       dict(num_beams=2, max_length=9, no_repeat_ngram_size=1), dict(num_beams=8, max_length=12, use_cache=False)]
+)
+
+
+def hf_generate(model, ids, mask, kwargs):
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True,
+                             **kwargs)
+    scores = getattr(out, "sequences_scores", None)
+    return out.sequences, scores
+
+
+def compare(tmp_path, model, folder, ids, mask, cases):
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    probe("generate", "--model", folder, "--batch", save_batch(tmp_path / "src.safetensors", input_ids=ids,
+          attention_mask=mask), "--cases", tmp_path / "cases.json", "--out", tmp_path / "out.json")
+    got = read_json(tmp_path / "out.json")
+    assert len(got) == len(cases)
+    failures = []
+    for kwargs, result in zip(cases, got):
+        sequences, scores = hf_generate(model, ids, mask, kwargs)
+        if result["sequences"] != sequences.tolist():
+            failures.append(f"{kwargs}: ids differ\n  fitsum {result['sequences']}\n  hf     {sequences.tolist()}")
+            continue
+        if scores is not None:
+            try:
+                assert_close(torch.tensor(result["sequence_scores"]), scores, 1e-5, f"{kwargs} sequences_scores")
+            except AssertionError as e:
+                failures.append(str(e))
+    assert not failures, f"{len(failures)} of {len(cases)} cases differ:\n" + "\n".join(failures)
+
+
+def test_random_model_with_likely_eos(tmp_path):
+    model = random_model_with_likely_eos(seed=21)
+    folder = save_model(model, tmp_path / "model")
+    ids, mask = sources(model.config.vocab_size, seed=4)
+    compare(tmp_path, model, folder, ids, mask, CASES)
+
+
+def test_trained_copy_task_checkpoint(tmp_path):
+    """The fixture checkpoint was trained to copy its input, so greedy and beam outputs end with eos early."""
+    folder = shared_path("fixtures", "tiny-pegasus")
+    model = PEGASUS.model_class.from_pretrained(folder).eval()
+    case = read_json(f"{folder}/case.json")
+    ids = torch.tensor(case["greedy"]["input_ids"])
+    mask = torch.tensor(case["greedy"]["attention_mask"])
+    cases = [dict(num_beams=1, max_length=16)] + [
+        dict(num_beams=k, max_length=16, length_penalty=lp, early_stopping=es, min_length=ml)
+        for k in (2, 4, 8) for lp in (1.0, 0.6) for es in (False, True, "never") for ml in (0, 10)]
+    compare(tmp_path, model, folder, ids, mask, cases)
