@@ -1,0 +1,454 @@
+// Implements include/fitsum/memory/cuda_allocator_model.h: PYTORCH_CUDA_ALLOC_CONF parsing, the caching
+// allocator's rounding and segment rules replayed on sizes, and a training run's CUDA memory term by term. The
+// rules follow c10/cuda/CUDACachingAllocator.cpp and c10/core/AllocatorConfig.cpp of LibTorch 2.x (the 1.13 rules
+// are the same minus expandable_segments); docs/memory.md lists them with their sources.
+#include "fitsum/memory/cuda_allocator_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <limits>
+#include <regex>
+#include <stdexcept>
+
+namespace fitsum::memory {
+
+namespace {
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+bool is_power_of_two(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+int floor_log2(std::uint64_t v) {
+  int log = -1;
+  while (v != 0) {
+    v >>= 1;
+    ++log;
+  }
+  return log;
+}
+
+// The allocator's lexer: ',', ':', '[' and ']' are tokens of their own, spaces are dropped.
+std::vector<std::string> lex(const std::string& text) {
+  std::vector<std::string> tokens;
+  std::string word;
+  for (const char c : text) {
+    if (c == ',' || c == ':' || c == '[' || c == ']') {
+      if (!word.empty()) tokens.push_back(word);
+      word.clear();
+      tokens.emplace_back(1, c);
+    } else if (c != ' ') {
+      word.push_back(c);
+    }
+  }
+  if (!word.empty()) tokens.push_back(word);
+  return tokens;
+}
+
+[[noreturn]] void bad_conf(const std::string& text, const std::string& why) {
+  throw std::invalid_argument("--cuda_alloc_conf '" + text + "': " + why +
+                              " (format: key:value,... as PYTORCH_CUDA_ALLOC_CONF, e.g. "
+                              "expandable_segments:True,max_split_size_mb:128)");
+}
+
+class ConfParser {
+ public:
+  explicit ConfParser(const std::string& text) : text_(text), tokens_(lex(text)) {}
+
+  CudaAllocConf parse() {
+    CudaAllocConf conf;
+    conf.text = text_;
+    for (i_ = 0; i_ < tokens_.size(); ++i_) {
+      const std::string key = tokens_[i_];
+      expect(":", key);
+      if (key == "max_split_size_mb") {
+        const auto mb = number(key);
+        // The allocator refuses splits limits at or below its 20 MiB large segments.
+        if (mb <= kCudaLargeBuffer / kMiB) bad_conf(text_, "max_split_size_mb must be above 20");
+        conf.max_split_size = mb * kMiB;
+      } else if (key == "max_non_split_rounding_mb") {
+        const auto mb = number(key);
+        if (mb < kCudaLargeBuffer / kMiB) bad_conf(text_, "max_non_split_rounding_mb must be at least 20");
+        conf.max_non_split_rounding = mb * kMiB;
+      } else if (key == "garbage_collection_threshold") {
+        conf.garbage_collection_threshold = decimal(key);
+        if (!(conf.garbage_collection_threshold > 0.0 && conf.garbage_collection_threshold < 1.0)) {
+          bad_conf(text_, "garbage_collection_threshold must be in (0, 1)");
+        }
+      } else if (key == "roundup_power2_divisions") {
+        parse_divisions(conf);
+      } else if (key == "expandable_segments") {
+        conf.expandable_segments = boolean(key);
+      } else if (key == "backend") {
+        const auto value = word(key);
+        if (value != "native" && value != "cudaMallocAsync") bad_conf(text_, "backend is native or cudaMallocAsync");
+        conf.async_backend = value == "cudaMallocAsync";
+      } else if (key == "release_lock_on_cudamalloc" || key == "pinned_use_cuda_host_register" ||
+                 key == "pinned_use_background_threads" || key == "graph_capture_record_stream_reuse") {
+        boolean(key);  // host-side or locking behaviour: no effect on device memory
+      } else if (key == "pinned_num_register_threads" || key == "pinned_reserve_segment_size_mb") {
+        number(key);
+      } else {
+        bad_conf(text_, "unknown key '" + key + "'");
+      }
+      if (i_ + 1 < tokens_.size()) expect(",", key);
+    }
+    return conf;
+  }
+
+ private:
+  void expect(const char* token, const std::string& after) {
+    if (++i_ >= tokens_.size() || tokens_[i_] != token) {
+      bad_conf(text_, std::string("expected '") + token + "' after '" + after + "'");
+    }
+  }
+  const std::string& word(const std::string& key) {
+    if (++i_ >= tokens_.size()) bad_conf(text_, "missing value of " + key);
+    return tokens_[i_];
+  }
+  std::uint64_t number(const std::string& key) {
+    const auto& w = word(key);
+    if (w.empty() || !std::all_of(w.begin(), w.end(), [](unsigned char c) { return std::isdigit(c); })) {
+      bad_conf(text_, key + " needs a whole number, not '" + w + "'");
+    }
+    return std::stoull(w);
+  }
+  double decimal(const std::string& key) {
+    const auto& w = word(key);
+    char* end = nullptr;
+    const double v = std::strtod(w.c_str(), &end);
+    if (end == w.c_str() || *end != '\0') bad_conf(text_, key + " needs a number, not '" + w + "'");
+    return v;
+  }
+  bool boolean(const std::string& key) {
+    const auto& w = word(key);
+    if (w == "True" || w == "true" || w == "1") return true;
+    if (w == "False" || w == "false" || w == "0") return false;
+    bad_conf(text_, key + " is True or False, not '" + w + "'");
+  }
+  // "N" for every size, or "[256:1,512:2,>:4]": from a power-of-two size in MiB upwards; the first entry also
+  // covers the sizes below it, ">" every interval after the last one named.
+  void parse_divisions(CudaAllocConf& conf) {
+    auto& d = conf.roundup_power2_divisions;
+    if (i_ + 1 < tokens_.size() && tokens_[i_ + 1] != "[") {
+      const auto v = number("roundup_power2_divisions");
+      if (!is_power_of_two(v)) bad_conf(text_, "roundup_power2_divisions must be a power of two");
+      d.fill(v);
+      return;
+    }
+    expect("[", "roundup_power2_divisions");
+    bool first = true;
+    std::size_t last_index = 0;
+    while (++i_ < tokens_.size() && tokens_[i_] != "]") {
+      const std::string boundary = tokens_[i_];
+      expect(":", boundary);
+      const auto v = number("roundup_power2_divisions");
+      if (v != 0 && !is_power_of_two(v)) bad_conf(text_, "roundup_power2_divisions must be powers of two or 0");
+      if (boundary == ">") {
+        std::fill(d.begin() + static_cast<std::ptrdiff_t>(std::min(last_index + 1, d.size())), d.end(), v);
+      } else {
+        if (!std::all_of(boundary.begin(), boundary.end(), [](unsigned char c) { return std::isdigit(c); }) ||
+            !is_power_of_two(std::stoull(boundary))) {
+          bad_conf(text_, "roundup_power2_divisions intervals are powers of two (MiB), not '" + boundary + "'");
+        }
+        const auto index =
+            std::min<std::size_t>(static_cast<std::size_t>(floor_log2(std::stoull(boundary))), d.size() - 1);
+        if (first) std::fill(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(index), v);
+        first = false;
+        d[index] = v;
+        last_index = index;
+      }
+      if (i_ + 1 < tokens_.size() && tokens_[i_ + 1] != "]") expect(",", boundary);
+    }
+    if (i_ >= tokens_.size()) bad_conf(text_, "missing ']' after roundup_power2_divisions");
+  }
+
+  std::string text_;
+  std::vector<std::string> tokens_;
+  std::size_t i_ = 0;
+};
+
+std::uint64_t divisions_for(std::uint64_t bytes, const CudaAllocConf& conf) {
+  const int index =
+      std::clamp(floor_log2(bytes) - floor_log2(kMiB), 0, static_cast<int>(kCudaRoundUpPowerOfTwoIntervals) - 1);
+  return conf.roundup_power2_divisions[static_cast<std::size_t>(index)];
+}
+
+// roundup_power2_next_division: the next multiple of (power-of-two floor / divisions).
+std::uint64_t round_to_division(std::uint64_t bytes, std::uint64_t divisions) {
+  if (is_power_of_two(bytes)) return bytes;
+  const std::uint64_t floor = std::uint64_t{1} << floor_log2(bytes);
+  const std::uint64_t step = floor >> floor_log2(divisions);
+  if (step == 0) return floor << 1;
+  const std::uint64_t down = bytes & ~(step - 1);
+  return down == bytes ? bytes : down + step;
+}
+
+std::uint64_t round_up(std::uint64_t v, std::uint64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+CudaAllocConf parse_cuda_alloc_conf(const std::string& text) { return ConfParser(text).parse(); }
+
+std::uint64_t cuda_block_size(std::uint64_t bytes, const CudaAllocConf& conf) {
+  if (bytes < kCudaMinBlockSize) return kCudaMinBlockSize;
+  const auto divisions = divisions_for(bytes, conf);
+  if (divisions > 1 && bytes > kCudaMinBlockSize * divisions) return round_to_division(bytes, divisions);
+  return round_up(bytes, kCudaMinBlockSize);
+}
+
+std::uint64_t cuda_segment_size(std::uint64_t block_bytes) {
+  if (block_bytes <= kCudaSmallSize) return kCudaSmallBuffer;
+  if (block_bytes < kCudaMinLargeAlloc) return kCudaLargeBuffer;
+  return round_up(block_bytes, kCudaRoundLarge);
+}
+
+std::uint64_t cublas_workspace_bytes(const CudaDeviceFacts& device) {
+  // LibTorch's parseChosenWorkspaceSize: ":SIZE:COUNT" pairs in KiB, summed; the default depends on the device.
+  if (!device.cublas_workspace_config.empty()) {
+    static const std::regex pair(":([0-9]+):([0-9]+)");
+    std::uint64_t total = 0;
+    bool any = false;
+    for (std::sregex_iterator it(device.cublas_workspace_config.begin(), device.cublas_workspace_config.end(), pair),
+         end;
+         it != end; ++it) {
+      total += std::stoull((*it)[1]) * 1024 * std::stoull((*it)[2]);
+      any = true;
+    }
+    if (any) return total;
+  }
+  const bool hopper = device.compute_major == 9 && device.compute_minor == 0;
+  return hopper ? 4096ull * 8 * 1024 : 4096ull * 1024 * 2 + 16ull * 1024 * 8;
+}
+
+// ---- The allocator replayed ----
+
+namespace {
+// An expandable segment reserves address space for the whole device and maps pages as blocks need them.
+constexpr std::uint64_t kExpandableAddressSpace = std::uint64_t{1} << 50;
+std::uint64_t page_size(bool small) { return small ? kCudaSmallBuffer : kCudaLargeBuffer; }
+}  // namespace
+
+CachingAllocatorModel::CachingAllocatorModel(CudaAllocConf conf, std::uint64_t limit)
+    : conf_(std::move(conf)), limit_(limit) {}
+
+std::int64_t CachingAllocatorModel::add_block(std::int64_t segment, std::uint64_t offset, std::uint64_t size,
+                                              bool small) {
+  const auto id = next_block_++;
+  blocks_[id] = Block{segment, offset, size, 0, small, false};
+  segments_[segment].blocks[offset] = id;
+  return id;
+}
+
+void CachingAllocatorModel::change_reserved(bool small, std::int64_t delta) {
+  reserved_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(reserved_) + delta);
+  if (small) small_reserved_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(small_reserved_) + delta);
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+}
+
+// get_free_block: the smallest cached block that holds `size`, under the max_split_size rules (a request below
+// the limit never takes an oversize block; one above it takes one at most max_non_split_rounding larger).
+std::int64_t CachingAllocatorModel::find_free_block(std::uint64_t size, bool small) const {
+  const auto& pool = small ? free_small_ : free_large_;
+  const auto it = pool.lower_bound(FreeKey{size, std::numeric_limits<std::int64_t>::min(), 0});
+  if (it == pool.end()) return -1;
+  const auto found = std::get<0>(*it);
+  if (!conf_.expandable_segments) {
+    if (size < conf_.max_split_size && found >= conf_.max_split_size) return -1;
+    if (size >= conf_.max_split_size && found >= size + conf_.max_non_split_rounding) return -1;
+  }
+  return segments_.at(std::get<1>(*it)).blocks.at(std::get<2>(*it));
+}
+
+std::int64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small) {
+  const auto id = next_segment_++;
+  auto& segment = segments_[id];
+  segment.small = small;
+  segment.size = conf_.expandable_segments ? 0 : size;
+  const auto block = add_block(id, 0, conf_.expandable_segments ? kExpandableAddressSpace : size, small);
+  free_set(small).insert(FreeKey{blocks_[block].size, id, 0});
+  if (!conf_.expandable_segments) change_reserved(small, static_cast<std::int64_t>(size));
+  return block;
+}
+
+// Maps the pages of an expandable segment that `block` covers and that are not mapped yet.
+void CachingAllocatorModel::map_pages(const Block& block) {
+  auto& segment = segments_[block.segment];
+  const auto page = page_size(block.small);
+  for (auto p = block.offset / page; p * page < block.offset + block.size; ++p) {
+    if (segment.mapped_pages.insert(p).second) {
+      segment.size += page;
+      change_reserved(block.small, static_cast<std::int64_t>(page));
+    }
+  }
+}
+
+// release_cached_blocks: segments holding no allocation go back to the driver (expandable ones unmap the pages
+// that no allocation covers).
+void CachingAllocatorModel::release_cached_segments() {
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    auto& segment = it->second;
+    if (conf_.expandable_segments) {
+      std::set<std::uint64_t> used;
+      const auto page = page_size(segment.small);
+      for (const auto& [offset, id] : segment.blocks) {
+        const auto& b = blocks_[id];
+        if (!b.allocated) continue;
+        for (auto p = b.offset / page; p * page < b.offset + b.size; ++p) used.insert(p);
+      }
+      change_reserved(segment.small, -static_cast<std::int64_t>(segment.size - used.size() * page));
+      segment.size = used.size() * page;
+      segment.mapped_pages = std::move(used);
+      ++it;
+      continue;
+    }
+    const auto only = blocks_[segment.blocks.begin()->second];
+    if (segment.blocks.size() == 1 && !only.allocated) {
+      free_set(segment.small).erase(FreeKey{only.size, it->first, 0});
+      blocks_.erase(segment.blocks.begin()->second);
+      change_reserved(segment.small, -static_cast<std::int64_t>(segment.size));
+      it = segments_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool CachingAllocatorModel::should_split(const Block& block, std::uint64_t size) const {
+  const auto remaining = block.size - size;
+  if (block.small || conf_.expandable_segments) return remaining >= kCudaMinBlockSize;
+  return size < conf_.max_split_size && remaining > kCudaSmallSize;
+}
+
+void CachingAllocatorModel::split(std::int64_t block_id, std::uint64_t size) {
+  auto& b = blocks_[block_id];
+  const auto rest = add_block(b.segment, b.offset + size, b.size - size, b.small);
+  b.size = size;
+  const auto& r = blocks_[rest];
+  free_set(r.small).insert(FreeKey{r.size, r.segment, r.offset});
+}
+
+std::int64_t CachingAllocatorModel::allocate(std::uint64_t bytes) {
+  const auto size = cuda_block_size(bytes, conf_);
+  const bool small = size <= kCudaSmallSize;
+  auto id = conf_.async_backend ? -1 : find_free_block(size, small);
+  if (id < 0) {
+    // Expandable segments: one per pool, growing page by page; otherwise a segment per get_allocation_size.
+    const auto expandable = small ? &expandable_small_ : &expandable_large_;
+    const auto need = conf_.expandable_segments ? page_size(small)
+                      : conf_.async_backend     ? size
+                                                : cuda_segment_size(size);
+    if (reserved_ + need > limit_) {
+      ++retries_;
+      release_cached_segments();
+      if (reserved_ + need > limit_) return -1;
+    }
+    if (conf_.expandable_segments && *expandable >= 0) {
+      id = find_free_block(size, small);  // the unmapped tail always fits
+    } else {
+      id = new_segment(need, small);
+      if (conf_.expandable_segments) *expandable = blocks_[id].segment;
+    }
+  }
+  auto& b = blocks_[id];
+  free_set(small).erase(FreeKey{b.size, b.segment, b.offset});
+  if (!conf_.async_backend && should_split(b, size)) split(id, size);
+  auto& block = blocks_[id];
+  if (conf_.expandable_segments) map_pages(block);
+  block.allocated = true;
+  block.requested = bytes;
+  requested_ += bytes;
+  allocated_ += block.size;
+  if (small) small_allocated_ += block.size;
+  peak_requested_ = std::max(peak_requested_, requested_);
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+  return id;
+}
+
+void CachingAllocatorModel::mark_free(std::int64_t block_id) {
+  auto& b = blocks_[block_id];
+  auto& segment = segments_[b.segment];
+  // Merge with free neighbours of the same segment (try_merge_blocks).
+  const auto merge = [&](std::int64_t other_id) {
+    auto& o = blocks_[other_id];
+    if (o.allocated) return;
+    free_set(o.small).erase(FreeKey{o.size, o.segment, o.offset});
+    segment.blocks.erase(o.offset);
+    segment.blocks.erase(b.offset);
+    b.offset = std::min(b.offset, o.offset);
+    b.size += o.size;
+    segment.blocks[b.offset] = block_id;
+    blocks_.erase(other_id);
+  };
+  auto it = segment.blocks.find(b.offset);
+  if (std::next(it) != segment.blocks.end()) merge(std::next(it)->second);
+  it = segment.blocks.find(b.offset);
+  if (it != segment.blocks.begin()) merge(std::prev(it)->second);
+  free_set(b.small).insert(FreeKey{b.size, b.segment, b.offset});
+}
+
+void CachingAllocatorModel::free(std::int64_t handle) {
+  auto& b = blocks_.at(handle);
+  if (!b.allocated) throw std::logic_error("CachingAllocatorModel::free: block freed twice");
+  b.allocated = false;
+  requested_ -= b.requested;
+  allocated_ -= b.size;
+  if (b.small) small_allocated_ -= b.size;
+  if (conf_.async_backend) {
+    // The driver's pool hands the memory back at the next synchronisation: reserved follows allocated.
+    change_reserved(b.small, -static_cast<std::int64_t>(b.size));
+    segments_[b.segment].blocks.erase(b.offset);
+    segments_.erase(b.segment);
+    blocks_.erase(handle);
+    return;
+  }
+  mark_free(handle);
+}
+
+// ---- A training run ----
+
+CudaMemoryTerms predict_cuda_memory(const CudaTrainingTensors& t, const CudaAllocConf& conf,
+                                    const CudaDeviceFacts& device) {
+  CachingAllocatorModel allocator(conf);
+  const auto workspace = cublas_workspace_bytes(device);
+  // The order of a run: weights at load, cuBLAS's workspace at the first matrix product, gradients in the first
+  // backward, optimizer state at the first step; the transient of a later step on top of all of them.
+  for (const auto bytes : t.weights) allocator.allocate(bytes);
+  allocator.allocate(workspace);
+  for (const auto bytes : t.gradients) allocator.allocate(bytes);
+  for (const auto bytes : t.optimizer_state) allocator.allocate(bytes);
+  if (t.transient > 0) {
+    const auto block = t.transient_block > 0 ? std::min(t.transient_block, t.transient) : t.transient;
+    for (std::uint64_t done = 0; done < t.transient; done += block) {
+      allocator.allocate(std::min(block, t.transient - done));
+    }
+  }
+  CudaMemoryTerms terms;
+  terms.requested = allocator.requested_bytes();
+  terms.allocated = allocator.allocated_bytes();
+  terms.block_rounding = terms.allocated - terms.requested;
+  terms.reserved = allocator.reserved_bytes();
+  terms.small_pool_slack = allocator.small_pool_reserved_bytes() - allocator.small_pool_allocated_bytes();
+  terms.large_segment_slack = terms.reserved - terms.allocated - terms.small_pool_slack;
+  terms.cublas_workspace = workspace;
+  terms.cuda_context = device.context_bytes > 0 ? device.context_bytes : kCudaContextEstimate;
+  terms.device_total = terms.reserved + terms.cuda_context;
+  terms.segments = allocator.segments();
+  return terms;
+}
+
+std::vector<std::uint64_t> optimizer_state_tensors(const std::vector<std::int64_t>& shape, std::uint64_t element_bytes,
+                                                   OptimizerKind optimizer) {
+  std::uint64_t numel = 1;
+  for (const auto d : shape) numel *= static_cast<std::uint64_t>(d);
+  if (optimizer == OptimizerKind::adamw) return {numel * element_bytes, numel * element_bytes};
+  // HF Adafactor (beta1=None): fp32 row and column statistics of a matrix, a full fp32 second moment otherwise.
+  if (shape.size() >= 2) {
+    const auto cols = static_cast<std::uint64_t>(shape.back());
+    const auto rows = numel / cols;
+    return {rows * 4, cols * 4};
+  }
+  return {numel * 4};
+}
+
+}  // namespace fitsum::memory
