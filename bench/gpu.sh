@@ -1,134 +1,140 @@
 #!/usr/bin/env bash
-# The GPU checks of fitsum, as one script for a lent GPU machine (budget: build and run in well under 10 minutes):
-#   1. build fitsum against the machine's PyTorch LibTorch (CUDA), without the SentencePiece shim;
-#   2. the parity tests on CUDA (tests/gpu: float32 at the CPU tolerances, bfloat16 autocast at looser ones);
-#   3. pegasus-large (random init) side by side with HF transformers' PegasusForConditionalGeneration + Trainer
-#      under a 16 GiB cap, in the seed's configuration (batch 1, accumulation 64, checkpointing, Adafactor) and in
-#      fitsum's planned one (FITSUM_PLANNED_FLAGS; the memory planner's choice once it lands), printing samples/s
-#      and peak allocated / reserved memory of each.
+# The GPU checks of fitsum, as one command for a GPU machine (build and run within 10 minutes on 16 cores):
+#   1. build: the CUDA configuration of make build-cuda (scripts/torch2.sh) against the machine's own PyTorch, in
+#      build-gpu/, without the SentencePiece shim; ldd and the c10d NCCL process group (an all-reduce on one rank);
+#   2. parity on CUDA (tests/gpu): float32 at the CPU tolerances, bfloat16 autocast within its documented bounds;
+#   3. the memory planner on CUDA, the seed's configuration of pegasus-large (random init) under --max_memory:
+#      `fitsum plan` predicts allocated and reserved bytes (the CUDA allocator model's terms), `fitsum bench train`
+#      measures torch.cuda.max_memory_allocated / max_memory_reserved;
+#   4. the same configuration and fitsum's planned one side by side with HF transformers' Trainer.
 #
-# Such a machine can reach nothing outside, and the reference fixtures beside the project do not travel with it.
-# So, first, on the development machine (Debian packages installed):
+# Such a machine reaches nothing outside, and the reference fixtures beside the project do not travel with it.
+# So, first, where the Debian packages are:
 #     bash bench/gpu.sh --prepare      copies into .gpu/ (ignored by git): the nlohmann_json and CLI11 headers,
-#                                      GoogleTest's sources and ../shared/fixtures/tiny-pegasus
+#                                      GoogleTest's sources and ../shared/fixtures/tiny-pegasus (about 2 MB)
 # then on the GPU machine, from the project's root, with .gpu carried along:
 #     bash bench/gpu.sh                logs and JSON lines go to $OUT (or .gpu/out)
+#     bash bench/gpu.sh --dry-run      prints every command it would run, runs none (works anywhere)
 # Knobs: FITSUM_GPU_STEPS (timed optimizer steps, default 2), FITSUM_GPU_SRC_LEN / _TGT_LEN (512 / 128),
-# FITSUM_GPU_CAP (16GiB), FITSUM_PLANNED_FLAGS, FITSUM_GPU_SKIP_HF=1.
-# FITSUM_GPU_DRY_RUN=1 checks the script on a machine without a GPU: the same steps on the CPU, with the
-# third-party fallback forced, the tiny shape, 2 micro-batches per step and no HF run.
+# FITSUM_GPU_CAP (16GiB), FITSUM_PLANNED_FLAGS, FITSUM_GPU_SKIP_HF=1, FITSUM_GPU_PYTHON (python3), FITSUM_CUDA_ARCH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-if [[ "${1:-}" == "--prepare" ]]; then
-  set -e
-  mkdir -p .gpu/third_party/include .gpu/shared/fixtures
-  cp -r /usr/include/nlohmann /usr/include/CLI .gpu/third_party/include/
-  rm -rf .gpu/third_party/googletest && cp -r /usr/src/googletest .gpu/third_party/googletest
-  rm -rf .gpu/shared/fixtures/tiny-pegasus && cp -r ../shared/fixtures/tiny-pegasus .gpu/shared/fixtures/
-  du -sh .gpu
-  echo "gpu.sh: .gpu/ is ready; carry it to the GPU machine and run: bash bench/gpu.sh"
-  exit 0
-fi
+mode=run
+case "${1:-}" in
+  --prepare)
+    set -e
+    mkdir -p .gpu/third_party/include .gpu/shared/fixtures
+    cp -r /usr/include/nlohmann /usr/include/CLI .gpu/third_party/include/
+    rm -rf .gpu/third_party/googletest && cp -r /usr/src/googletest .gpu/third_party/googletest
+    rm -rf .gpu/shared/fixtures/tiny-pegasus && cp -r ../shared/fixtures/tiny-pegasus .gpu/shared/fixtures/
+    du -sh .gpu
+    echo "gpu.sh: .gpu/ is ready; carry it to the GPU machine and run: bash bench/gpu.sh"
+    exit 0
+    ;;
+  --dry-run) mode=dry ;;
+  "") ;;
+  *)
+    echo "usage: bash bench/gpu.sh [--prepare | --dry-run]" >&2
+    exit 2
+    ;;
+esac
 
 out="${OUT:-$root/.gpu/out}"
+[[ $mode == dry ]] && out="${TMPDIR:-/tmp}/fitsum-gpu-dry-run"
 mkdir -p "$out"
-log="$out/gpu.log"
-exec > >(tee -a "$log") 2>&1
+[[ $mode == run ]] && exec > >(tee -a "$out/gpu.log") 2>&1
 steps="${FITSUM_GPU_STEPS:-2}"
 src_len="${FITSUM_GPU_SRC_LEN:-512}"
 tgt_len="${FITSUM_GPU_TGT_LEN:-128}"
 cap="${FITSUM_GPU_CAP:-16GiB}"
 cap_gib="${cap%GiB}"
 planned="${FITSUM_PLANNED_FLAGS:---batch 4 --gradient_accumulation_steps 16 --bf16}"
+python="${FITSUM_GPU_PYTHON:-python3}"
 large=data/pegasus/config.json
-device=cuda
-seed_accumulation=64
-cmake_extra=()
-if [[ "${FITSUM_GPU_DRY_RUN:-0}" == 1 ]]; then
-  device=cpu
-  large=configs/pegasus-tiny/config.json
-  seed_accumulation=2
-  planned="--batch 2 --gradient_accumulation_steps 1 --bf16"
-  src_len=64
-  tgt_len=16
-  export FITSUM_GPU_SKIP_HF=1 FITSUM_GPU_TESTS_ON_CPU=1
-  cmake_extra=(-DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON
-               -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON)
-fi
+build=build-gpu
 failures=0
 stage() { echo; echo "== $* ($(date +%T))"; }
+# Prints a command; runs it unless --dry-run. Output goes to the file named first ("-" for the terminal).
+run() {
+  local log=$1
+  shift
+  echo "+ $*${log:+$([[ $log != - ]] && echo " > $log")}"
+  [[ $mode == dry ]] && return 0
+  if [[ $log == - ]]; then
+    "$@"
+  elif [[ $log == *.json ]]; then
+    "$@" >"$log" 2>"${log%.json}.err"  # the JSON alone on stdout, logs beside it
+  else
+    "$@" >"$log" 2>&1
+  fi
+}
+failed() { failures=$((failures + 1)); echo "gpu.sh: FAILED: $*"; }
 
 stage "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
-python3 -c 'import transformers; print("transformers", transformers.__version__)' || true
-echo "$(nproc) cores"
+run - nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+run - "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
+run - "$python" -c 'import transformers; print("transformers", transformers.__version__)'
 
-stage "configure and build against $(python3 -c 'import torch; print(torch.__version__)')"
-[[ -d .gpu/third_party ]] || echo "gpu.sh: .gpu/third_party missing (run bash bench/gpu.sh --prepare where the packages are)"
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+stage "build: make build-cuda's configuration against the machine's PyTorch, in $build/"
+[[ -d .gpu/third_party || $mode == dry ]] || echo "gpu.sh: .gpu/third_party missing (run bash bench/gpu.sh --prepare where the packages are)"
+export FITSUM_TORCH2_PYTHON="$python" FITSUM_THIRD_PARTY_DIR="$root/.gpu/third_party" JOBS="$(nproc)"
 export CMAKE_POLICY_VERSION_MINIMUM=3.5  # GoogleTest's old minimum under CMake 4
-# Torch's CMake config needs no GPU probe with the architecture named (Hopper).
-export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 start=$SECONDS
-if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
-     -DFITSUM_WITH_SENTENCEPIECE=OFF -DFITSUM_BUILD_BENCH=OFF -DFITSUM_THIRD_PARTY_DIR="$root/.gpu/third_party" \
-     -DFITSUM_SHARED_DIR="$root/.gpu/shared" "${cmake_extra[@]}" >"$out/configure.log" 2>&1; then
-  tail -40 "$out/configure.log"; echo "gpu.sh: configure failed"; exit 1
+if ! run "$out/configure.log" bash scripts/torch2.sh configure "$build" -DFITSUM_WITH_SENTENCEPIECE=OFF \
+  -DFITSUM_BUILD_BENCH=OFF -DFITSUM_SHARED_DIR="$root/.gpu/shared"; then
+  tail -40 "$out/configure.log"
+  echo "gpu.sh: configure failed"
+  exit 1
 fi
-if ! cmake --build build-gpu -j "${FITSUM_GPU_JOBS:-$(nproc)}" --target fitsum fitsum_gpu_tests >"$out/build.log" 2>&1; then
-  grep -B2 -A12 -m5 "error" "$out/build.log" | head -120; echo "gpu.sh: build failed"; exit 1
+if ! run "$out/build.log" bash scripts/torch2.sh build "$build" fitsum fitsum_gpu_tests fitsum_nccl_check; then
+  grep -B2 -A12 -m5 "error" "$out/build.log" | head -120
+  echo "gpu.sh: build failed"
+  exit 1
 fi
-echo "built in $((SECONDS - start)) s"
+[[ $mode == run ]] && echo "built in $((SECONDS - start)) s"
+run - bash scripts/torch2.sh check "$build" || failed "ldd / NCCL check"
 
-stage "parity tests on $device"
-./build-gpu/tests/fitsum_gpu_tests --gtest_output="json:$out/gpu_tests.json" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|actual" | head -60
-[[ ${PIPESTATUS[0]} -eq 0 ]] || { failures=$((failures + 1)); echo "gpu.sh: parity tests FAILED"; }
+stage "parity tests on CUDA"
+run "$out/gpu_tests.log" "./$build/tests/fitsum_gpu_tests" --gtest_output="json:$out/gpu_tests.json" || failed "parity tests"
+[[ $mode == run ]] && grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|actual" "$out/gpu_tests.log" | head -60
 
-stage "$large side by side on $device, cap $cap, source $src_len / target $tgt_len tokens, $steps timed steps"
+seed_flags=(--per_device_train_batch_size 1 --gradient_accumulation_steps 64 --no_resplit --optim adafactor
+  --gradient_checkpointing)
+stage "planner on CUDA: $large, the seed's configuration, --max_memory $cap"
+run "$out/plan.json" "./$build/fitsum" plan --device cuda --config_name "$large" --max_source_length "$src_len" \
+  --max_target_length "$tgt_len" "${seed_flags[@]}" --max_memory "$cap" --format json || failed "fitsum plan"
+
+stage "side by side on CUDA, cap $cap, source $src_len / target $tgt_len tokens, $steps timed steps"
 results="$out/side_by_side.jsonl"
-: >"$results"
-run_fitsum() {  # label, flags...
-  local label=$1; shift
-  echo "-- fitsum $label: $*"
-  ./build-gpu/fitsum bench train --device "$device" --config_name "$large" --src_len "$src_len" --tgt_len "$tgt_len" \
-    --steps "$steps" --warmup 1 --optim adafactor --max_memory "$cap" "$@" 2>&1 | tee "$out/fitsum-$label.log" |
-    grep '^{' | python3 -c "import json,sys; [print(json.dumps({**json.loads(l), 'config': '$label'})) for l in sys.stdin]" \
-    >>"$results" || { failures=$((failures + 1)); tail -5 "$out/fitsum-$label.log"; }
+[[ $mode == run ]] && : >"$results"
+tag() { "$python" -c "import json,sys; [print(json.dumps({**json.loads(l), 'config': '$1'})) for l in sys.stdin if l.startswith('{')]"; }
+run_fitsum() { # label, flags...
+  local label=$1
+  shift
+  run "$out/fitsum-$label.log" "./$build/fitsum" bench train --device cuda --config_name "$large" --src_len "$src_len" \
+    --tgt_len "$tgt_len" --steps "$steps" --warmup 1 --optim adafactor --max_memory "$cap" "$@" ||
+    { failed "fitsum $label"; tail -5 "$out/fitsum-$label.log"; }
+  [[ $mode == run ]] && tag "$label" <"$out/fitsum-$label.log" >>"$results"
 }
-run_hf() {  # label, flags...
-  local label=$1; shift
+run_hf() { # label, flags...
+  local label=$1
+  shift
   [[ "${FITSUM_GPU_SKIP_HF:-0}" == 1 ]] && return
-  echo "-- hf $label: $*"
-  PYTHONUNBUFFERED=1 python3 bench/hf_trainer_bench.py --config "$large" --src_len "$src_len" --tgt_len "$tgt_len" \
-    --steps "$steps" --warmup 1 --optim adafactor --max_memory_gib "$cap_gib" "$@" 2>"$out/hf-$label.err" |
-    grep '^{' | python3 -c "import json,sys; [print(json.dumps({**json.loads(l), 'config': '$label'})) for l in sys.stdin]" \
-    >>"$results" || { failures=$((failures + 1)); tail -20 "$out/hf-$label.err"; }
+  run "$out/hf-$label.log" env PYTHONUNBUFFERED=1 "$python" bench/hf_trainer_bench.py --config "$large" \
+    --src_len "$src_len" --tgt_len "$tgt_len" --steps "$steps" --warmup 1 --optim adafactor \
+    --max_memory_gib "$cap_gib" "$@" || { failed "hf $label"; tail -20 "$out/hf-$label.log"; }
+  [[ $mode == run ]] && tag "$label" <"$out/hf-$label.log" >>"$results"
 }
-# The seed's configuration.
-run_hf seed --batch 1 --accumulation "$seed_accumulation" --gradient_checkpointing
-run_fitsum seed --batch 1 --gradient_accumulation_steps "$seed_accumulation" --gradient_checkpointing
-# fitsum's planned configuration, the same for both.
-hf_planned=$(echo "$planned" | sed 's/--gradient_accumulation_steps/--accumulation/')
-run_hf planned $hf_planned
+run_hf seed --batch 1 --accumulation 64 --gradient_checkpointing
+run_fitsum seed --batch 1 --gradient_accumulation_steps 64 --gradient_checkpointing
+# shellcheck disable=SC2086  # the planned flags are words
+run_hf planned $(echo "$planned" | sed 's/--gradient_accumulation_steps/--accumulation/')
+# shellcheck disable=SC2086
 run_fitsum planned $planned
 
 stage "summary"
-python3 - "$results" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| config | impl | batch x accumulation | bf16 | samples/s | step s | peak allocated MiB | peak reserved MiB |")
-print("|---|---|---|---|---|---|---|---|")
-for r in rows:
-    if "error" in r:
-        print(f"| {r['config']} | {r['impl']} | | | {r['error']} | | {r.get('peak_allocated_mib', 0):.0f} | "
-              f"{r.get('peak_reserved_mib', 0):.0f} |")
-        continue
-    print(f"| {r['config']} | {r['impl']} | {r['batch']} x {r['gradient_accumulation_steps']} | {r.get('bf16')} | "
-          f"{r['samples_per_s']:.2f} | {r['step_s_median']:.2f} | {r.get('peak_allocated_mib', 0):.0f} | "
-          f"{r.get('peak_reserved_mib', 0):.0f} |")
-PY
+run - "$python" bench/gpu_summary.py "$out/plan.json" "$results"
 echo "gpu.sh: done, $failures failure(s); logs in $out"
 exit $((failures > 0))

@@ -31,6 +31,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/train_step.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/device.h"
 #include "fitsum/util/threads.h"
 
 namespace fitsum::cli {
@@ -83,16 +84,7 @@ util::ThreadSettings apply_threads(const ThreadFlags& t) {
   return settings;
 }
 
-torch::Device bench_device(const std::string& name) {
-  if (name == "cpu") return torch::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch build");
-    }
-    return torch::kCUDA;
-  }
-  throw std::invalid_argument("--device '" + name + "' is not one of cpu, cuda");
-}
+torch::Device bench_device(const std::string& name) { return util::parse_device(name, /*allow_auto=*/false); }
 
 void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();

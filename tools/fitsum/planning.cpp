@@ -10,20 +10,11 @@
 
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/device.h"
 
 namespace fitsum::cli {
 
-torch::Device resolve_device(const std::string& name) {
-  if (name == "cpu") return torch::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch build");
-    }
-    return torch::kCUDA;
-  }
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  throw std::invalid_argument("--device '" + name + "' is not one of cpu, cuda, auto");
-}
+torch::Device resolve_device(const std::string& name) { return util::parse_device(name); }
 
 memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data) {
   memory::BatchShape worst{1, data.max_source_length, data.max_target_length};
