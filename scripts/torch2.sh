@@ -72,9 +72,11 @@ configure() {
   local python
   python=$(python_of)
   local info
-  info=$("$python" -c 'import torch, os; print(torch.utils.cmake_prefix_path, torch.version.cuda or "", os.path.dirname(torch.__file__))')
+  info=$("$python" -c 'import torch, os; print(torch.utils.cmake_prefix_path, torch.version.cuda or "", os.path.dirname(torch.__file__))' 2>/dev/null)
   read -r prefix cuda_version torch_dir <<<"$info"
-  local args=(-S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix")
+  # The torch folder itself first: LibTorch's config finds libtorch.so and libc10.so with find_library, which
+  # otherwise prefers a system LibTorch (Debian's 1.13) over the one beside the config.
+  local args=(-S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_dir;$prefix")
   if [[ -n "$cuda_version" ]]; then
     local nvcc
     nvcc=$(find_nvcc "$cuda_version")

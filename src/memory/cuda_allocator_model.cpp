@@ -437,6 +437,50 @@ CudaMemoryTerms predict_cuda_memory(const CudaTrainingTensors& t, const CudaAllo
   return terms;
 }
 
+CudaTrainingTensors training_tensors(const std::vector<std::vector<std::int64_t>>& parameter_shapes,
+                                     const std::vector<std::uint64_t>& buffer_bytes, std::uint64_t element_bytes,
+                                     OptimizerKind optimizer, std::uint64_t transient, std::uint64_t transient_block) {
+  CudaTrainingTensors t;
+  for (const auto& shape : parameter_shapes) {
+    std::uint64_t numel = 1;
+    for (const auto d : shape) numel *= static_cast<std::uint64_t>(d);
+    t.weights.push_back(numel * element_bytes);
+    t.gradients.push_back(numel * element_bytes);
+    for (const auto bytes : optimizer_state_tensors(shape, element_bytes, optimizer))
+      t.optimizer_state.push_back(bytes);
+  }
+  t.weights.insert(t.weights.end(), buffer_bytes.begin(), buffer_bytes.end());
+  t.transient = transient;
+  t.transient_block = transient_block;
+  return t;
+}
+
+nlohmann::ordered_json to_json(const CudaMemoryTerms& t) {
+  return {{"requested", t.requested},
+          {"block_rounding", t.block_rounding},
+          {"small_pool_slack", t.small_pool_slack},
+          {"large_segment_slack", t.large_segment_slack},
+          {"cublas_workspace", t.cublas_workspace},
+          {"allocated", t.allocated},
+          {"reserved", t.reserved},
+          {"cuda_context", t.cuda_context},
+          {"device_total", t.device_total},
+          {"segments", t.segments}};
+}
+
+nlohmann::ordered_json to_json(const CudaAllocConf& c) {
+  nlohmann::ordered_json j;
+  j["text"] = c.text;
+  j["max_split_size_bytes"] =
+      c.max_split_size == UINT64_MAX ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(c.max_split_size);
+  j["max_non_split_rounding_bytes"] = c.max_non_split_rounding;
+  j["expandable_segments"] = c.expandable_segments;
+  j["roundup_power2_divisions"] = c.roundup_power2_divisions;
+  j["garbage_collection_threshold"] = c.garbage_collection_threshold;
+  j["backend"] = c.async_backend ? "cudaMallocAsync" : "native";
+  return j;
+}
+
 std::vector<std::uint64_t> optimizer_state_tensors(const std::vector<std::int64_t>& shape, std::uint64_t element_bytes,
                                                    OptimizerKind optimizer) {
   std::uint64_t numel = 1;

@@ -22,6 +22,8 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fitsum/memory/static_memory.h"
 
 namespace fitsum::memory {
@@ -148,6 +150,13 @@ struct CudaTrainingTensors {
   std::uint64_t transient_block = 0;
 };
 
+// The tensors of one configuration from the model's trainable parameter shapes (registration order) and buffer
+// sizes: weights and gradients of `element_bytes` (4 with fp32 master weights, also under --bf16), the optimizer's
+// state per parameter, and the transient as the planner predicts it.
+CudaTrainingTensors training_tensors(const std::vector<std::vector<std::int64_t>>& parameter_shapes,
+                                     const std::vector<std::uint64_t>& buffer_bytes, std::uint64_t element_bytes,
+                                     OptimizerKind optimizer, std::uint64_t transient, std::uint64_t transient_block);
+
 // Sizes of the optimizer state tensors of one parameter of `shape` (elements of fp32 or the parameter dtype).
 std::vector<std::uint64_t> optimizer_state_tensors(const std::vector<std::int64_t>& shape, std::uint64_t element_bytes,
                                                    OptimizerKind optimizer);
@@ -170,5 +179,10 @@ struct CudaMemoryTerms {
 
 CudaMemoryTerms predict_cuda_memory(const CudaTrainingTensors& tensors, const CudaAllocConf& conf,
                                     const CudaDeviceFacts& device);
+
+// The terms under their names (docs/memory.md), for the plan's JSON breakdown.
+nlohmann::ordered_json to_json(const CudaMemoryTerms& terms);
+// The configuration as the plan reports it: the text given and what the model took from it.
+nlohmann::ordered_json to_json(const CudaAllocConf& conf);
 
 }  // namespace fitsum::memory
