@@ -455,6 +455,21 @@ CudaTrainingTensors training_tensors(const std::vector<std::vector<std::int64_t>
   return t;
 }
 
+CudaMemoryTerms predict_cuda_memory(const CudaModelTensors& model, OptimizerKind optimizer, std::int64_t micro_batch,
+                                    std::int64_t source_length, std::uint64_t transient, const CudaAllocConf& conf,
+                                    const CudaDeviceFacts& device) {
+  // fp32 master weights and gradients, also under --bf16 (autocast keeps the weights in fp32).
+  const auto block = static_cast<std::uint64_t>(micro_batch * source_length * model.d_model) * 4;
+  return predict_cuda_memory(
+      training_tensors(model.parameter_shapes, model.buffer_bytes, 4, optimizer, transient, block), conf, device);
+}
+
+CudaAllocConf apply_cuda_alloc_conf(const std::string& text) {
+  const auto conf = parse_cuda_alloc_conf(text);
+  if (!text.empty()) ::setenv("PYTORCH_CUDA_ALLOC_CONF", text.c_str(), 1);
+  return conf;
+}
+
 nlohmann::ordered_json to_json(const CudaMemoryTerms& t) {
   return {{"requested", t.requested},
           {"block_rounding", t.block_rounding},

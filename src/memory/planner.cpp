@@ -440,8 +440,9 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
         candidate.knobs.optimizer = kind;
         candidate.knobs.bf16 = request.bf16;
         candidate.prediction = predict(c, candidate.knobs, worst);
-        const auto needed = static_cast<std::uint64_t>(
-            std::ceil(static_cast<double>(candidate.prediction.peak) * (1.0 + request.margin)));
+        const auto budgeted = request.budgeted_bytes ? request.budgeted_bytes(candidate) : candidate.prediction.peak;
+        const auto needed =
+            static_cast<std::uint64_t>(std::ceil(static_cast<double>(budgeted) * (1.0 + request.margin)));
         candidate.fits = needed <= request.budget;
         plan.minimum_budget = std::min(plan.minimum_budget, needed);
         plan.candidates.push_back(candidate);

@@ -31,6 +31,7 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   if (o.training.output_dir.empty()) o.training.output_dir = ".";    // optional for plan: nothing is written
   o.training.validate();
   if (o.num_threads > 0) at::set_num_threads(o.num_threads);
+  const auto cuda_conf = memory::apply_cuda_alloc_conf(o.cuda_alloc_conf);  // before CUDA starts
   const auto device = resolve_device(o.device);
   memory::start_tracking(device);
   const auto budget = memory::resolve_memory_budget(o.max_memory.empty() ? "auto" : o.max_memory, device);
@@ -63,11 +64,18 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   const auto calibration = memory::calibrate(model, calibration_options);
   std::cerr << "fitsum: calibration probe: " << calibration.samples.size() << " passes in "
             << static_cast<int>(calibration.probe_seconds * 1000) << " ms\n";
-  const auto plan = memory::choose_plan(calibration, make_plan_request(command, o, worst, budget));
+  // On CUDA the budget caps reserved memory; on the CPU --cuda_alloc_conf asks what the plan would reserve there.
+  const bool cuda_terms = device.is_cuda() || !o.cuda_alloc_conf.empty();
+  const auto cuda = cuda_planning(model, cuda_conf, device, worst);
+  auto request = make_plan_request(command, o, worst, budget);
+  if (device.is_cuda()) budget_reserved_bytes(request, cuda);
+  const auto plan = memory::choose_plan(calibration, request);
   if (p.format == "json") {
-    std::cout << plan_json(plan, budget).dump(2) << "\n";
+    auto json = plan_json(plan, budget);
+    if (cuda_terms) add_cuda_breakdown(json, plan, cuda);
+    std::cout << json.dump(2) << "\n";
   } else {
-    std::cout << plan_table(plan, calibration, budget);
+    std::cout << plan_table(plan, calibration, budget) << (cuda_terms ? cuda_summary(plan, cuda) : "");
     if (plan.chosen) {
       std::cout << "flags: "
                 << plan_flags(plan.candidates[*plan.chosen],

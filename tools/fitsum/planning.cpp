@@ -147,4 +147,49 @@ nlohmann::ordered_json plan_json(const memory::Plan& plan, std::uint64_t budget)
   return j;
 }
 
+memory::CudaMemoryTerms CudaPlanning::terms(const memory::Candidate& candidate) const {
+  const auto& p = candidate.prediction;
+  return memory::predict_cuda_memory(tensors, candidate.knobs.optimizer, candidate.knobs.micro_batch, worst.source,
+                                     std::max(p.activations, p.optimizer_transient), conf, device);
+}
+
+CudaPlanning cuda_planning(model::Seq2SeqLMImpl& model, const memory::CudaAllocConf& conf, const torch::Device& device,
+                           const memory::BatchShape& worst) {
+  CudaPlanning cuda;
+  for (const auto& p : model.parameters()) cuda.tensors.parameter_shapes.push_back(p.sizes().vec());
+  for (const auto& b : model.buffers()) {
+    cuda.tensors.buffer_bytes.push_back(static_cast<std::uint64_t>(b.numel() * b.element_size()));
+  }
+  cuda.tensors.d_model = model.config().d_model;
+  cuda.conf = conf;
+  cuda.device = memory::cuda_device_facts(device);
+  cuda.worst = worst;
+  return cuda;
+}
+
+void budget_reserved_bytes(memory::PlanRequest& request, const CudaPlanning& cuda) {
+  request.budgeted_bytes = [cuda](const memory::Candidate& candidate) { return cuda.terms(candidate).reserved; };
+}
+
+void add_cuda_breakdown(nlohmann::ordered_json& json, const memory::Plan& plan, const CudaPlanning& cuda) {
+  for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
+    json["candidates"][i]["breakdown"]["cuda"] = memory::to_json(cuda.terms(plan.candidates[i]));
+  }
+  if (plan.chosen) json["chosen"]["breakdown"]["cuda"] = memory::to_json(cuda.terms(plan.candidates[*plan.chosen]));
+  json["cuda_alloc_conf"] = memory::to_json(cuda.conf);
+}
+
+std::string cuda_summary(const memory::Plan& plan, const CudaPlanning& cuda) {
+  if (!plan.chosen) return "";
+  const auto t = cuda.terms(plan.candidates[*plan.chosen]);
+  std::ostringstream out;
+  out << "CUDA (chosen, PYTORCH_CUDA_ALLOC_CONF '" << cuda.conf.text << "'): allocated "
+      << util::format_bytes(t.allocated) << ", reserved " << util::format_bytes(t.reserved) << " (block rounding "
+      << util::format_bytes(t.block_rounding) << ", small-pool slack " << util::format_bytes(t.small_pool_slack)
+      << ", large-segment slack " << util::format_bytes(t.large_segment_slack) << ", cuBLAS workspace "
+      << util::format_bytes(t.cublas_workspace) << "), with the CUDA context " << util::format_bytes(t.device_total)
+      << "\n";
+  return out.str();
+}
+
 }  // namespace fitsum::cli

@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include "fitsum/data/dataset.h"
+#include "fitsum/memory/cuda_allocator_model.h"
 #include "fitsum/memory/planner.h"
 #include "train_flags.h"
 
@@ -36,5 +37,24 @@ std::string plan_flags(const memory::Candidate& candidate, std::int64_t layers);
 std::string plan_table(const memory::Plan& plan, const memory::Calibration& calibration, std::uint64_t budget);
 nlohmann::ordered_json candidate_json(const memory::Candidate& candidate);
 nlohmann::ordered_json plan_json(const memory::Plan& plan, std::uint64_t budget);
+
+// ---- CUDA: reserved memory (docs/memory.md, "On CUDA") ----
+
+// What the CUDA memory model needs for `model` on `device` (the CPU stands for an H100 / H200).
+struct CudaPlanning {
+  memory::CudaModelTensors tensors;
+  memory::CudaAllocConf conf;
+  memory::CudaDeviceFacts device;
+  memory::BatchShape worst;
+  memory::CudaMemoryTerms terms(const memory::Candidate& candidate) const;
+};
+CudaPlanning cuda_planning(model::Seq2SeqLMImpl& model, const memory::CudaAllocConf& conf, const torch::Device& device,
+                           const memory::BatchShape& worst);
+// On CUDA the budget caps reserved bytes: makes the request count them instead of the predicted peak.
+void budget_reserved_bytes(memory::PlanRequest& request, const CudaPlanning& cuda);
+// Adds each candidate's CUDA terms under breakdown.cuda, and the allocator configuration, to plan_json's output.
+void add_cuda_breakdown(nlohmann::ordered_json& json, const memory::Plan& plan, const CudaPlanning& cuda);
+// One line for the table: the chosen candidate's allocated, reserved and device bytes and the terms between them.
+std::string cuda_summary(const memory::Plan& plan, const CudaPlanning& cuda);
 
 }  // namespace fitsum::cli

@@ -90,7 +90,12 @@ std::int64_t plan_for_budget(TrainCommandOptions& o, const CLI::App& command, mo
   calibration_options.max_target_length = worst.target;
   calibration_options.bf16 = o.training.bf16;
   calibration_options.label_smoothing = o.training.label_smoothing_factor;
-  const auto request = make_plan_request(command, o, worst, budget);
+  auto request = make_plan_request(command, o, worst, budget);
+  if (device.is_cuda()) {
+    // The budget is the caching allocator's memory fraction: it caps reserved bytes (docs/memory.md).
+    budget_reserved_bytes(request,
+                          cuda_planning(model, memory::parse_cuda_alloc_conf(o.cuda_alloc_conf), device, worst));
+  }
   if (request.optimizer) {
     // Fail in seconds, before the probe, when weights, gradients and the chosen optimizer's state alone exceed
     // the budget (the seed's story: AdamW's 16 bytes per parameter on a device that holds less).
@@ -171,10 +176,8 @@ void run_train(TrainCommandOptions o, const CLI::App& command) {
   const auto threads = util::resolve_thread_settings({o.num_threads, o.blas_threads, 0});
   util::apply_thread_settings(threads);
   memory::tune_host_allocator_for_training();
-  if (!o.cuda_alloc_conf.empty()) {
-    // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
-    ::setenv("PYTORCH_CUDA_ALLOC_CONF", o.cuda_alloc_conf.c_str(), 1);
-  }
+  // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
+  memory::apply_cuda_alloc_conf(o.cuda_alloc_conf);
   const auto device = resolve_device(o.device);
   if (device.is_cpu()) {
     const double gflops = util::quick_matmul_gflops();

@@ -180,6 +180,21 @@ struct CudaMemoryTerms {
 CudaMemoryTerms predict_cuda_memory(const CudaTrainingTensors& tensors, const CudaAllocConf& conf,
                                     const CudaDeviceFacts& device);
 
+// A plan candidate on CUDA: the model's tensors, the knobs that change them and the planner's predicted
+// transient, replayed as blocks of one hidden state (micro_batch x source x d_model x 4 bytes).
+struct CudaModelTensors {
+  std::vector<std::vector<std::int64_t>> parameter_shapes;  // trainable, in registration order
+  std::vector<std::uint64_t> buffer_bytes;
+  std::int64_t d_model = 0;
+};
+CudaMemoryTerms predict_cuda_memory(const CudaModelTensors& model, OptimizerKind optimizer, std::int64_t micro_batch,
+                                    std::int64_t source_length, std::uint64_t transient, const CudaAllocConf& conf,
+                                    const CudaDeviceFacts& device);
+
+// Checks `text` (throws std::invalid_argument naming the key) and sets PYTORCH_CUDA_ALLOC_CONF, which the caching
+// allocator reads once, when CUDA starts: call before anything touches the device. Empty text leaves it alone.
+CudaAllocConf apply_cuda_alloc_conf(const std::string& text);
+
 // The terms under their names (docs/memory.md), for the plan's JSON breakdown.
 nlohmann::ordered_json to_json(const CudaMemoryTerms& terms);
 // The configuration as the plan reports it: the text given and what the model took from it.

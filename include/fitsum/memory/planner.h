@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -137,6 +138,8 @@ Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const
 // Predictions are within a few percent (tests/model/planner_test.cpp); the margin absorbs the rest.
 constexpr double kPlanMargin = 0.05;
 
+struct Candidate;
+
 struct PlanRequest {
   std::int64_t effective_batch = 8;  // per_device_train_batch_size x gradient_accumulation_steps
   std::int64_t source_length = 512;  // the worst batch after truncation
@@ -147,6 +150,9 @@ struct PlanRequest {
   bool bf16 = false;
   std::uint64_t budget = 0;
   double margin = kPlanMargin;
+  // What the budget caps for a candidate, when it is not the predicted peak: on CUDA the caching allocator's
+  // reserved bytes (cuda_allocator_model.h), of which the peak is only a part.
+  std::function<std::uint64_t(const Candidate&)> budgeted_bytes;
 };
 
 struct Candidate {
