@@ -46,8 +46,11 @@ clean:
 # CPU (scripts/torch2.sh, docs/platforms.md). FITSUM_TORCH2_PYTHON=python3 uses an installed PyTorch instead.
 TORCH2_BUILD_DIR ?= build-cuda
 
-build-cuda: deps
+$(TORCH2_BUILD_DIR)/CMakeCache.txt:
 	bash scripts/torch2.sh configure $(TORCH2_BUILD_DIR)
+
+build-cuda: deps
+	$(MAKE) $(TORCH2_BUILD_DIR)/CMakeCache.txt
 	JOBS=$(JOBS) bash scripts/torch2.sh build $(TORCH2_BUILD_DIR)
 	bash scripts/torch2.sh check $(TORCH2_BUILD_DIR)
 
