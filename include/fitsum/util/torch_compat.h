@@ -22,6 +22,10 @@
 #define FITSUM_ALLOCATOR_HAS_COPY_DATA 0
 #endif
 
+// The caching allocator's statistics are arrays indexed by StatType, whose AGGREGATE is 0 in every version; the
+// enum itself lives in c10::cuda::CUDACachingAllocator in 1.13 and in c10::CachingAllocator in recent 2.x.
+#define FITSUM_CUDA_AGGREGATE_STAT 0
+
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
