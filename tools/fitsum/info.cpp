@@ -81,6 +81,7 @@ nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model, const torch::D
   auto source = torch::randint(low, c.vocab_size, {2, 32}, generator, torch::kLong);
   auto labels = torch::randint(low, c.vocab_size, {2, 16}, generator, torch::kLong);
   auto mask = torch::ones_like(source);
+  model.to(device);
   source = source.to(device);  // drawn on the CPU: the same batch on every device
   labels = labels.to(device);
   mask = mask.to(device);
@@ -92,7 +93,8 @@ nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model, const torch::D
           {"target_length", 16},
           {"loss", out.loss.item<double>()},
           {"uniform_loss", std::log(static_cast<double>(c.vocab_size))},
-          {"seconds", seconds}};
+          {"seconds", seconds},
+          {"device", device.str()}};
 }
 
 void run_info(const InfoOptions& options) {
@@ -130,9 +132,7 @@ void run_info(const InfoOptions& options) {
                              ") differs from the built model (" + std::to_string(trainable) + ")");
     }
     if (options.forward) {
-      model->to(device);
       forward = forward_check(*model, device);
-      forward["device"] = device.str();
       forward["weights"] = folder.has_weights() ? "loaded" : "random init (seed 42)";
     }
   }
