@@ -105,7 +105,8 @@ check() {
   if ! "$(python_of)" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
     # Without a GPU, asking for one must fail with one line naming the device and a hint.
     local out status
-    for cmd in "info --model data/pegasus --device cuda" "train --device cuda --output_dir $build_dir/none"; do
+    for cmd in "info --model data/pegasus --device cuda" \
+      "train --device cuda --config_name configs/pegasus-tiny --train_file data/samsum/train.jsonl --output_dir $build_dir/no-gpu"; do
       set +e
       out=$("$binary" $cmd 2>&1)
       status=$?
