@@ -1,7 +1,9 @@
 // What the command line says about CUDA on a machine without a GPU: `--device cuda` fails in one line naming why,
 // `fitsum plan --cuda_alloc_conf` reports the CUDA allocator model's terms for the plan (docs/memory.md, "On
 // CUDA") and refuses a configuration the allocator would refuse.
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
