@@ -8,6 +8,7 @@
 
 #include <torch/cuda.h>
 
+#include "fitsum/memory/device_memory.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/device.h"
