@@ -72,8 +72,10 @@ configure() {
   local python
   python=$(python_of)
   local info
-  info=$("$python" -c 'import torch, os; print(torch.utils.cmake_prefix_path, torch.version.cuda or "", os.path.dirname(torch.__file__))' 2>/dev/null)
+  info=$("$python" -c 'import torch, os; print(torch.utils.cmake_prefix_path, torch.version.cuda or "none", os.path.dirname(torch.__file__))' 2>/dev/null) ||
+    { echo "torch2: $python cannot import torch" >&2; return 1; }
   read -r prefix cuda_version torch_dir <<<"$info"
+  [[ $cuda_version == none ]] && cuda_version=""
   # The torch folder itself first: LibTorch's config finds libtorch.so and libc10.so with find_library, which
   # otherwise prefers a system LibTorch (Debian's 1.13) over the one beside the config.
   local args=(-S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_dir;$prefix")
@@ -112,8 +114,8 @@ check() {
       status=$?
       set -e
       echo "torch2: fitsum $cmd -> exit $status: $out"
-      if [[ $status -eq 0 || $(printf '%s\n' "$out" | wc -l) -ne 1 || "$out" != *"--device cuda"* ]]; then
-        echo "torch2: expected one line about --device cuda and a non-zero exit" >&2
+      if [[ $status -eq 0 || $(printf '%s\n' "$out" | wc -l) -ne 1 || "$out" != *"device cuda: "* ]]; then
+        echo "torch2: expected one line about device cuda and a non-zero exit" >&2
         failures=1
       fi
     done

@@ -75,6 +75,119 @@ std::size_t safetensors_dtype_size(const std::string& dtype) {
   return info ? info->size : 0;
 }
 
+namespace {
+
+// One header entry: its dtype, shape and data_offsets, checked against each other and the data area.
+SafetensorsEntry parse_entry(const std::filesystem::path& path, const std::string& name, const nlohmann::json& value,
+                             std::uint64_t data_size) {
+  const std::string where = "tensor '" + name + "'";
+  if (!value.is_object()) fail(path, where + " has no {dtype, shape, data_offsets} object");
+  SafetensorsEntry entry;
+  entry.name = name;
+  const auto dtype = value.find("dtype");
+  if (dtype == value.end() || !dtype->is_string()) fail(path, where + " has no dtype string");
+  entry.dtype = dtype->get<std::string>();
+  const std::size_t item_size = safetensors_dtype_size(entry.dtype);
+  if (item_size == 0) fail(path, where + " has unsupported dtype '" + entry.dtype + "'");
+  const auto shape = value.find("shape");
+  if (shape == value.end() || !shape->is_array()) fail(path, where + " has no shape list");
+  std::uint64_t elements = 1;
+  for (const auto& dim : *shape) {
+    if (!dim.is_number_unsigned()) fail(path, where + " has a shape entry that is not a non-negative integer");
+    const auto d = dim.get<std::uint64_t>();
+    if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+        multiply_overflows(elements, d, elements)) {
+      fail(path, where + " has a shape whose size overflows");
+    }
+    entry.shape.push_back(static_cast<std::int64_t>(d));
+  }
+  std::uint64_t expected_bytes = 0;
+  if (multiply_overflows(elements, item_size, expected_bytes)) fail(path, where + " byte size overflows");
+  const auto offsets = value.find("data_offsets");
+  if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+      !(*offsets)[1].is_number_unsigned()) {
+    fail(path, where + " has no [begin, end] data_offsets");
+  }
+  entry.begin = (*offsets)[0].get<std::uint64_t>();
+  entry.end = (*offsets)[1].get<std::uint64_t>();
+  if (entry.end < entry.begin) fail(path, where + " has data_offsets that end before they begin");
+  if (entry.end > data_size) {
+    fail(path, where + " has data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
+                   "] past the end of the data area (" + std::to_string(data_size) + " bytes)");
+  }
+  if (entry.end - entry.begin != expected_bytes) {
+    fail(path, where + " holds " + std::to_string(entry.end - entry.begin) + " bytes but " + entry.dtype +
+                   " with shape " + shape->dump() + " needs " + std::to_string(expected_bytes));
+  }
+  return entry;
+}
+
+// The entries must tile the data area exactly: no gaps, no overlaps, nothing left over.
+void check_tiling(const std::filesystem::path& path, const std::vector<SafetensorsEntry>& entries,
+                  std::uint64_t data_size) {
+  std::vector<const SafetensorsEntry*> by_offset;
+  for (const auto& e : entries) by_offset.push_back(&e);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const auto* a, const auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
+  std::uint64_t cursor = 0;
+  for (const auto* e : by_offset) {
+    if (e->begin != cursor) {
+      fail(path, "tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) +
+                     " but the previous one ends at " + std::to_string(cursor) + " (overlapping or missing data)");
+    }
+    cursor = e->end;
+  }
+  if (cursor != data_size) {
+    fail(path, "the tensors cover " + std::to_string(cursor) + " bytes of a " + std::to_string(data_size) +
+                   "-byte data area");
+  }
+}
+
+struct ParsedHeader {
+  std::uint64_t data_start = 0;
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> metadata;
+};
+
+// The 8-byte length, the JSON header and every entry of a mapped file of `file_size` bytes.
+ParsedHeader parse_header(const std::filesystem::path& path, const unsigned char* bytes, std::uint64_t file_size) {
+  std::uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | bytes[i];  // little-endian
+  if (header_size > kMaxSafetensorsHeaderBytes) {
+    fail(path, "header length " + std::to_string(header_size) + " exceeds the " +
+                   std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit");
+  }
+  if (header_size > file_size - 8) {
+    fail(path, "header length " + std::to_string(header_size) + " runs past the end of the " +
+                   std::to_string(file_size) + "-byte file");
+  }
+  ParsedHeader parsed;
+  parsed.data_start = 8 + header_size;
+  const std::uint64_t data_size = file_size - parsed.data_start;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes + 8, bytes + parsed.data_start);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, std::string("the header is not valid JSON: ") + e.what());
+  }
+  if (!header.is_object()) fail(path, "the header is not a JSON object");
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() != "__metadata__") {
+      parsed.entries.push_back(parse_entry(path, it.key(), it.value(), data_size));
+      continue;
+    }
+    if (!it.value().is_object()) fail(path, "__metadata__ is not an object");
+    for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+      if (!m.value().is_string()) fail(path, "__metadata__ value '" + m.key() + "' is not a string");
+      parsed.metadata[m.key()] = m.value().get<std::string>();
+    }
+  }
+  check_tiling(path, parsed.entries, data_size);
+  return parsed;
+}
+
+}  // namespace
+
 SafetensorsReader::SafetensorsReader(std::filesystem::path path) : path_(std::move(path)) {
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -97,100 +210,11 @@ SafetensorsReader::SafetensorsReader(std::filesystem::path path) : path_(std::mo
   }
   mapping_ = static_cast<const unsigned char*>(mapped);
   mapping_size_ = file_size;
-
   try {
-    std::uint64_t header_size = 0;
-    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | mapping_[i];  // little-endian
-    if (header_size > kMaxSafetensorsHeaderBytes) {
-      fail(path_, "header length " + std::to_string(header_size) + " exceeds the " +
-                      std::to_string(kMaxSafetensorsHeaderBytes) + "-byte limit");
-    }
-    if (header_size > file_size - 8) {
-      fail(path_, "header length " + std::to_string(header_size) + " runs past the end of the " +
-                      std::to_string(file_size) + "-byte file");
-    }
-    data_start_ = 8 + header_size;
-    const std::uint64_t data_size = file_size - data_start_;
-
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(mapping_ + 8, mapping_ + data_start_);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail(path_, std::string("the header is not valid JSON: ") + e.what());
-    }
-    if (!header.is_object()) fail(path_, "the header is not a JSON object");
-
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      const std::string& name = it.key();
-      const auto& value = it.value();
-      if (name == "__metadata__") {
-        if (!value.is_object()) fail(path_, "__metadata__ is not an object");
-        for (auto m = value.begin(); m != value.end(); ++m) {
-          if (!m.value().is_string()) fail(path_, "__metadata__ value '" + m.key() + "' is not a string");
-          metadata_[m.key()] = m.value().get<std::string>();
-        }
-        continue;
-      }
-      const std::string where = "tensor '" + name + "'";
-      if (!value.is_object()) fail(path_, where + " has no {dtype, shape, data_offsets} object");
-      SafetensorsEntry entry;
-      entry.name = name;
-      const auto dtype = value.find("dtype");
-      if (dtype == value.end() || !dtype->is_string()) fail(path_, where + " has no dtype string");
-      entry.dtype = dtype->get<std::string>();
-      const std::size_t item_size = safetensors_dtype_size(entry.dtype);
-      if (item_size == 0) fail(path_, where + " has unsupported dtype '" + entry.dtype + "'");
-      const auto shape = value.find("shape");
-      if (shape == value.end() || !shape->is_array()) fail(path_, where + " has no shape list");
-      std::uint64_t elements = 1;
-      for (const auto& dim : *shape) {
-        if (!dim.is_number_unsigned()) fail(path_, where + " has a shape entry that is not a non-negative integer");
-        const auto d = dim.get<std::uint64_t>();
-        if (d > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
-            multiply_overflows(elements, d, elements)) {
-          fail(path_, where + " has a shape whose size overflows");
-        }
-        entry.shape.push_back(static_cast<std::int64_t>(d));
-      }
-      std::uint64_t expected_bytes = 0;
-      if (multiply_overflows(elements, item_size, expected_bytes)) fail(path_, where + " byte size overflows");
-      const auto offsets = value.find("data_offsets");
-      if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 ||
-          !(*offsets)[0].is_number_unsigned() || !(*offsets)[1].is_number_unsigned()) {
-        fail(path_, where + " has no [begin, end] data_offsets");
-      }
-      entry.begin = (*offsets)[0].get<std::uint64_t>();
-      entry.end = (*offsets)[1].get<std::uint64_t>();
-      if (entry.end < entry.begin) fail(path_, where + " has data_offsets that end before they begin");
-      if (entry.end > data_size) {
-        fail(path_, where + " has data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
-                        "] past the end of the data area (" + std::to_string(data_size) + " bytes)");
-      }
-      if (entry.end - entry.begin != expected_bytes) {
-        fail(path_, where + " holds " + std::to_string(entry.end - entry.begin) + " bytes but " + entry.dtype +
-                        " with shape " + shape->dump() + " needs " + std::to_string(expected_bytes));
-      }
-      entries_.push_back(std::move(entry));
-    }
-
-    // The entries must tile the data area exactly: no gaps, no overlaps, nothing left over.
-    std::vector<const SafetensorsEntry*> by_offset;
-    for (const auto& e : entries_) by_offset.push_back(&e);
-    std::sort(by_offset.begin(), by_offset.end(), [](const auto* a, const auto* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-    });
-    std::uint64_t cursor = 0;
-    for (const auto* e : by_offset) {
-      if (e->begin != cursor) {
-        fail(path_, "tensor '" + e->name + "' starts at byte " + std::to_string(e->begin) +
-                        " but the previous one ends at " + std::to_string(cursor) + " (overlapping or missing data)");
-      }
-      cursor = e->end;
-    }
-    if (cursor != data_size) {
-      fail(path_, "the tensors cover " + std::to_string(cursor) + " bytes of a " + std::to_string(data_size) +
-                      "-byte data area");
-    }
+    auto parsed = parse_header(path_, mapping_, file_size);
+    data_start_ = parsed.data_start;
+    entries_ = std::move(parsed.entries);
+    metadata_ = std::move(parsed.metadata);
     for (std::size_t i = 0; i < entries_.size(); ++i) index_[entries_[i].name] = i;
   } catch (...) {
     ::munmap(const_cast<unsigned char*>(mapping_), mapping_size_);

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
-#include "fitsum/util/device.h"
+#include "fitsum/util/runtime.h"
 #include "test_support.h"
 
 namespace fitsum::test {
@@ -41,10 +41,10 @@ TEST(CudaCli, DeviceCudaWithoutAGpuFailsInOneLineNamingWhy) {
                              (source_dir() / "data" / "pegasus").string() + "' --device cuda 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
-  EXPECT_EQ(r.output.rfind("fitsum: error: --device cuda: ", 0), 0u) << r.output;
+  EXPECT_EQ(r.output.rfind("fitsum: error: device cuda: ", 0), 0u) << r.output;
   const std::string reason = util::built_with_cuda() ? "no CUDA device is visible" : "CPU-only LibTorch";
   EXPECT_NE(r.output.find(reason), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;  // the hint
+  EXPECT_NE(r.output.find("use device cpu"), std::string::npos) << r.output;  // the hint
 }
 
 TEST(CudaCli, PlanReportsTheCudaTermsOfTheAllocatorModel) {
@@ -53,6 +53,7 @@ TEST(CudaCli, PlanReportsTheCudaTermsOfTheAllocatorModel) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
   EXPECT_TRUE(j["cuda_alloc_conf"]["expandable_segments"].get<bool>());
+  EXPECT_EQ(j["budget_caps"], "peak");  // on the CPU the terms are reported; the budget caps what the CPU holds
   EXPECT_EQ(j["cuda_alloc_conf"]["text"], "expandable_segments:True");
   const auto& chosen = j["chosen"];
   ASSERT_TRUE(chosen.is_object()) << r.output;
@@ -71,6 +72,21 @@ TEST(CudaCli, PlanReportsTheCudaTermsOfTheAllocatorModel) {
   EXPECT_EQ(j["candidates"][0]["breakdown"]["cuda"], cuda);
 }
 
+TEST(CudaCli, PlanReadsPytorchCudaAllocConfFromTheEnvironment) {
+  const auto dir = temp_dir("plan-cuda-env");
+  const auto r = run_command("(export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64; " + plan_command(dir, "") + ")");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["cuda_alloc_conf"]["text"], "max_split_size_mb:64");
+  EXPECT_EQ(j["cuda_alloc_conf"]["max_split_size_bytes"].get<double>(), 64 * kMiB);
+  EXPECT_TRUE(j["chosen"]["breakdown"].contains("cuda"));
+  const auto bad = run_command("(export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:8; " + plan_command(dir, "") + ")");
+  EXPECT_EQ(bad.exit_code, 2);
+  std::ifstream err(dir / "stderr.txt");
+  const std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  EXPECT_NE(message.find("PYTORCH_CUDA_ALLOC_CONF 'max_split_size_mb:8'"), std::string::npos) << message;
+}
+
 TEST(CudaCli, PlanOnTheCpuWithoutCudaAllocConfHasNoCudaTerms) {
   const auto dir = temp_dir("plan-no-cuda-terms");
   const auto r = run_command(plan_command(dir, ""));
@@ -87,7 +103,9 @@ TEST(CudaCli, AnAllocatorConfigurationTheAllocatorRefusesFailsInOneLine) {
   std::ifstream err(dir / "stderr.txt");
   const std::string message((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
   EXPECT_EQ(std::count(message.begin(), message.end(), '\n'), 1) << message;
-  EXPECT_NE(message.find("max_split_size_mb must be above 20"), std::string::npos) << message;
+  EXPECT_NE(message.find("--cuda_alloc_conf 'max_split_size_mb:8': max_split_size_mb must be above 20"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

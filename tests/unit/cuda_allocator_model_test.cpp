@@ -16,7 +16,7 @@ TEST(CudaAllocatorModel, BlocksRoundTo512BytesOrToPowerOfTwoDivisions) {
   EXPECT_EQ(cuda_block_size(512, plain), 512u);
   EXPECT_EQ(cuda_block_size(513, plain), 1024u);
   EXPECT_EQ(cuda_block_size(MiB + 1, plain), MiB + 512);
-  const auto four = parse_cuda_alloc_conf("roundup_power2_divisions:4");
+  const auto four = util::parse_cuda_alloc_conf("roundup_power2_divisions:4");
   // 1.3 MiB: floor 1 MiB in steps of 256 KiB -> 1.5 MiB; 5 MiB + 1: floor 4 MiB in steps of 1 MiB -> 6 MiB.
   EXPECT_EQ(cuda_block_size(1363149, four), 3 * MiB / 2);
   EXPECT_EQ(cuda_block_size(5 * MiB + 1, four), 6 * MiB);
@@ -35,24 +35,24 @@ TEST(CudaAllocatorModel, SegmentsAre2MiBSmall20MiBMediumOrRoundedTo2MiB) {
 
 TEST(CudaAllocatorModel, ParsesTheAllocatorConfiguration) {
   const auto c =
-      parse_cuda_alloc_conf("expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6");
+      util::parse_cuda_alloc_conf("expandable_segments:True, max_split_size_mb:128,garbage_collection_threshold:0.6");
   EXPECT_TRUE(c.expandable_segments);
   EXPECT_EQ(c.max_split_size, 128 * MiB);
   EXPECT_DOUBLE_EQ(c.garbage_collection_threshold, 0.6);
-  const auto d = parse_cuda_alloc_conf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
+  const auto d = util::parse_cuda_alloc_conf("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]");
   // Intervals are powers of two of MiB: 256 MiB is index 8, the first value also covers the ones below it.
   for (std::size_t i = 0; i <= 8; ++i) EXPECT_EQ(d.roundup_power2_divisions[i], 1u) << i;
   EXPECT_EQ(d.roundup_power2_divisions[9], 2u);
   EXPECT_EQ(d.roundup_power2_divisions[10], 4u);
   for (std::size_t i = 11; i < kCudaRoundUpPowerOfTwoIntervals; ++i) EXPECT_EQ(d.roundup_power2_divisions[i], 8u);
-  EXPECT_TRUE(parse_cuda_alloc_conf("backend:cudaMallocAsync").async_backend);
-  EXPECT_EQ(parse_cuda_alloc_conf("").max_split_size, UINT64_MAX);
+  EXPECT_TRUE(util::parse_cuda_alloc_conf("backend:cudaMallocAsync").async_backend);
+  EXPECT_EQ(util::parse_cuda_alloc_conf("").max_split_size, UINT64_MAX);
 }
 
 TEST(CudaAllocatorModel, RejectsWhatTheAllocatorRejectsNamingTheKey) {
   const auto message = [](const std::string& text) {
     try {
-      parse_cuda_alloc_conf(text);
+      util::parse_cuda_alloc_conf(text);
     } catch (const std::invalid_argument& e) {
       return std::string(e.what());
     }
@@ -100,7 +100,7 @@ TEST(CudaAllocatorModel, MaxSplitSizeKeepsOversizeBlocksWhole) {
   plain.free(plain.allocate(64 * MiB));
   plain.allocate(8 * MiB);  // split out of the cached 64 MiB block
   EXPECT_EQ(plain.reserved_bytes(), 64 * MiB);
-  CachingAllocatorModel capped{parse_cuda_alloc_conf("max_split_size_mb:32")};
+  CachingAllocatorModel capped{util::parse_cuda_alloc_conf("max_split_size_mb:32")};
   capped.free(capped.allocate(64 * MiB));
   capped.allocate(8 * MiB);  // below the limit: never takes an oversize block, gets a new 20 MiB segment
   EXPECT_EQ(capped.reserved_bytes(), 84 * MiB);
@@ -114,7 +114,7 @@ TEST(CudaAllocatorModel, ExpandableSegmentsMapPagesOfOneSegment) {
   segments.free(segments.allocate(12 * MiB));
   segments.allocate(14 * MiB);  // the cached 12 MiB segment is too small: a second one
   EXPECT_EQ(segments.reserved_bytes(), 26 * MiB);
-  CachingAllocatorModel expandable{parse_cuda_alloc_conf("expandable_segments:True")};
+  CachingAllocatorModel expandable{util::parse_cuda_alloc_conf("expandable_segments:True")};
   expandable.free(expandable.allocate(12 * MiB));
   expandable.allocate(14 * MiB);  // grows in place: still one 20 MiB page
   EXPECT_EQ(expandable.reserved_bytes(), 20 * MiB);
@@ -140,9 +140,10 @@ TEST(CudaAllocatorModel, CublasWorkspaceFollowsTheDeviceAndTheEnvironment) {
 }
 
 TEST(CudaAllocatorModel, OptimizerStateTensorsPerParameter) {
-  EXPECT_EQ(optimizer_state_tensors({3, 5}, 4, OptimizerKind::adamw), (std::vector<std::uint64_t>{60, 60}));
-  EXPECT_EQ(optimizer_state_tensors({3, 5}, 4, OptimizerKind::adafactor), (std::vector<std::uint64_t>{12, 20}));
-  EXPECT_EQ(optimizer_state_tensors({7}, 2, OptimizerKind::adafactor), (std::vector<std::uint64_t>{28}));
+  EXPECT_EQ(optimizer_state_tensors({3, 5}, 4, optim::OptimizerType::adamw_torch),
+            (std::vector<std::uint64_t>{60, 60}));
+  EXPECT_EQ(optimizer_state_tensors({3, 5}, 4, optim::OptimizerType::adafactor), (std::vector<std::uint64_t>{12, 20}));
+  EXPECT_EQ(optimizer_state_tensors({7}, 2, optim::OptimizerType::adafactor), (std::vector<std::uint64_t>{28}));
 }
 
 TEST(CudaAllocatorModel, TrainingTermsAddUpToReserved) {

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "fitsum/memory/fit.h"
 #include "train_flags.h"
 
 int main(int argc, char** argv) {
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     return status.code;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const fitsum::memory::PlanDoesNotFit& e) {
+    std::cerr << "fitsum: error: " << e.what() << "\n";
+    return 3;
   } catch (const std::invalid_argument& e) {
     std::cerr << "fitsum: error: " << e.what() << "\n";
     return 2;

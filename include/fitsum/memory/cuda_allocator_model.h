@@ -24,37 +24,22 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fitsum/memory/static_memory.h"
+#include "fitsum/optim/optimizers.h"
+#include "fitsum/util/cuda_alloc_conf.h"
 
 namespace fitsum::memory {
 
 // The caching allocator's constants (CUDACachingAllocator.cpp).
-constexpr std::uint64_t kCudaMinBlockSize = 512;             // every block is a multiple of this
-constexpr std::uint64_t kCudaSmallSize = 1 << 20;            // requests up to 1 MiB use the small pool
-constexpr std::uint64_t kCudaSmallBuffer = 2 << 20;          // the small pool's segments (and pages)
-constexpr std::uint64_t kCudaLargeBuffer = 20 << 20;         // large-pool segments for requests below 10 MiB
-constexpr std::uint64_t kCudaMinLargeAlloc = 10 << 20;       // from here a request gets its own segment
-constexpr std::uint64_t kCudaRoundLarge = 2 << 20;           // ... rounded up to 2 MiB
-constexpr std::size_t kCudaRoundUpPowerOfTwoIntervals = 16;  // 1 MiB .. 64 GiB, one entry per power of two
+constexpr std::uint64_t kCudaMinBlockSize = 512;        // every block is a multiple of this
+constexpr std::uint64_t kCudaSmallSize = 1 << 20;       // requests up to 1 MiB use the small pool
+constexpr std::uint64_t kCudaSmallBuffer = 2 << 20;     // the small pool's segments (and pages)
+using util::kCudaLargeBuffer;                           // large-pool segments for requests below 10 MiB
+constexpr std::uint64_t kCudaMinLargeAlloc = 10 << 20;  // from here a request gets its own segment
+constexpr std::uint64_t kCudaRoundLarge = 2 << 20;      // ... rounded up to 2 MiB
+using util::kCudaRoundUpPowerOfTwoIntervals;
 
-// PYTORCH_CUDA_ALLOC_CONF (or fitsum's --cuda_alloc_conf), the keys that change reserved memory, parsed as
-// c10/cuda/CUDAAllocatorConfig.cpp does. Other keys it knows (pinned_*, backend, release_lock_on_cudamalloc,
-// garbage_collection_threshold) are accepted and do not change the prediction.
-struct CudaAllocConf {
-  std::uint64_t max_split_size = UINT64_MAX;  // max_split_size_mb, in bytes; unlimited by default
-  // max_non_split_rounding_mb: how much larger than a request (at or above max_split_size) a cached block may be
-  std::uint64_t max_non_split_rounding = kCudaLargeBuffer;
-  bool expandable_segments = false;
-  bool async_backend = false;  // backend:cudaMallocAsync: the driver's pool, none of the rules below
-  // roundup_power2_divisions per power-of-two interval of the request (index 0: below 2 MiB, 15: 32 GiB and up);
-  // 0 or 1 means plain 512-byte rounding.
-  std::array<std::uint64_t, kCudaRoundUpPowerOfTwoIntervals> roundup_power2_divisions{};
-  double garbage_collection_threshold = 0.0;
-  std::string text;  // as given
-};
-
-// Throws std::invalid_argument naming the key for anything the allocator would reject.
-CudaAllocConf parse_cuda_alloc_conf(const std::string& text);
+// The allocator's settings (PYTORCH_CUDA_ALLOC_CONF), parsed in util/cuda_alloc_conf.h.
+using util::CudaAllocConf;
 
 // The block size a request of `bytes` occupies (round_size) and the segment cudaMalloc'ed when no cached block
 // fits (get_allocation_size).
@@ -155,11 +140,12 @@ struct CudaTrainingTensors {
 // state per parameter, and the transient as the planner predicts it.
 CudaTrainingTensors training_tensors(const std::vector<std::vector<std::int64_t>>& parameter_shapes,
                                      const std::vector<std::uint64_t>& buffer_bytes, std::uint64_t element_bytes,
-                                     OptimizerKind optimizer, std::uint64_t transient, std::uint64_t transient_block);
+                                     optim::OptimizerType optimizer, std::uint64_t transient,
+                                     std::uint64_t transient_block);
 
 // Sizes of the optimizer state tensors of one parameter of `shape` (elements of fp32 or the parameter dtype).
 std::vector<std::uint64_t> optimizer_state_tensors(const std::vector<std::int64_t>& shape, std::uint64_t element_bytes,
-                                                   OptimizerKind optimizer);
+                                                   optim::OptimizerType optimizer);
 
 // Each term is bytes; reserved = requested + block_rounding + small_pool_slack + large_segment_slack (segment
 // and page rounding beyond the blocks, including cached blocks that did not fit a later request); the cuBLAS
@@ -180,20 +166,21 @@ struct CudaMemoryTerms {
 CudaMemoryTerms predict_cuda_memory(const CudaTrainingTensors& tensors, const CudaAllocConf& conf,
                                     const CudaDeviceFacts& device);
 
-// A plan candidate on CUDA: the model's tensors, the knobs that change them and the planner's predicted
-// transient, replayed as blocks of one hidden state (micro_batch x source x d_model x 4 bytes).
+// A plan on CUDA: the model's tensors, the allocator's settings and the device.
 struct CudaModelTensors {
   std::vector<std::vector<std::int64_t>> parameter_shapes;  // trainable, in registration order
   std::vector<std::uint64_t> buffer_bytes;
   std::int64_t d_model = 0;
 };
-CudaMemoryTerms predict_cuda_memory(const CudaModelTensors& model, OptimizerKind optimizer, std::int64_t micro_batch,
-                                    std::int64_t source_length, std::uint64_t transient, const CudaAllocConf& conf,
-                                    const CudaDeviceFacts& device);
-
-// Checks `text` (throws std::invalid_argument naming the key) and sets PYTORCH_CUDA_ALLOC_CONF, which the caching
-// allocator reads once, when CUDA starts: call before anything touches the device. Empty text leaves it alone.
-CudaAllocConf apply_cuda_alloc_conf(const std::string& text);
+struct CudaPlanInputs {
+  CudaModelTensors model;
+  CudaAllocConf conf;
+  CudaDeviceFacts device;
+};
+// One candidate's terms: its optimizer's state, and the planner's predicted transient (the larger of activations and
+// the optimizer step's) replayed as blocks of one hidden state (micro_batch x source x d_model x 4 bytes).
+CudaMemoryTerms predict_cuda_memory(const CudaPlanInputs& inputs, optim::OptimizerType optimizer,
+                                    std::int64_t micro_batch, std::int64_t source_length, std::uint64_t transient);
 
 // The terms under their names (docs/memory.md), for the plan's JSON breakdown.
 nlohmann::ordered_json to_json(const CudaMemoryTerms& terms);

@@ -15,18 +15,19 @@
 // step's transient and time are measured on a stand-alone tensor of the model's largest parameter.
 //
 // Planning is for the worst batch the data can produce after truncation: every row at the longest source and
-// target length. It does not model the CUDA caching allocator's fragmentation (validated on the CPU only).
+// target length. On CUDA the caching allocator's rounding and segments are replayed on the predicted tensors
+// (cuda_allocator_model.h); the order in which a real backward pass frees activations is measured on a GPU.
 #pragma once
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
 
+#include "fitsum/memory/cuda_allocator_model.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/seq2seq.h"
 
@@ -95,7 +96,9 @@ struct Calibration {
   std::vector<ProbeSample> samples;
   double probe_seconds = 0.0;
 
-  const OptimizerCost& optimizer(OptimizerKind kind) const { return kind == OptimizerKind::adamw ? adamw : adafactor; }
+  const OptimizerCost& optimizer(optim::OptimizerType kind) const {
+    return kind == optim::OptimizerType::adamw_torch ? adamw : adafactor;
+  }
 };
 
 struct CalibrationOptions {
@@ -115,7 +118,7 @@ struct PlanKnobs {
   std::int64_t micro_batch = 1;          // per_device_train_batch_size
   std::int64_t accumulation = 1;         // gradient_accumulation_steps
   std::int64_t checkpointed_layers = 0;  // per stack; >= the stack depth means all
-  OptimizerKind optimizer = OptimizerKind::adamw;
+  optim::OptimizerType optimizer = optim::OptimizerType::adamw_torch;
   bool bf16 = false;
 };
 
@@ -138,26 +141,27 @@ Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const
 // Predictions are within a few percent (tests/model/planner_test.cpp); the margin absorbs the rest.
 constexpr double kPlanMargin = 0.05;
 
-struct Candidate;
-
 struct PlanRequest {
   std::int64_t effective_batch = 8;  // per_device_train_batch_size x gradient_accumulation_steps
   std::int64_t source_length = 512;  // the worst batch after truncation
   std::int64_t target_length = 128;
   std::optional<std::int64_t> micro_batch;          // fixed by --no_resplit
-  std::optional<OptimizerKind> optimizer;           // fixed by an explicit --optim
+  std::optional<optim::OptimizerType> optimizer;    // fixed by an explicit --optim
   std::optional<std::int64_t> checkpointed_layers;  // fixed by an explicit --gradient_checkpointing[_layers]
   bool bf16 = false;
   std::uint64_t budget = 0;
   double margin = kPlanMargin;
-  // What the budget caps for a candidate, when it is not the predicted peak: on CUDA the caching allocator's
-  // reserved bytes (cuda_allocator_model.h), of which the peak is only a part.
-  std::function<std::uint64_t(const Candidate&)> budgeted_bytes;
+  // When set, every candidate's CUDA terms are predicted (Candidate::cuda, cuda_allocator_model.h); with
+  // budget_caps_reserved the budget caps their reserved bytes instead of the predicted peak (a CUDA device: the
+  // caching allocator's memory fraction caps what it reserves, of which the peak is only a part).
+  std::optional<CudaPlanInputs> cuda;
+  bool budget_caps_reserved = false;
 };
 
 struct Candidate {
   PlanKnobs knobs;
   Prediction prediction;
+  std::optional<CudaMemoryTerms> cuda;  // PlanRequest::cuda set: allocated, reserved and the terms between
   bool fits = false;
 };
 
