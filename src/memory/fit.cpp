@@ -71,15 +71,19 @@ std::optional<FitResult> refuse_on_static_memory(const model::ModelConfig& confi
   return r;
 }
 
-// The model as the CUDA allocator model needs it: trainable parameter shapes, buffer sizes, the device's facts.
+// The model as the CUDA allocator model needs it: trainable parameter shapes, the other weights' sizes, the
+// device's facts.
 CudaPlanInputs cuda_plan_inputs(model::Seq2SeqLMImpl& model, const FitRequest& request, const c10::Device& device) {
   CudaPlanInputs cuda;
-  for (const auto& p : model.parameters()) {
-    if (p.requires_grad()) cuda.model.parameter_shapes.push_back(p.sizes().vec());
+  const auto bytes = [](const torch::Tensor& t) { return static_cast<std::uint64_t>(t.numel() * t.element_size()); };
+  for (const auto& p : model.parameters()) {  // a frozen parameter is a weight without gradient or state
+    if (p.requires_grad()) {
+      cuda.model.parameter_shapes.push_back(p.sizes().vec());
+    } else {
+      cuda.model.buffer_bytes.push_back(bytes(p));
+    }
   }
-  for (const auto& b : model.buffers()) {
-    cuda.model.buffer_bytes.push_back(static_cast<std::uint64_t>(b.numel() * b.element_size()));
-  }
+  for (const auto& b : model.buffers()) cuda.model.buffer_bytes.push_back(bytes(b));
   cuda.model.d_model = model.config().d_model;
   cuda.conf = request.cuda_alloc_conf.value_or(util::CudaAllocConf{});
   cuda.device = cuda_device_facts(device);
