@@ -97,11 +97,13 @@ configure() {
 check() {
   local binary="$build_dir/fitsum" failures=0
   echo "torch2: ldd $binary"
-  ldd "$binary" | grep -E "libtorch|libc10|nccl|cudart|cublas|not found" | sed 's/^/  /'
-  if ldd "$binary" | grep -q "not found"; then echo "torch2: unresolved libraries" >&2; failures=1; fi
+  local libraries
+  libraries=$(ldd "$binary")  # once: grep -q on a pipe would stop ldd early (SIGPIPE, a failure under pipefail)
+  grep -E "libtorch|libc10|nccl|cudart|cublas|not found" <<<"$libraries" | sed 's/^/  /'
+  if grep -q "not found" <<<"$libraries"; then echo "torch2: unresolved libraries" >&2; failures=1; fi
   # NCCL comes in through libtorch_cuda (ldd lists what the whole process loads).
   for lib in libtorch_cuda.so libnccl.so; do
-    ldd "$binary" | grep -q "$lib" || { echo "torch2: $lib is not among fitsum's libraries" >&2; failures=1; }
+    grep -q "$lib" <<<"$libraries" || { echo "torch2: $lib is not among fitsum's libraries" >&2; failures=1; }
   done
   if [[ -x "$build_dir/fitsum_nccl_check" ]]; then "$build_dir/fitsum_nccl_check" || failures=1; fi
   if ! "$(python_of)" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
