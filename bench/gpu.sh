@@ -97,6 +97,11 @@ run() {
   ((status == 124 || status == 137)) && verdict="TIMED OUT (limit $limit s)"
   ((status != 0 && status != 124 && status != 137)) && verdict="FAILED (exit $status)"
   printf '  %-22s %s, %d s\n' "$name" "$verdict" "$took"
+  if ((status != 0)); then  # the last lines that say why
+    local reason=$log
+    [[ $log == *.json ]] && reason="${log%.json}.err"
+    grep -v '^\s*$' "$reason" 2>/dev/null | tail -n 2 | cut -c1-240 | sed 's/^/    /'
+  fi
   printf '%s\t%s\t%d\n' "$name" "${verdict%% *}" "$took" >>"$stages"
   pack
   return $status
