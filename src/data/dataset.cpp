@@ -203,8 +203,11 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
                         "is text, but no tokenizer was found (the model folder has no "
                         "spiece.model): pass tokenizer_name DIR, or pre-tokenized records");
     }
-    example.input_ids = tokenizer->encode(text);
-    counts.empty_text = example.input_ids.size() == 1 ? 1 : 0;
+    example.input_ids = tokenizer->encode(options.source_prefix + text);
+    // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix.
+    const bool empty = options.source_prefix.empty() ? example.input_ids.size() == 1
+                                                     : text.find_first_not_of(" \t\r\n") == std::string::npos;
+    counts.empty_text = empty ? 1 : 0;
     counts.truncated_sources =
         tokenizer::truncate_keeping_eos(example.input_ids, static_cast<std::size_t>(options.max_source_length));
     if (record.fields.contains(options.summary_column)) {

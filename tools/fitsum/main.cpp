@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "argument_text.h"
 #include "commands.h"
 #include "fitsum/memory/fit.h"
 #include "train_flags.h"
@@ -36,12 +37,17 @@ int main(int argc, char** argv) {
         args.insert(args.end(), rest.begin(), rest.end());
       }
     }
+    args = fitsum::cli::normalize_arguments(app, args);
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
     app.parse(args);
   } catch (const fitsum::cli::ExitStatus& status) {
     return status.code;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    const auto* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
+    std::cerr << "fitsum: error: " << e.what() << "; see fitsum " << command->get_name()
+              << (command == &app ? "" : " ") << "--help\n";
+    return 2;
   } catch (const fitsum::memory::PlanDoesNotFit& e) {
     std::cerr << "fitsum: error: " << e.what() << "\n";
     return 3;
