@@ -54,7 +54,11 @@ if [[ $mode == dry ]]; then
 fi
 rm -rf "$work"
 mkdir -p "$out" "$work"
-[[ $mode == run ]] && exec > >(tee "$out/gpu.log") 2>&1
+tee_pid=
+if [[ $mode == run ]]; then
+  exec > >(tee "$out/gpu.log") 2>&1
+  tee_pid=$!
+fi
 steps="${FITSUM_GPU_STEPS:-2}"
 src_len="${FITSUM_GPU_SRC_LEN:-512}"
 tgt_len="${FITSUM_GPU_TGT_LEN:-128}"
@@ -67,7 +71,16 @@ stages="$work/stages.tsv"  # name, status, seconds: for the summary
 : >"$stages"
 
 pack() { [[ $mode == run ]] && tar -czf "$out/logs.tar.gz" -C "$work" . 2>/dev/null; return 0; }
-trap pack EXIT
+# On exit: the logs packed, and gpu.log complete (tee has written everything) before the results are collected.
+# shellcheck disable=SC2317  # run by the trap
+finish() {
+  pack
+  if [[ -n $tee_pid ]]; then
+    exec 1>&- 2>&-
+    wait "$tee_pid" 2>/dev/null
+  fi
+}
+trap finish EXIT
 
 # run NAME CAP_S MIN_S LOG COMMAND...: prints one line; runs COMMAND under the smaller of CAP_S and what is left of
 # the budget (keeping 20 s for the summary), or skips it when that is under MIN_S. LOG gets stdout and stderr ("*.json":
