@@ -4,7 +4,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: deps build test test-haswell test-all test-hf demo bench clean
+.PHONY: deps build test test-haswell test-all test-hf demo bench clean build-cuda test-torch2
 
 deps:
 	bash scripts/install-deps.sh
@@ -48,3 +48,19 @@ bench: deps
 
 clean:
 	rm -rf $(BUILD_DIR)
+
+# PyTorch 2.x from PyPI (a CUDA build) in $(TORCH2_BUILD_DIR)/venv, fitsum configured against its LibTorch in
+# $(TORCH2_BUILD_DIR): the CUDA configuration compiles and links without a GPU, and the default suite runs on the
+# CPU (scripts/torch2.sh, docs/platforms.md). FITSUM_TORCH2_PYTHON=python3 uses an installed PyTorch instead.
+TORCH2_BUILD_DIR ?= build-cuda
+
+$(TORCH2_BUILD_DIR)/CMakeCache.txt:
+	bash scripts/torch2.sh configure $(TORCH2_BUILD_DIR)
+
+build-cuda: deps
+	$(MAKE) $(TORCH2_BUILD_DIR)/CMakeCache.txt
+	JOBS=$(JOBS) bash scripts/torch2.sh build $(TORCH2_BUILD_DIR)
+	bash scripts/torch2.sh check $(TORCH2_BUILD_DIR)
+
+test-torch2: build-cuda
+	cd $(TORCH2_BUILD_DIR) && ctest --output-on-failure -LE "slow|gpu" -j $(JOBS) $(CTEST_FLAGS)

@@ -1,134 +1,210 @@
 #!/usr/bin/env bash
-# The GPU checks of fitsum, as one script for a lent GPU machine (budget: build and run in well under 10 minutes):
-#   1. build fitsum against the machine's PyTorch LibTorch (CUDA), without the SentencePiece shim;
-#   2. the parity tests on CUDA (tests/gpu: float32 at the CPU tolerances, bfloat16 autocast at looser ones);
-#   3. pegasus-large (random init) side by side with HF transformers' PegasusForConditionalGeneration + Trainer
-#      under a 16 GiB cap, in the seed's configuration (batch 1, accumulation 64, checkpointing, Adafactor) and in
-#      fitsum's planned one (FITSUM_PLANNED_FLAGS; the memory planner's choice once it lands), printing samples/s
-#      and peak allocated / reserved memory of each.
+# The GPU checks of fitsum, as one command for a GPU machine (build and run in about 8 minutes on 16 cores):
+#   1. build: the CUDA configuration of make build-cuda (scripts/torch2.sh) against the machine's own PyTorch
+#      (torch.utils.cmake_prefix_path of $FITSUM_GPU_PYTHON, any 2.x version), in build-gpu/, without the
+#      SentencePiece shim; ldd and the c10d NCCL process group (an all-reduce on one rank);
+#   2. parity on CUDA (tests/gpu): float32 at the CPU tolerances, bfloat16 autocast within its documented bounds;
+#   3. the memory planner on CUDA, the seed's configuration of pegasus-large (random init) under --max_memory:
+#      `fitsum plan` predicts allocated and reserved bytes (the CUDA allocator model's terms), `fitsum bench train`
+#      measures torch.cuda.max_memory_allocated / max_memory_reserved; then the planner's own choice (bench --plan);
+#   4. both configurations side by side with HF transformers' Trainer (skipped when the clock is short).
 #
-# Such a machine can reach nothing outside, and the reference fixtures beside the project do not travel with it.
-# So, first, on the development machine (Debian packages installed):
+# Such a machine reaches nothing outside, and the reference fixtures beside the project do not travel with it.
+# So, first, where the Debian packages are:
 #     bash bench/gpu.sh --prepare      copies into .gpu/ (ignored by git): the nlohmann_json and CLI11 headers,
-#                                      GoogleTest's sources and ../shared/fixtures/tiny-pegasus
+#                                      GoogleTest's sources and ../shared/fixtures/tiny-pegasus (about 2 MB)
 # then on the GPU machine, from the project's root, with .gpu carried along:
-#     bash bench/gpu.sh                logs and JSON lines go to $OUT (or .gpu/out)
-# Knobs: FITSUM_GPU_STEPS (timed optimizer steps, default 2), FITSUM_GPU_SRC_LEN / _TGT_LEN (512 / 128),
-# FITSUM_GPU_CAP (16GiB), FITSUM_PLANNED_FLAGS, FITSUM_GPU_SKIP_HF=1.
-# FITSUM_GPU_DRY_RUN=1 checks the script on a machine without a GPU: the same steps on the CPU, with the
-# third-party fallback forced, the tiny shape, 2 micro-batches per step and no HF run.
+#     bash bench/gpu.sh                three files in $OUT (or .gpu/out): results.json, gpu.log, logs.tar.gz
+#     bash bench/gpu.sh --dry-run      prints every command it would run, runs none (works anywhere)
+# Every stage runs under a time limit taken from one budget (FITSUM_GPU_BUDGET_S, default 480 s); a stage that
+# cannot get its minimum is skipped and said so. Knobs: FITSUM_GPU_STEPS (timed optimizer steps, default 2),
+# FITSUM_GPU_SRC_LEN / _TGT_LEN (512 / 128), FITSUM_GPU_CAP (16GiB), FITSUM_PLANNED_FLAGS (when the planner's run
+# fails), FITSUM_GPU_SKIP_HF=1, FITSUM_GPU_PYTHON (python3), FITSUM_CUDA_ARCH (9.0), FITSUM_GPU_BUILD_DIR (build-gpu),
+# FITSUM_GPU_BUILT=1 (use the binaries already in that folder: no configure, no build).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-if [[ "${1:-}" == "--prepare" ]]; then
-  set -e
-  mkdir -p .gpu/third_party/include .gpu/shared/fixtures
-  cp -r /usr/include/nlohmann /usr/include/CLI .gpu/third_party/include/
-  rm -rf .gpu/third_party/googletest && cp -r /usr/src/googletest .gpu/third_party/googletest
-  rm -rf .gpu/shared/fixtures/tiny-pegasus && cp -r ../shared/fixtures/tiny-pegasus .gpu/shared/fixtures/
-  du -sh .gpu
-  echo "gpu.sh: .gpu/ is ready; carry it to the GPU machine and run: bash bench/gpu.sh"
-  exit 0
-fi
+mode=run
+case "${1:-}" in
+  --prepare)
+    set -e
+    mkdir -p .gpu/third_party/include .gpu/shared/fixtures
+    cp -r /usr/include/nlohmann /usr/include/CLI .gpu/third_party/include/
+    rm -rf .gpu/third_party/googletest && cp -r /usr/src/googletest .gpu/third_party/googletest
+    rm -rf .gpu/shared/fixtures/tiny-pegasus && cp -r ../shared/fixtures/tiny-pegasus .gpu/shared/fixtures/
+    du -sh .gpu
+    echo "gpu.sh: .gpu/ is ready; carry it to the GPU machine and run: bash bench/gpu.sh"
+    exit 0
+    ;;
+  --dry-run) mode=dry ;;
+  "") ;;
+  *)
+    echo "usage: bash bench/gpu.sh [--prepare | --dry-run]" >&2
+    exit 2
+    ;;
+esac
 
+budget="${FITSUM_GPU_BUDGET_S:-480}"
 out="${OUT:-$root/.gpu/out}"
-mkdir -p "$out"
-log="$out/gpu.log"
-exec > >(tee -a "$log") 2>&1
+work="$root/.gpu/work"  # every log; packed into $out/logs.tar.gz
+if [[ $mode == dry ]]; then
+  out="${TMPDIR:-/tmp}/fitsum-gpu-dry-run"
+  work="$out/work"
+fi
+rm -rf "$work"
+mkdir -p "$out" "$work"
+tee_pid=
+if [[ $mode == run ]]; then
+  exec > >(tee "$out/gpu.log") 2>&1
+  tee_pid=$!
+fi
 steps="${FITSUM_GPU_STEPS:-2}"
 src_len="${FITSUM_GPU_SRC_LEN:-512}"
 tgt_len="${FITSUM_GPU_TGT_LEN:-128}"
 cap="${FITSUM_GPU_CAP:-16GiB}"
 cap_gib="${cap%GiB}"
-planned="${FITSUM_PLANNED_FLAGS:---batch 4 --gradient_accumulation_steps 16 --bf16}"
+python="${FITSUM_GPU_PYTHON:-python3}"
 large=data/pegasus/config.json
-device=cuda
-seed_accumulation=64
-cmake_extra=()
-if [[ "${FITSUM_GPU_DRY_RUN:-0}" == 1 ]]; then
-  device=cpu
-  large=configs/pegasus-tiny/config.json
-  seed_accumulation=2
-  planned="--batch 2 --gradient_accumulation_steps 1 --bf16"
-  src_len=64
-  tgt_len=16
-  export FITSUM_GPU_SKIP_HF=1 FITSUM_GPU_TESTS_ON_CPU=1
-  cmake_extra=(-DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON
-               -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON)
+build="${FITSUM_GPU_BUILD_DIR:-build-gpu}"
+stages="$work/stages.tsv"  # name, status, seconds: for the summary
+: >"$stages"
+
+pack() { [[ $mode == run ]] && tar -czf "$out/logs.tar.gz" -C "$work" . 2>/dev/null; return 0; }
+# On exit: the logs packed, and gpu.log complete (tee has written everything) before the results are collected.
+# shellcheck disable=SC2317  # run by the trap
+finish() {
+  pack
+  if [[ -n $tee_pid ]]; then
+    exec 1>&- 2>&-
+    wait "$tee_pid" 2>/dev/null
+  fi
+}
+trap finish EXIT
+
+# run NAME CAP_S MIN_S LOG COMMAND...: prints one line; runs COMMAND under the smaller of CAP_S and what is left of
+# the budget (keeping 20 s for the summary), or skips it when that is under MIN_S. LOG gets stdout and stderr ("*.json":
+# stdout alone, stderr beside it in *.err). Returns the command's status (124: timed out, 125: skipped).
+run() {
+  local name=$1 cap_s=$2 min_s=$3 log=$4
+  shift 4
+  if [[ $mode == dry ]]; then
+    echo "+ $* > ${log#"$work/"}"
+    return 0
+  fi
+  local left=$((budget - SECONDS - 20)) limit=$cap_s
+  ((left < limit)) && limit=$left
+  if ((limit < min_s)); then
+    printf '  %-22s skipped: %d s left of the %d s budget\n' "$name" "$((budget - SECONDS))" "$budget"
+    printf '%s\tskipped\t0\n' "$name" >>"$stages"
+    return 125
+  fi
+  local start=$SECONDS status
+  if [[ $log == *.json ]]; then
+    timeout -k 5 "$limit" "$@" >"$log" 2>"${log%.json}.err"
+  else
+    timeout -k 5 "$limit" "$@" >"$log" 2>&1
+  fi
+  status=$?
+  local took=$((SECONDS - start)) verdict=ok
+  ((status == 124 || status == 137)) && verdict="TIMED OUT (limit $limit s)"
+  ((status != 0 && status != 124 && status != 137)) && verdict="FAILED (exit $status)"
+  printf '  %-22s %s, %d s\n' "$name" "$verdict" "$took"
+  if ((status != 0)); then  # the last lines that say why
+    local reason=$log
+    [[ $log == *.json ]] && reason="${log%.json}.err"
+    grep -v '^\s*$' "$reason" 2>/dev/null | tail -n 2 | cut -c1-240 | sed 's/^/    /'
+  fi
+  printf '%s\t%s\t%d\n' "$name" "${verdict%% *}" "$took" >>"$stages"
+  pack
+  return $status
+}
+show() { [[ $mode == run ]] && "$@"; return 0; }
+
+echo "gpu.sh: budget $budget s; results in $out"
+if [[ $mode == run ]]; then
+  {
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+    timeout 60 "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())'
+    timeout 60 "$python" -c 'import transformers; print("transformers", transformers.__version__)' 2>/dev/null ||
+      echo "transformers: not importable"
+    echo "$(nproc) cores, $(cmake --version | head -1), nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo missing)"
+  } >"$work/machine.txt" 2>&1
+  sed 's/^/  /' "$work/machine.txt"
 fi
-failures=0
-stage() { echo; echo "== $* ($(date +%T))"; }
 
-stage "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())'
-python3 -c 'import transformers; print("transformers", transformers.__version__)' || true
-echo "$(nproc) cores"
-
-stage "configure and build against $(python3 -c 'import torch; print(torch.__version__)')"
-[[ -d .gpu/third_party ]] || echo "gpu.sh: .gpu/third_party missing (run bash bench/gpu.sh --prepare where the packages are)"
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
+echo "== build ($build/, against $python's PyTorch)"
+[[ -d .gpu/third_party || $mode == dry ]] || echo "gpu.sh: .gpu/third_party missing (run bash bench/gpu.sh --prepare where the packages are)"
+JOBS=$(nproc)
+export FITSUM_TORCH2_PYTHON="$python" FITSUM_THIRD_PARTY_DIR="$root/.gpu/third_party" JOBS
 export CMAKE_POLICY_VERSION_MINIMUM=3.5  # GoogleTest's old minimum under CMake 4
-# Torch's CMake config needs no GPU probe with the architecture named (Hopper).
-export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-start=$SECONDS
-if ! cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$torch_prefix" \
-     -DFITSUM_WITH_SENTENCEPIECE=OFF -DFITSUM_BUILD_BENCH=OFF -DFITSUM_THIRD_PARTY_DIR="$root/.gpu/third_party" \
-     -DFITSUM_SHARED_DIR="$root/.gpu/shared" "${cmake_extra[@]}" >"$out/configure.log" 2>&1; then
-  tail -40 "$out/configure.log"; echo "gpu.sh: configure failed"; exit 1
+if [[ "${FITSUM_GPU_BUILT:-0}" == 1 ]]; then
+  echo "  using the binaries in $build/ (FITSUM_GPU_BUILT=1)"
+elif ! run configure 120 30 "$work/configure.log" bash scripts/torch2.sh configure "$build" \
+  -DFITSUM_WITH_SENTENCEPIECE=OFF -DFITSUM_BUILD_BENCH=OFF -DFITSUM_SHARED_DIR="$root/.gpu/shared"; then
+  tail -25 "$work/configure.log"
+  exit 1
 fi
-if ! cmake --build build-gpu -j "${FITSUM_GPU_JOBS:-$(nproc)}" --target fitsum fitsum_gpu_tests >"$out/build.log" 2>&1; then
-  grep -B2 -A12 -m5 "error" "$out/build.log" | head -120; echo "gpu.sh: build failed"; exit 1
+targets=(fitsum fitsum_gpu_tests)
+# The NCCL check exists when configure found the NCCL this PyTorch loads.
+if [[ $mode == dry ]] || grep -q "^build fitsum_nccl_check" "$build/build.ninja" 2>/dev/null; then
+  targets+=(fitsum_nccl_check)
 fi
-echo "built in $((SECONDS - start)) s"
+if [[ "${FITSUM_GPU_BUILT:-0}" != 1 ]] && ! run build 330 60 "$work/build.log" bash scripts/torch2.sh build "$build" "${targets[@]}"; then
+  grep -m8 -A8 "error" "$work/build.log" | head -60
+  exit 1
+fi
+run ldd+nccl 60 10 "$work/check.log" bash scripts/torch2.sh check "$build"
+show grep -E "libtorch_cuda|libnccl|not found|NCCL|all-reduce" "$work/check.log" | head -6 | sed 's/^ */    /'
 
-stage "parity tests on $device"
-./build-gpu/tests/fitsum_gpu_tests --gtest_output="json:$out/gpu_tests.json" 2>&1 | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) +\]|Failure|Expected|Which is|actual" | head -60
-[[ ${PIPESTATUS[0]} -eq 0 ]] || { failures=$((failures + 1)); echo "gpu.sh: parity tests FAILED"; }
+echo "== parity tests on CUDA"
+run parity-tests 120 20 "$work/gpu_tests.log" "./$build/tests/fitsum_gpu_tests" --gtest_output="json:$work/gpu_tests.json"
+show grep -E "^\[  FAILED  \]|^\[  PASSED  \]|Failure$" "$work/gpu_tests.log" | sort -u | head -12 | sed 's/^/    /'
 
-stage "$large side by side on $device, cap $cap, source $src_len / target $tgt_len tokens, $steps timed steps"
-results="$out/side_by_side.jsonl"
-: >"$results"
-run_fitsum() {  # label, flags...
-  local label=$1; shift
-  echo "-- fitsum $label: $*"
-  ./build-gpu/fitsum bench train --device "$device" --config_name "$large" --src_len "$src_len" --tgt_len "$tgt_len" \
-    --steps "$steps" --warmup 1 --optim adafactor --max_memory "$cap" "$@" 2>&1 | tee "$out/fitsum-$label.log" |
-    grep '^{' | python3 -c "import json,sys; [print(json.dumps({**json.loads(l), 'config': '$label'})) for l in sys.stdin]" \
-    >>"$results" || { failures=$((failures + 1)); tail -5 "$out/fitsum-$label.log"; }
-}
-run_hf() {  # label, flags...
-  local label=$1; shift
-  [[ "${FITSUM_GPU_SKIP_HF:-0}" == 1 ]] && return
-  echo "-- hf $label: $*"
-  PYTHONUNBUFFERED=1 python3 bench/hf_trainer_bench.py --config "$large" --src_len "$src_len" --tgt_len "$tgt_len" \
-    --steps "$steps" --warmup 1 --optim adafactor --max_memory_gib "$cap_gib" "$@" 2>"$out/hf-$label.err" |
-    grep '^{' | python3 -c "import json,sys; [print(json.dumps({**json.loads(l), 'config': '$label'})) for l in sys.stdin]" \
-    >>"$results" || { failures=$((failures + 1)); tail -20 "$out/hf-$label.err"; }
-}
-# The seed's configuration.
-run_hf seed --batch 1 --accumulation "$seed_accumulation" --gradient_checkpointing
-run_fitsum seed --batch 1 --gradient_accumulation_steps "$seed_accumulation" --gradient_checkpointing
-# fitsum's planned configuration, the same for both.
-hf_planned=$(echo "$planned" | sed 's/--gradient_accumulation_steps/--accumulation/')
-run_hf planned $hf_planned
-run_fitsum planned $planned
+echo "== planner on CUDA: pegasus-large, the seed's configuration, --max_memory $cap, $src_len / $tgt_len tokens"
+seed_flags=(--per_device_train_batch_size 1 --gradient_accumulation_steps 64 --no_resplit --optim adafactor
+  --gradient_checkpointing)
+run plan-seed 90 20 "$work/plan.json" "./$build/fitsum" plan --device cuda --config_name "$large" \
+  --max_source_length "$src_len" --max_target_length "$tgt_len" "${seed_flags[@]}" --max_memory "$cap" --format json
 
-stage "summary"
-python3 - "$results" <<'PY'
+echo "== measured: fitsum bench train, $steps timed steps"
+bench=(bench train --device cuda --config_name "$large" --src_len "$src_len" --tgt_len "$tgt_len" --steps "$steps"
+  --warmup 1 --max_memory "$cap")
+run fitsum-seed 120 30 "$work/fitsum-seed.json" "./$build/fitsum" "${bench[@]}" --batch 1 \
+  --gradient_accumulation_steps 64 --gradient_checkpointing --optim adafactor
+run fitsum-planned 120 30 "$work/fitsum-planned.json" "./$build/fitsum" "${bench[@]}" --batch 1 \
+  --gradient_accumulation_steps 64 --bf16 --plan
+
+# The planner's choice as the HF Trainer's flags (all layers checkpointed when it checkpoints some).
+planned="${FITSUM_PLANNED_FLAGS:---batch 4 --accumulation 16 --bf16}"
+if [[ $mode == run ]] && grep -q '^{' "$work/fitsum-planned.json" 2>/dev/null; then
+  planned=$("$python" -c '
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print("| config | impl | batch x accumulation | bf16 | samples/s | step s | peak allocated MiB | peak reserved MiB |")
-print("|---|---|---|---|---|---|---|---|")
-for r in rows:
-    if "error" in r:
-        print(f"| {r['config']} | {r['impl']} | | | {r['error']} | | {r.get('peak_allocated_mib', 0):.0f} | "
-              f"{r.get('peak_reserved_mib', 0):.0f} |")
-        continue
-    print(f"| {r['config']} | {r['impl']} | {r['batch']} x {r['gradient_accumulation_steps']} | {r.get('bf16')} | "
-          f"{r['samples_per_s']:.2f} | {r['step_s_median']:.2f} | {r.get('peak_allocated_mib', 0):.0f} | "
-          f"{r.get('peak_reserved_mib', 0):.0f} |")
-PY
-echo "gpu.sh: done, $failures failure(s); logs in $out"
+r = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+flags = ["--batch", str(r["batch"]), "--accumulation", str(r["gradient_accumulation_steps"]), "--optim", r["optim"]]
+flags += ["--gradient_checkpointing"] if r.get("gradient_checkpointing") else []
+flags += ["--bf16"] if r.get("bf16") else []
+print(" ".join(flags))' "$work/fitsum-planned.json" 2>/dev/null || echo "$planned")
+fi
+
+echo "== HF Trainer side by side (same shapes, cap $cap)"
+if [[ "${FITSUM_GPU_SKIP_HF:-0}" == 1 ]]; then
+  echo "  skipped (FITSUM_GPU_SKIP_HF=1)"
+else
+  hf=(env PYTHONUNBUFFERED=1 "$python" bench/hf_trainer_bench.py --config "$large" --src_len "$src_len"
+    --tgt_len "$tgt_len" --steps "$steps" --warmup 1 --max_memory_gib "$cap_gib")
+  run hf-seed 150 60 "$work/hf-seed.json" "${hf[@]}" --batch 1 --accumulation 64 --gradient_checkpointing \
+    --optim adafactor
+  # shellcheck disable=SC2086  # the planned flags are words
+  run hf-planned 120 60 "$work/hf-planned.json" "${hf[@]}" $planned
+fi
+
+echo "== summary"
+if [[ $mode == dry ]]; then
+  echo "+ $python bench/gpu_summary.py $work $out/results.json"
+  exit 0
+fi
+"$python" bench/gpu_summary.py "$work" "$out/results.json" || echo "gpu.sh: the summary failed"
+failures=$(awk -F'\t' '$2 != "ok" && $2 != "skipped"' "$stages" | wc -l)
+echo "gpu.sh: done in $SECONDS s, $failures failed stage(s); $out: results.json, gpu.log, logs.tar.gz"
 exit $((failures > 0))

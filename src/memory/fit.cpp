@@ -5,6 +5,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "fitsum/memory/device_memory.h"
 #include "fitsum/util/bytes.h"
 
 namespace fitsum::memory {
@@ -70,8 +71,33 @@ std::optional<FitResult> refuse_on_static_memory(const model::ModelConfig& confi
   return r;
 }
 
-PlanRequest plan_request(const FitRequest& request) {
+// The model as the CUDA allocator model needs it: trainable parameter shapes, the other weights' sizes, the
+// device's facts.
+CudaPlanInputs cuda_plan_inputs(model::Seq2SeqLMImpl& model, const FitRequest& request, const c10::Device& device) {
+  CudaPlanInputs cuda;
+  const auto bytes = [](const torch::Tensor& t) { return static_cast<std::uint64_t>(t.numel() * t.element_size()); };
+  for (const auto& p : model.parameters()) {  // a frozen parameter is a weight without gradient or state
+    if (p.requires_grad()) {
+      cuda.model.parameter_shapes.push_back(p.sizes().vec());
+    } else {
+      cuda.model.buffer_bytes.push_back(bytes(p));
+    }
+  }
+  for (const auto& b : model.buffers()) cuda.model.buffer_bytes.push_back(bytes(b));
+  cuda.model.d_model = model.config().d_model;
+  cuda.conf = request.cuda_alloc_conf.value_or(util::CudaAllocConf{});
+  cuda.device = cuda_device_facts(device);
+  return cuda;
+}
+
+// The planner's request; on CUDA (or when allocator settings are given) with the CUDA model of `model`.
+PlanRequest plan_request(const FitRequest& request, model::Seq2SeqLMImpl& model) {
   PlanRequest p;
+  const auto device = model.parameters().front().device();
+  if (device.is_cuda() || request.cuda_alloc_conf) {
+    p.cuda = cuda_plan_inputs(model, request, device);
+    p.budget_caps_reserved = device.is_cuda();
+  }
   p.effective_batch = request.effective_batch;
   p.source_length = request.worst.source;
   p.target_length = request.worst.target;
@@ -85,8 +111,8 @@ PlanRequest plan_request(const FitRequest& request) {
 }
 
 // Step 4: nothing fits the request. With every knob free, is there a plan that does?
-void explain_no_fit(FitResult& r, const FitRequest& request) {
-  auto relaxed = plan_request(request);
+void explain_no_fit(FitResult& r, const FitRequest& request, const PlanRequest& planned) {
+  auto relaxed = planned;
   relaxed.micro_batch.reset();
   relaxed.optimizer.reset();
   relaxed.checkpointed_layers.reset();
@@ -129,7 +155,10 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
   r.budget = request.budget;
   r.calibration = calibrate(model, options);
   r.layers = std::max(r.calibration->encoder_layers, r.calibration->decoder_layers);
-  r.plan = choose_plan(*r.calibration, plan_request(request));
+  const auto planned = plan_request(request, model);
+  r.plan = choose_plan(*r.calibration, planned);
+  if (planned.cuda) r.cuda_alloc_conf = planned.cuda->conf;
+  r.budget_caps_reserved = planned.budget_caps_reserved;
   if (r.plan.chosen) {
     r.status = FitStatus::fits;
     r.chosen = r.plan.candidates[*r.plan.chosen];
@@ -137,7 +166,7 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
     r.explanation = r.plan.explanation;
     return r;
   }
-  explain_no_fit(r, request);
+  explain_no_fit(r, request, planned);
   return r;
 }
 

@@ -463,21 +463,28 @@ std::string describe_knobs(const PlanKnobs& k, std::int64_t layers) {
   return s.str();
 }
 
+// What the budget caps for a candidate: its predicted peak, or on CUDA the allocator model's reserved bytes.
+std::uint64_t budgeted_bytes(const Candidate& k, const PlanRequest& request) {
+  return request.budget_caps_reserved && k.cuda ? k.cuda->reserved : k.prediction.peak;
+}
+
 std::string explain_plan(const Plan& plan, const PlanRequest& request, std::int64_t layers) {
   std::ostringstream why;
   const int margin_percent = static_cast<int>(request.margin * 100);
+  const char* what = request.budget_caps_reserved ? "predicted reserved" : "predicted peak";
   if (!plan.chosen) {
     why << "no candidate fits in " << util::format_bytes(request.budget) << ": the smallest needs "
-        << util::format_bytes(plan.minimum_budget) << " (predicted peak plus a " << margin_percent << "% margin)";
+        << util::format_bytes(plan.minimum_budget) << " (" << what << " plus a " << margin_percent << "% margin)";
     return why.str();
   }
   const auto& best = plan.candidates[*plan.chosen];
   std::size_t fitting = 0;
   for (const auto& k : plan.candidates) fitting += k.fits ? 1 : 0;
-  why << "chose " << describe_knobs(best.knobs, layers) << ": predicted peak "
-      << util::format_bytes(best.prediction.peak) << " of " << util::format_bytes(request.budget) << " (with a "
-      << margin_percent << "% margin), " << static_cast<long long>(std::llround(best.prediction.tokens_per_second))
-      << " tokens/s, the fastest of the " << fitting << " of " << plan.candidates.size() << " candidates that fit";
+  why << "chose " << describe_knobs(best.knobs, layers) << ": " << what << " "
+      << util::format_bytes(budgeted_bytes(best, request)) << " of " << util::format_bytes(request.budget)
+      << " (with a " << margin_percent << "% margin), "
+      << static_cast<long long>(std::llround(best.prediction.tokens_per_second)) << " tokens/s, the fastest of the "
+      << fitting << " of " << plan.candidates.size() << " candidates that fit";
   const Candidate* fastest = nullptr;
   for (const auto& k : plan.candidates) {
     if (!fastest || k.prediction.tokens_per_second > fastest->prediction.tokens_per_second) fastest = &k;
@@ -486,7 +493,7 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, std::int6
     why << "; the fastest overall (" << describe_knobs(fastest->knobs, layers) << ", "
         << static_cast<long long>(std::llround(fastest->prediction.tokens_per_second)) << " tokens/s) needs "
         << util::format_bytes(static_cast<std::uint64_t>(
-               std::ceil(static_cast<double>(fastest->prediction.peak) * (1.0 + request.margin))));
+               std::ceil(static_cast<double>(budgeted_bytes(*fastest, request)) * (1.0 + request.margin))));
   }
   return why.str();
 }
@@ -510,8 +517,14 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
         candidate.knobs.optimizer = kind;
         candidate.knobs.bf16 = request.bf16;
         candidate.prediction = predict(c, candidate.knobs, worst);
-        const auto needed = static_cast<std::uint64_t>(
-            std::ceil(static_cast<double>(candidate.prediction.peak) * (1.0 + request.margin)));
+        if (request.cuda) {
+          const auto& p = candidate.prediction;
+          candidate.cuda =
+              predict_cuda_memory(*request.cuda, kind, m, worst.source, std::max(p.activations, p.optimizer_transient));
+        }
+        const auto budgeted = budgeted_bytes(candidate, request);
+        const auto needed =
+            static_cast<std::uint64_t>(std::ceil(static_cast<double>(budgeted) * (1.0 + request.margin)));
         candidate.fits = needed <= request.budget;
         plan.minimum_budget = std::min(plan.minimum_budget, needed);
         plan.candidates.push_back(candidate);

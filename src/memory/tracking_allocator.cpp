@@ -40,7 +40,7 @@ TrackingCpuAllocator& TrackingCpuAllocator::instance() {
   return *allocator;
 }
 
-c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) const {
+c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) FITSUM_ALLOCATE_CONST {
   const auto size = static_cast<std::int64_t>(bytes);
   const std::int64_t limit = limit_.load();
   std::int64_t now = current_.fetch_add(size) + size;

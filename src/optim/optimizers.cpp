@@ -4,7 +4,11 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -14,7 +18,23 @@ namespace fitsum::optim {
 
 namespace {
 
-std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+// torch::optim::Optimizer::state() is keyed by the parameter's TensorImpl address written as a string
+// (c10::guts::to_string) in LibTorch 1.13, by the address itself in recent 2.x, where c10::guts::to_string is gone.
+// The key type is read off the map, so no version test is needed (docs/platforms.md).
+using StateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+
+template <typename Map>
+typename Map::key_type state_key_of(void* impl) {
+  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
+    std::ostringstream key;  // what c10::guts::to_string writes for a pointer
+    key << impl;
+    return key.str();
+  } else {
+    return impl;
+  }
+}
+
+StateMap::key_type state_key(const torch::Tensor& p) { return state_key_of<StateMap>(p.unsafeGetTensorImpl()); }
 
 torch::Tensor step_tensor(std::int64_t step) { return torch::tensor(step, torch::kLong); }
 

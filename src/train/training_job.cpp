@@ -93,11 +93,12 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
 }
 
 // With a budget: calibrates, chooses and applies the plan, or throws memory::PlanDoesNotFit.
-memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const torch::Device& device) {
+memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const util::Runtime& runtime) {
+  const auto& device = runtime.device;
   auto& model = *p.inputs.model;
   model.to(device);
-  const auto request =
-      make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget);
+  auto request = make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget);
+  request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on CUDA the budget caps reserved bytes under them
   auto fit = memory::fit_training(model, request);
   if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
   apply_plan(p.args, fit.chosen->knobs, fit.layers);
@@ -194,7 +195,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
     warn(report, "predict_with_generate without a tokenizer: generation runs, ROUGE is skipped");
   }
   p.args = job.args;
-  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime.device);
+  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime);
   return p;
 }
 
@@ -215,7 +216,9 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
                   (examples.empty() ? " (from the max lengths)" : " (from the data)"));
   auto& model = *m.loaded.model;
   model.to(runtime.device);
-  return memory::fit_training(model, make_fit_request(job.args, job.fixed, worst, budget));
+  auto request = make_fit_request(job.args, job.fixed, worst, budget);
+  request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on the CPU too: the plan then reports CUDA's reserved bytes
+  return memory::fit_training(model, request);
 }
 
 }  // namespace fitsum::train

@@ -10,13 +10,28 @@
 
 namespace fitsum::util {
 
+bool built_with_cuda() {
+#ifdef FITSUM_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
 c10::Device resolve_device(const std::string& name) {
   if (name == "cpu") return c10::Device(c10::kCPU);
   if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("device cuda: no CUDA device is visible to this LibTorch build; use cpu");
+    if (!built_with_cuda()) {
+      throw std::invalid_argument(
+          "device cuda: this fitsum is built against a CPU-only LibTorch; build it against the LibTorch of a CUDA "
+          "PyTorch (make build-cuda) or use device cpu");
     }
-    return c10::Device(c10::kCUDA);
+    if (!torch::cuda::is_available()) {
+      throw std::invalid_argument(
+          "device cuda: no CUDA device is visible (no GPU or no NVIDIA driver on this machine, or "
+          "CUDA_VISIBLE_DEVICES hides them); use device cpu");
+    }
+    return c10::Device(c10::kCUDA, 0);
   }
   if (name == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU);
   throw std::invalid_argument("device '" + name + "' is not one of cpu, cuda, auto");
@@ -27,9 +42,12 @@ Runtime setup_runtime(const RuntimeOptions& options) {
   runtime.threads = resolve_thread_settings(options.threads);
   apply_thread_settings(runtime.threads);
   if (options.tune_host_allocator) tune_host_allocator_for_training();
-  if (!options.cuda_alloc_conf.empty()) {
+  runtime.cuda_alloc_conf = options.cuda_alloc_conf;
+  if (runtime.cuda_alloc_conf) {
     // LibTorch's caching allocator reads this once, when CUDA initialises: before anything touches the device.
-    ::setenv("PYTORCH_CUDA_ALLOC_CONF", options.cuda_alloc_conf.c_str(), 1);
+    ::setenv("PYTORCH_CUDA_ALLOC_CONF", runtime.cuda_alloc_conf->text.c_str(), 1);
+  } else if (const char* text = std::getenv("PYTORCH_CUDA_ALLOC_CONF"); text != nullptr && *text != '\0') {
+    runtime.cuda_alloc_conf = parse_cuda_alloc_conf(text, "PYTORCH_CUDA_ALLOC_CONF");
   }
   runtime.device = resolve_device(options.device);
   if (runtime.device.is_cpu()) {

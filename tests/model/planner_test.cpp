@@ -2,6 +2,9 @@
 // tests/slow/planner_grid_test.cpp), the chooser's rules on a synthetic calibration, and out-of-memory recovery in
 // the trainer (a budget lowered mid-run, an error injected into a backward: the step is split or redone, covers the
 // same examples and training finishes).
+#include <algorithm>
+#include <cmath>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -92,6 +95,49 @@ TEST(Planner, KeepsExplicitKnobsAndNamesTheBudgetWhenNothingFits) {
   EXPECT_EQ(plan.candidates[0].prediction.peak, static_cast<std::uint64_t>(peak));
   EXPECT_EQ(plan.minimum_budget, static_cast<std::uint64_t>(std::ceil(peak * 1.05)));
   EXPECT_NE(plan.explanation.find("no candidate fits"), std::string::npos) << plan.explanation;
+}
+
+// On CUDA the budget caps the allocator model's reserved bytes (memory/cuda_allocator_model.h), of which the
+// predicted peak is a part: here the cuBLAS workspace (32 MiB) and 20 MiB segments dwarf the synthetic model.
+TEST(Planner, OnCudaTheBudgetCapsPredictedReservedBytes) {
+  const auto c = synthetic_calibration();
+  memory::PlanRequest request;
+  request.effective_batch = 8;
+  request.source_length = 512;
+  request.target_length = 64;
+  request.budget = std::uint64_t{1} << 40;
+  memory::CudaPlanInputs cuda;
+  cuda.model.parameter_shapes = {{990, 1000}, {10'000}};  // the calibration's 1M parameters
+  cuda.model.d_model = 64;
+  request.cuda = cuda;
+  request.budget_caps_reserved = true;
+  std::vector<std::uint64_t> needed;
+  for (const auto& k : memory::choose_plan(c, request).candidates) {
+    ASSERT_TRUE(k.cuda.has_value());
+    EXPECT_GE(k.cuda->reserved, k.cuda->allocated);
+    EXPECT_GE(k.cuda->allocated, k.cuda->requested);
+    EXPECT_GE(k.cuda->reserved, k.prediction.peak + k.cuda->cublas_workspace);
+    needed.push_back(static_cast<std::uint64_t>(std::ceil(static_cast<double>(k.cuda->reserved) * 1.05)));
+  }
+  std::sort(needed.begin(), needed.end());
+  ASSERT_LT(needed.front(), needed.back());
+  request.budget = needed[needed.size() / 2];  // about half the candidates fit
+  const auto plan = memory::choose_plan(c, request);
+  ASSERT_TRUE(plan.chosen.has_value());
+  std::size_t fitting = 0;
+  for (const auto& k : plan.candidates) {
+    const auto reserved_needs = static_cast<std::uint64_t>(std::ceil(static_cast<double>(k.cuda->reserved) * 1.05));
+    EXPECT_EQ(k.fits, reserved_needs <= request.budget);
+    EXPECT_LE(static_cast<double>(k.prediction.peak) * 1.05, static_cast<double>(request.budget));  // all by peak
+    fitting += k.fits ? 1 : 0;
+  }
+  EXPECT_LT(fitting, plan.candidates.size());
+  // The same terms reported, the peak capped (a plan made on the CPU for a CUDA device): everything fits.
+  request.budget_caps_reserved = false;
+  for (const auto& k : memory::choose_plan(c, request).candidates) {
+    EXPECT_TRUE(k.cuda.has_value());
+    EXPECT_TRUE(k.fits);
+  }
 }
 
 struct LimitReset {

@@ -181,8 +181,9 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
 
 // The knobs the benchmark runs: as given, or (with --max_memory) checked by the planner against the budget, which
 // with --plan also chooses them. The budget then becomes a hard limit.
-memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, const torch::Device& device,
-                              std::optional<std::uint64_t>& predicted_peak) {
+memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, const util::Runtime& runtime,
+                              std::optional<memory::Candidate>& planned) {
+  const auto& device = runtime.device;
   const auto& config = model.config();
   memory::PlanKnobs knobs;
   knobs.micro_batch = o.batch;
@@ -196,6 +197,7 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   request.worst = {1, o.src_len, o.tgt_len};
   request.effective_batch = o.batch * o.gradient_accumulation_steps;
   request.bf16 = o.bf16;
+  request.cuda_alloc_conf = runtime.cuda_alloc_conf;
   if (!o.plan) {
     request.micro_batch = knobs.micro_batch;
     request.optimizer = knobs.optimizer;
@@ -204,7 +206,7 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   auto fit = memory::fit_training(model, request);
   if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
   std::cerr << "fitsum: memory plan: " << fit.explanation << "\n";
-  predicted_peak = fit.chosen->prediction.peak;
+  planned = fit.chosen;
   memory::apply_memory_budget(device, request.budget);
   return fit.chosen->knobs;
 }
@@ -325,8 +327,8 @@ void run_bench_train(const BenchTrainOptions& o) {
   const auto runtime = setup_bench_runtime(o.threads, o.device, !o.malloc_defaults);
   memory::start_tracking(runtime.device);  // before the model exists: its weights count
   auto model = bench_model(o, runtime.device);
-  std::optional<std::uint64_t> predicted_peak;
-  const auto knobs = bench_knobs(o, *model, runtime.device, predicted_peak);
+  std::optional<memory::Candidate> planned;
+  const auto knobs = bench_knobs(o, *model, runtime, planned);
   model->set_gradient_checkpointing(knobs.checkpointed_layers, knobs.checkpointed_layers);
   optim::OptimizerSettings settings;
   settings.type = knobs.optimizer;
@@ -339,7 +341,11 @@ void run_bench_train(const BenchTrainOptions& o) {
     std::cerr << "fitsum: warning: --profile needs LibTorch 1.x's recorder; nothing written\n";
   }
   auto out = bench_json(o, model->config(), knobs, runtime, times);
-  if (predicted_peak) out["predicted_peak_mib"] = static_cast<double>(*predicted_peak) / kMiB;
+  if (planned) out["predicted_peak_mib"] = static_cast<double>(planned->prediction.peak) / kMiB;
+  if (planned && planned->cuda) {  // on CUDA: the allocator model's prediction, beside the measured peaks
+    out["predicted_allocated_mib"] = static_cast<double>(planned->cuda->allocated) / kMiB;
+    out["predicted_reserved_mib"] = static_cast<double>(planned->cuda->reserved) / kMiB;
+  }
   std::cout << out.dump() << std::endl;
 }
 

@@ -14,6 +14,7 @@
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/runtime.h"
 
 namespace fitsum::cli {
 
@@ -23,6 +24,7 @@ struct InfoOptions {
   std::string model_dir;
   bool json = false;
   bool forward = false;
+  std::string device = "cpu";  // where --forward runs
 };
 
 nlohmann::ordered_json architecture_json(const model::ModelConfig& c) {
@@ -70,7 +72,7 @@ std::string with_commas(std::int64_t n) {
 
 // One forward pass on a fixed dummy batch (2 sequences, 32 source and 16 target tokens): proves the weights
 // compute, and with random init the loss should be close to ln(vocab_size).
-nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model) {
+nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model, const torch::Device& device) {
   const auto& c = model.config();
   torch::NoGradGuard no_grad;
   model.eval();
@@ -79,6 +81,10 @@ nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model) {
   auto source = torch::randint(low, c.vocab_size, {2, 32}, generator, torch::kLong);
   auto labels = torch::randint(low, c.vocab_size, {2, 16}, generator, torch::kLong);
   auto mask = torch::ones_like(source);
+  model.to(device);
+  source = source.to(device);  // drawn on the CPU: the same batch on every device
+  labels = labels.to(device);
+  mask = mask.to(device);
   const auto start = std::chrono::steady_clock::now();
   auto out = model.forward(source, mask, labels);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -87,7 +93,8 @@ nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model) {
           {"target_length", 16},
           {"loss", out.loss.item<double>()},
           {"uniform_loss", std::log(static_cast<double>(c.vocab_size))},
-          {"seconds", seconds}};
+          {"seconds", seconds},
+          {"device", device.str()}};
 }
 
 // The human-readable form of `fitsum info`'s JSON.
@@ -134,6 +141,7 @@ void print_info(const nlohmann::ordered_json& out, const model::ParameterCounts&
 }
 
 void run_info(const InfoOptions& options) {
+  const auto device = util::resolve_device(options.device);  // before any work
   const auto folder = io::open_model_folder(options.model_dir);
   const auto& c = folder.config;
   auto counts = model::count_parameters(c);
@@ -167,7 +175,7 @@ void run_info(const InfoOptions& options) {
                              ") differs from the built model (" + std::to_string(trainable) + ")");
     }
     if (options.forward) {
-      forward = forward_check(*model);
+      forward = forward_check(*model, device);
       forward["weights"] = folder.has_weights() ? "loaded" : "random init (seed 42)";
     }
   }
@@ -199,6 +207,7 @@ void add_info_command(CLI::App& app) {
   cmd->add_flag("--json", options->json, "print JSON instead of a table");
   cmd->add_flag("--forward", options->forward,
                 "also run one forward pass on a dummy batch (random init when the folder has no weights)");
+  cmd->add_option("--device", options->device, "where --forward runs: cpu, cuda or auto")->capture_default_str();
   cmd->callback([options]() { run_info(*options); });
 }
 

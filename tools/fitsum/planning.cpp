@@ -18,6 +18,17 @@ std::string mib(std::uint64_t bytes) {
   return buffer;
 }
 
+// The chosen candidate's CUDA terms in one line (docs/memory.md, "On CUDA").
+std::string cuda_line(const memory::CudaMemoryTerms& t) {
+  std::ostringstream out;
+  out << "CUDA (chosen): allocated " << util::format_bytes(t.allocated) << ", reserved "
+      << util::format_bytes(t.reserved) << " (block rounding " << util::format_bytes(t.block_rounding)
+      << ", small-pool slack " << util::format_bytes(t.small_pool_slack) << ", large-segment slack "
+      << util::format_bytes(t.large_segment_slack) << ", cuBLAS workspace " << util::format_bytes(t.cublas_workspace)
+      << "), with the CUDA context " << util::format_bytes(t.device_total) << "\n";
+  return out.str();
+}
+
 }  // namespace
 
 std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, std::uint64_t budget) {
@@ -41,6 +52,7 @@ std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, s
     out << line;
   }
   out << "budget " << util::format_bytes(budget) << "; " << plan.explanation << "\n";
+  if (plan.chosen && plan.candidates[*plan.chosen].cuda) out << cuda_line(*plan.candidates[*plan.chosen].cuda);
   return out.str();
 }
 
@@ -60,12 +72,15 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
                     {"optimizer_state", k.prediction.optimizer_state},
                     {"activations", k.prediction.activations},
                     {"optimizer_step_transient", k.prediction.optimizer_transient}};
+  if (k.cuda) j["breakdown"]["cuda"] = memory::to_json(*k.cuda);
   return j;
 }
 
 nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t budget) {
   nlohmann::ordered_json j;
   j["budget_bytes"] = budget;
+  j["budget_caps"] = fit.budget_caps_reserved ? "reserved" : "peak";  // on CUDA: the caching allocator's reservation
+  if (fit.cuda_alloc_conf) j["cuda_alloc_conf"] = memory::to_json(*fit.cuda_alloc_conf);
   j["candidates"] = nlohmann::ordered_json::array();
   for (const auto& k : fit.plan.candidates) j["candidates"].push_back(candidate_json(k));
   j["chosen"] = fit.chosen ? candidate_json(*fit.chosen) : nlohmann::ordered_json(nullptr);

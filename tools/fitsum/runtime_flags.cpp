@@ -7,8 +7,12 @@ namespace fitsum::cli {
 
 void add_runtime_flags(CLI::App& g, util::RuntimeOptions& r) {
   g.add_option("--device", r.device, "cpu, cuda or auto")->capture_default_str();
-  g.add_option("--cuda_alloc_conf", r.cuda_alloc_conf,
-               "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF)");
+  // Parsed once, while the flags are read: a setting LibTorch would reject fails before anything is loaded.
+  g.add_option_function<std::string>(
+      "--cuda_alloc_conf",
+      [&r](const std::string& text) { r.cuda_alloc_conf = util::parse_cuda_alloc_conf(text, "--cuda_alloc_conf"); },
+      "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF); the plan predicts "
+      "reserved memory under them");
   g.add_option("--num_threads", r.threads.intra_op, "LibTorch intra-op threads (0: fitsum's default, 1)")
       ->capture_default_str();
   g.add_option("--blas_threads", r.threads.blas, "BLAS threads for matrix products (0: fitsum's default, one per core)")

@@ -6,6 +6,8 @@
 
 #include <c10/core/Device.h>
 
+#include "fitsum/memory/cuda_allocator_model.h"
+
 namespace fitsum::memory {
 
 struct MemorySnapshot {
@@ -23,5 +25,10 @@ void reset_peak_memory(const c10::Device& device);
 // Caps what tensors may hold on `device` (0: no cap): the tracking allocator's limit on the CPU, the caching
 // allocator's memory fraction on CUDA. Allocations beyond it fail with c10::OutOfMemoryError.
 void set_memory_limit(const c10::Device& device, std::int64_t bytes);
+
+// What the CUDA memory model needs from the device: its compute capability (cuBLAS's default workspace),
+// CUBLAS_WORKSPACE_CONFIG, and the context's bytes (device memory in use beyond the caching allocator's
+// reservation). Off CUDA, for a plan made on the CPU: an H100 / H200 (9.0) with the context estimated.
+CudaDeviceFacts cuda_device_facts(const c10::Device& device);
 
 }  // namespace fitsum::memory

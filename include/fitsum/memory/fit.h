@@ -9,6 +9,8 @@
 //   2. The calibration probe on the model (memory::calibrate), under the runtime the run will use.
 //   3. Every candidate that keeps the effective batch and the fixed knobs, predicted and ranked (memory::choose_plan).
 //   4. When none fits, the same with every knob free: "a plan that fits", or the smallest budget anything needs.
+// On a CUDA device the budget is the caching allocator's memory fraction, which caps what it *reserves*: every
+// candidate's reserved bytes are predicted (cuda_allocator_model.h) and the budget caps those instead of the peak.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <string>
 
 #include "fitsum/memory/planner.h"
+#include "fitsum/util/cuda_alloc_conf.h"
 
 namespace fitsum::memory {
 
@@ -31,6 +34,10 @@ struct FitRequest {
   bool bf16 = false;
   double label_smoothing = 0.0;
   double margin = kPlanMargin;
+  // The CUDA caching allocator's settings the run uses (util::Runtime::cuda_alloc_conf). On a CUDA model the
+  // reserved bytes are predicted under them (its defaults when empty); on the CPU, when set, the plan reports what
+  // a CUDA device (an H100 / H200) would reserve, and the budget still caps the peak.
+  std::optional<util::CudaAllocConf> cuda_alloc_conf;
 };
 
 enum class FitStatus {
@@ -50,6 +57,9 @@ struct FitResult {
   BatchShape worst;                        // the request's worst batch (lengths planned for)
   std::int64_t layers = 0;                 // the deeper stack's layer count (checkpointing labels)
   std::string explanation;                 // why this plan, or why none, in one paragraph
+  // The allocator settings the candidates' CUDA terms (Candidate::cuda) were predicted under; empty without them.
+  std::optional<util::CudaAllocConf> cuda_alloc_conf;
+  bool budget_caps_reserved = false;  // on CUDA: `budget` capped each candidate's predicted reserved bytes
 };
 
 // Runs the steps above on `model` (on its device). The model's weights stay as they are; gradients are left

@@ -15,7 +15,8 @@
 // step's transient and time are measured on a stand-alone tensor of the model's largest parameter.
 //
 // Planning is for the worst batch the data can produce after truncation: every row at the longest source and
-// target length. It does not model the CUDA caching allocator's fragmentation (validated on the CPU only).
+// target length. On CUDA the caching allocator's rounding and segments are replayed on the predicted tensors
+// (cuda_allocator_model.h); the order in which a real backward pass frees activations is measured on a GPU.
 #pragma once
 
 #include <array>
@@ -26,6 +27,7 @@
 
 #include <c10/core/Device.h>
 
+#include "fitsum/memory/cuda_allocator_model.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/seq2seq.h"
 
@@ -149,11 +151,17 @@ struct PlanRequest {
   bool bf16 = false;
   std::uint64_t budget = 0;
   double margin = kPlanMargin;
+  // When set, every candidate's CUDA terms are predicted (Candidate::cuda, cuda_allocator_model.h); with
+  // budget_caps_reserved the budget caps their reserved bytes instead of the predicted peak (a CUDA device: the
+  // caching allocator's memory fraction caps what it reserves, of which the peak is only a part).
+  std::optional<CudaPlanInputs> cuda;
+  bool budget_caps_reserved = false;
 };
 
 struct Candidate {
   PlanKnobs knobs;
   Prediction prediction;
+  std::optional<CudaMemoryTerms> cuda;  // PlanRequest::cuda set: allocated, reserved and the terms between
   bool fits = false;
 };
 

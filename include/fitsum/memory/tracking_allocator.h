@@ -12,6 +12,8 @@
 
 #include <c10/core/Allocator.h>
 
+#include "fitsum/util/torch_compat.h"
+
 namespace fitsum::memory {
 
 class TrackingCpuAllocator final : public c10::Allocator {
@@ -19,8 +21,11 @@ class TrackingCpuAllocator final : public c10::Allocator {
   // The process-wide instance, installed as LibTorch's CPU allocator on first use.
   static TrackingCpuAllocator& instance();
 
-  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DataPtr allocate(size_t bytes) FITSUM_ALLOCATE_CONST override;
   c10::DeleterFnPtr raw_deleter() const override;
+#if FITSUM_ALLOCATOR_HAS_COPY_DATA
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
 
   std::int64_t current_bytes() const { return current_.load(); }
   std::int64_t peak_bytes() const { return peak_.load(); }

@@ -4,11 +4,13 @@
 // `fitsum train` runs at.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <c10/core/Device.h>
 
+#include "fitsum/util/cuda_alloc_conf.h"
 #include "fitsum/util/threads.h"
 
 namespace fitsum::util {
@@ -17,16 +19,24 @@ struct RuntimeOptions {
   std::string device = "auto";  // cpu, cuda or auto
   ThreadSettings threads;       // zero fields: fitsum's defaults (default_thread_settings)
   bool tune_host_allocator = true;
-  std::string cuda_alloc_conf;  // PYTORCH_CUDA_ALLOC_CONF, set before CUDA initialises
+  // The CUDA caching allocator's settings (parsed from --cuda_alloc_conf); set as PYTORCH_CUDA_ALLOC_CONF before
+  // CUDA initialises. Empty: PYTORCH_CUDA_ALLOC_CONF from the environment, checked the same way, if any.
+  std::optional<CudaAllocConf> cuda_alloc_conf;
 };
 
 struct Runtime {
   c10::Device device = c10::Device(c10::kCPU);
   ThreadSettings threads;             // as applied
   std::vector<std::string> warnings;  // e.g. a reference BLAS that makes matrix products ~35x slower
+  // What the CUDA caching allocator runs under: the option's, or the environment's; empty for its defaults.
+  std::optional<CudaAllocConf> cuda_alloc_conf;
 };
 
-// "cpu", "cuda" or "auto" (CUDA when a device is visible); throws std::invalid_argument naming `device`.
+// Whether this fitsum was compiled against a CUDA LibTorch (FITSUM_WITH_CUDA).
+bool built_with_cuda();
+
+// "cpu", "cuda" or "auto" (CUDA when a device is visible). Throws std::invalid_argument in one line naming `device`
+// and why CUDA cannot be had (a CPU-only LibTorch, or no visible device) with what to do instead.
 c10::Device resolve_device(const std::string& name);
 
 // Applies the options to the process; call once, before the model is built.

@@ -10,6 +10,22 @@
 // at::scaled_dot_product_attention with a `scale` argument (fused flash / memory-efficient kernels) since 2.1.
 #define FITSUM_HAS_SDPA FITSUM_TORCH_AT_LEAST(2, 1)
 
+// c10::Allocator::allocate is const up to 2.2 and not from 2.3 (pytorch/pytorch#120969), which also made
+// copy_data a pure virtual of every allocator. An allocator subclass declares
+//     c10::DataPtr allocate(size_t bytes) FITSUM_ALLOCATE_CONST override;
+// and, under FITSUM_ALLOCATOR_HAS_COPY_DATA, copy_data.
+#if FITSUM_TORCH_AT_LEAST(2, 3)
+#define FITSUM_ALLOCATE_CONST
+#define FITSUM_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define FITSUM_ALLOCATE_CONST const
+#define FITSUM_ALLOCATOR_HAS_COPY_DATA 0
+#endif
+
+// The caching allocator's statistics are arrays indexed by StatType, whose AGGREGATE is 0 in every version; the
+// enum itself lives in c10::cuda::CUDACachingAllocator in 1.13 and in c10::CachingAllocator in recent 2.x.
+#define FITSUM_CUDA_AGGREGATE_STAT 0
+
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
