@@ -4,7 +4,10 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: deps build test test-haswell test-all demo bench clean
+SANITIZE_DIR ?= build-sanitize
+FUZZ_SECONDS ?= 60
+
+.PHONY: deps build build-sanitize test test-haswell test-all test-sanitize fuzz demo bench clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -30,6 +33,24 @@ test-all: deps
 	$(MAKE) build
 	cd $(BUILD_DIR) && ctest --output-on-failure -LE gpu -j $(JOBS) $(CTEST_FLAGS)
 
+# ASan + UBSan + LeakSanitizer (clang) over the default suite, and libFuzzer targets: one instrumented build folder
+# serves both (cmake/sanitizers.cmake).
+$(SANITIZE_DIR)/CMakeCache.txt:
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DFITSUM_FUZZ=ON -DFITSUM_BUILD_BENCH=OFF
+
+build-sanitize:
+	FITSUM_WITH_SANITIZERS=1 bash scripts/install-deps.sh
+	$(MAKE) $(SANITIZE_DIR)/CMakeCache.txt
+	cmake --build $(SANITIZE_DIR) -j $(JOBS)
+
+test-sanitize: build-sanitize
+	bash scripts/test-sanitize.sh $(SANITIZE_DIR)
+
+# FUZZ_SECONDS per target (60 by default; CI runs a short pass).
+fuzz: build-sanitize
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(SANITIZE_DIR)
+
 demo: deps
 	$(MAKE) build
 	bash scripts/demo.sh $(BUILD_DIR)
@@ -39,4 +60,4 @@ bench: deps
 	bash scripts/bench.sh $(BUILD_DIR)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
