@@ -104,39 +104,39 @@ void check_pretokenized_length(const RecordContext& context, const std::string& 
 
 void DataOptions::validate() const {
   if (text_column.empty() || summary_column.empty()) {
-    throw std::invalid_argument("--text_column and --summary_column must name a column");
+    throw std::invalid_argument("text_column and summary_column must name a column");
   }
   if (text_column == summary_column) {
-    throw std::invalid_argument("--text_column and --summary_column are both '" + text_column +
+    throw std::invalid_argument("text_column and summary_column are both '" + text_column +
                                 "'; the summary must come from another column");
   }
   if (max_source_length < 1) {
-    throw std::invalid_argument("--max_source_length is " + std::to_string(max_source_length) +
+    throw std::invalid_argument("max_source_length is " + std::to_string(max_source_length) +
                                 "; it must be at least 1, the </s> that ends every input");
   }
   if (max_target_length < 1) {
-    throw std::invalid_argument("--max_target_length is " + std::to_string(max_target_length) +
+    throw std::invalid_argument("max_target_length is " + std::to_string(max_target_length) +
                                 "; it must be at least 1, the </s> that ends every summary");
   }
   if (max_train_samples && *max_train_samples < 1) {
-    throw std::invalid_argument("--max_train_samples must be at least 1");
+    throw std::invalid_argument("max_train_samples must be at least 1");
   }
   if (max_eval_samples && *max_eval_samples < 1) {
-    throw std::invalid_argument("--max_eval_samples must be at least 1");
+    throw std::invalid_argument("max_eval_samples must be at least 1");
   }
   if (pad_to_multiple_of && *pad_to_multiple_of < 1) {
-    throw std::invalid_argument("--pad_to_multiple_of must be at least 1");
+    throw std::invalid_argument("pad_to_multiple_of must be at least 1");
   }
   if (max_tokens_per_batch) {
     const std::int64_t longest = std::max(max_source_length, max_target_length);
     if (*max_tokens_per_batch < longest) {
-      throw std::invalid_argument("--max_tokens_per_batch " + std::to_string(*max_tokens_per_batch) +
+      throw std::invalid_argument("max_tokens_per_batch " + std::to_string(*max_tokens_per_batch) +
                                   " is below the longest possible example (" + std::to_string(longest) +
-                                  " tokens, from --max_source_length/--max_target_length), which would fit no batch");
+                                  " tokens, from max_source_length/max_target_length), which would fit no batch");
     }
     if (group_by_length) {
       throw std::invalid_argument(
-          "--group_by_length and --max_tokens_per_batch both choose how examples are grouped; use one of them");
+          "group_by_length and max_tokens_per_batch both choose how examples are grouped; use one of them");
     }
   }
 }
@@ -151,8 +151,8 @@ std::vector<std::string> clamp_lengths_to_model(DataOptions& options, std::int64
       length = max_position_embeddings;
     }
   };
-  clamp(options.max_source_length, "--max_source_length");
-  clamp(options.max_target_length, "--max_target_length");
+  clamp(options.max_source_length, "max_source_length");
+  clamp(options.max_target_length, "max_target_length");
   return warnings;
 }
 
@@ -190,7 +190,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     // Pre-tokenized (e.g. by `datasets`): used as it is, only checked.
     example.input_ids = context.ids("input_ids", vocab_size, false);
     check_pretokenized_length(context, "input_ids", example.input_ids.size(), options.max_source_length,
-                              "--max_source_length");
+                              "max_source_length");
     if (context.has("attention_mask")) {
       example.attention_mask = context.ids("attention_mask", 2, false);
       if (example.attention_mask.size() != example.input_ids.size()) {
@@ -201,15 +201,15 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     if (context.has("labels")) {
       example.labels = context.ids("labels", vocab_size, true);
       check_pretokenized_length(context, "labels", example.labels->size(), options.max_target_length,
-                                "--max_target_length");
+                                "max_target_length");
     }
     counts.pretokenized = 1;
   } else {
-    const std::string& text = context.text(options.text_column, "--text_column");
+    const std::string& text = context.text(options.text_column, "text_column");
     if (tokenizer == nullptr) {
       throw context.bad(options.text_column,
                         "is text, but no tokenizer was found (the model folder has no "
-                        "spiece.model): pass --tokenizer_name DIR, or pre-tokenized records");
+                        "spiece.model): pass tokenizer_name DIR, or pre-tokenized records");
     }
     // Bounded by the maximum lengths: a 100 MB record costs what its first max_source_length tokens cost.
     bool cut = false;
@@ -217,7 +217,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     counts.empty_text = example.input_ids.size() == 1 ? 1 : 0;
     counts.truncated_sources = cut ? 1 : 0;
     if (record.fields.contains(options.summary_column)) {
-      const std::string& summary = context.text(options.summary_column, "--summary_column");
+      const std::string& summary = context.text(options.summary_column, "summary_column");
       example.labels = tokenizer->encode(summary, static_cast<std::size_t>(options.max_target_length), &cut);
       counts.truncated_targets = cut ? 1 : 0;
     }
@@ -255,7 +255,7 @@ bool ExampleReader::next(Example& example) {
       example = make_example(record, records_.file(), tokenizer_, vocab_size_, options_, &stats_);
     } catch (const BadRecord& e) {
       if (!options_.skip_bad_records) {
-        throw BadRecord(std::string(e.what()) + " (--skip_bad_records skips such records)");
+        throw BadRecord(std::string(e.what()) + " (skip_bad_records skips such records)");
       }
       ++stats_.skipped_bad;
       if (stats_.first_skipped.size() < kSkippedMessagesKept) {

@@ -117,7 +117,7 @@ std::vector<std::vector<std::size_t>> token_budget_batches(const std::vector<std
     const std::size_t length = padded(lengths[index]);
     if (length > budget.max_tokens) {
       throw std::invalid_argument("example " + std::to_string(index) + " has " + std::to_string(lengths[index]) +
-                                  " tokens, more than --max_tokens_per_batch " + std::to_string(budget.max_tokens) +
+                                  " tokens, more than max_tokens_per_batch " + std::to_string(budget.max_tokens) +
                                   " allows for one example; raise the budget or lower the maximum lengths");
     }
     const std::size_t longest = std::max(batch_length, length);

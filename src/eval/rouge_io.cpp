@@ -60,8 +60,8 @@ std::vector<SummaryPair> read_summary_pairs(const std::filesystem::path& path, c
                                ", expected an object with the prediction and reference fields");
     }
     SummaryPair pair;
-    pair.prediction = text_field(record, fields.prediction, where, "--prediction_field");
-    pair.reference = text_field(record, fields.reference, where, "--reference_field");
+    pair.prediction = text_field(record, fields.prediction, where, "prediction_field");
+    pair.reference = text_field(record, fields.reference, where, "reference_field");
     pairs.push_back(std::move(pair));
   }
   return pairs;

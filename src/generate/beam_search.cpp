@@ -87,6 +87,90 @@ std::vector<std::int64_t> row_tokens(const torch::Tensor& sequences, std::int64_
 
 }  // namespace
 
+namespace {
+
+// The next beams of every active source, as BeamSearchScorer.process chooses them from the ranked candidates.
+struct NextBeams {
+  std::vector<std::int64_t> rows;    // the row each next beam extends
+  std::vector<std::int64_t> tokens;  // and with which token
+  std::vector<float> scores;         // its new sum of log-probabilities
+  std::vector<std::int64_t> still_active;
+};
+
+// top_scores / top_ids (A, 2 * beams) on the CPU: candidates ranked per source; ids index (beams * V).
+NextBeams process_candidates(const at::Tensor& top_scores, const at::Tensor& top_ids, std::int64_t vocab,
+                             std::int64_t length, const at::Tensor& sequences, const std::vector<std::int64_t>& active,
+                             std::vector<BeamHypotheses>& hypotheses, std::int64_t beams, std::int64_t eos) {
+  const auto scores_of = top_scores.accessor<float, 2>();
+  const auto ids_of = top_ids.accessor<std::int64_t, 2>();
+  NextBeams next;
+  for (std::size_t a = 0; a < active.size(); ++a) {
+    const auto source = active[a];
+    std::int64_t kept = 0;
+    float best = -std::numeric_limits<float>::infinity();
+    for (std::int64_t rank = 0; rank < 2 * beams; ++rank) best = std::max(best, scores_of[a][rank]);
+    const auto first_kept = next.rows.size();
+    for (std::int64_t rank = 0; rank < 2 * beams && kept < beams; ++rank) {
+      const auto id = ids_of[a][rank];
+      const auto token = id % vocab;
+      const auto row = static_cast<std::int64_t>(a) * beams + id / vocab;
+      const float score = scores_of[a][rank];
+      if (token == eos) {
+        // An eos ranked below the first num_beams candidates is dropped, not kept as a hypothesis.
+        if (rank < beams) hypotheses[source].add(row_tokens(sequences, row), score);
+      } else {
+        next.rows.push_back(row);
+        next.tokens.push_back(token);
+        next.scores.push_back(score);
+        ++kept;
+      }
+    }
+    if (kept < beams) {
+      throw std::runtime_error(
+          "beam search found fewer than num_beams continuations that are not eos among the "
+          "top 2 * num_beams candidates (HF raises the same)");
+    }
+    if (hypotheses[source].is_done(best, length)) {
+      next.rows.resize(first_kept);  // a finished source leaves the batch
+      next.tokens.resize(first_kept);
+      next.scores.resize(first_kept);
+    } else {
+      next.still_active.push_back(source);
+    }
+  }
+  return next;
+}
+
+// BeamSearchScorer.finalize: the beams of sources still open at max_length become hypotheses too; then the best
+// hypothesis of each source, shorter ones padded with eos then pad, up to the longest + 1 (at most max_length).
+void finalize(GenerationResult& result, std::vector<BeamHypotheses>& hypotheses,
+              const std::vector<std::int64_t>& active, const at::Tensor& sequences, const at::Tensor& beam_scores,
+              std::int64_t beams, std::int64_t max_length, const GenerationOptions& options) {
+  const auto final_scores = active.empty() ? torch::Tensor() : beam_scores.to(torch::kCPU);
+  for (std::size_t a = 0; a < active.size(); ++a) {
+    for (std::int64_t i = 0; i < beams; ++i) {
+      const auto row = static_cast<std::int64_t>(a) * beams + i;
+      hypotheses[active[a]].add(row_tokens(sequences, row), final_scores[row].item<float>());
+    }
+  }
+  const auto batch = static_cast<std::int64_t>(hypotheses.size());
+  std::int64_t longest = 0;
+  for (const auto& h : hypotheses) longest = std::max<std::int64_t>(longest, h.best().tokens.size());
+  const auto width = std::min(longest + 1, max_length);
+  result.sequences = torch::full({batch, width}, options.pad_token_id, torch::kLong);
+  result.sequence_scores = torch::empty({batch}, torch::kFloat32);
+  auto out = result.sequences.accessor<std::int64_t, 2>();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto& best = hypotheses[b].best();
+    const auto n = static_cast<std::int64_t>(best.tokens.size());
+    for (std::int64_t t = 0; t < n; ++t) out[b][t] = best.tokens[t];
+    if (n < width) out[b][n] = options.eos_token_id;
+    result.sequence_scores[b] = best.score;
+  }
+}
+
+}  // namespace
+
 GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& input_ids, const at::Tensor& attention_mask,
                              const GenerationOptions& options) {
   options.validate_for(model.config());
@@ -96,15 +180,12 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
   }
   check_inputs(model, input_ids, attention_mask);
   EvalModeGuard inference(model);
-
   const auto batch = input_ids.size(0);
   const auto beams = options.num_beams;
   const auto max_length = options.effective_max_length();
-  const auto eos = options.eos_token_id;
   GenerationResult result;
   std::vector<BeamHypotheses> hypotheses(
       batch, BeamHypotheses(beams, options.length_penalty, options.early_stopping, max_length));
-
   StepDecoder decoder(model, model.encode(input_ids, attention_mask), attention_mask, options.use_cache);
   const auto device = decoder.device();
   // The running beams' tokens (R, T) on the CPU, R = beams * active sources; the first step has one row per source.
@@ -112,9 +193,7 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
   torch::Tensor beam_scores;                // (R) float32 on the device: each beam's sum of log-probabilities
   std::vector<std::int64_t> active(batch);  // the sources still searching, in row order
   for (std::int64_t b = 0; b < batch; ++b) active[b] = b;
-
-  std::int64_t length = 1;
-  while (true) {
+  for (std::int64_t length = 1;;) {
     auto log_probs = torch::log_softmax(decoder.next_logits(sequences), -1);  // (R, V)
     ++result.stats.decoder_steps;
     result.stats.decoded_rows += decoder.rows();
@@ -136,94 +215,23 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
     // vocabulary each (R, V) temporary is megabytes, and log_probs is not needed afterwards.
     auto candidates = log_probs.add_(beam_scores.unsqueeze(1)).view({sources, beams * vocab});
     auto [top_scores, top_ids] = torch::topk(candidates, 2 * beams, 1, /*largest=*/true, /*sorted=*/true);
-    top_scores = top_scores.to(torch::kCPU);
-    top_ids = top_ids.to(torch::kCPU);
-    const auto scores_of = top_scores.accessor<float, 2>();
-    const auto ids_of = top_ids.accessor<std::int64_t, 2>();
-
-    // BeamSearchScorer.process, source by source.
-    std::vector<std::int64_t> next_rows;    // the row each next beam extends
-    std::vector<std::int64_t> next_tokens;  // and with which token
-    std::vector<float> next_scores;         // its new sum of log-probabilities
-    std::vector<std::int64_t> still_active;
-    for (std::int64_t a = 0; a < sources; ++a) {
-      const auto source = active[a];
-      std::int64_t kept = 0;
-      float best = -std::numeric_limits<float>::infinity();
-      for (std::int64_t rank = 0; rank < 2 * beams; ++rank) {
-        best = std::max(best, scores_of[a][rank]);
-      }
-      const auto first_kept = next_rows.size();
-      for (std::int64_t rank = 0; rank < 2 * beams && kept < beams; ++rank) {
-        const auto id = ids_of[a][rank];
-        const auto token = id % vocab;
-        const auto row = a * beams + id / vocab;
-        const float score = scores_of[a][rank];
-        if (token == eos) {
-          // An eos ranked below the first num_beams candidates is dropped, not kept as a hypothesis.
-          if (rank < beams) {
-            hypotheses[source].add(row_tokens(sequences, row), score);
-          }
-        } else {
-          next_rows.push_back(row);
-          next_tokens.push_back(token);
-          next_scores.push_back(score);
-          ++kept;
-        }
-      }
-      if (kept < beams) {
-        throw std::runtime_error(
-            "beam search found fewer than num_beams continuations that are not eos among the "
-            "top 2 * num_beams candidates (HF raises the same)");
-      }
-      if (hypotheses[source].is_done(best, length)) {
-        next_rows.resize(first_kept);  // a finished source leaves the batch
-        next_tokens.resize(first_kept);
-        next_scores.resize(first_kept);
-      } else {
-        still_active.push_back(source);
-      }
-    }
-    if (still_active.empty()) {
+    auto next = process_candidates(top_scores.to(torch::kCPU), top_ids.to(torch::kCPU), vocab, length, sequences,
+                                   active, hypotheses, beams, options.eos_token_id);
+    if (next.still_active.empty()) {
       active.clear();
       break;
     }
-    auto index = torch::tensor(next_rows, torch::kLong);  // (R')
+    auto index = torch::tensor(next.rows, torch::kLong);  // (R')
     sequences =
-        torch::cat({sequences.index_select(0, index), torch::tensor(next_tokens, torch::kLong).unsqueeze(1)}, 1);
-    beam_scores = torch::tensor(next_scores, torch::kFloat32).to(device);
+        torch::cat({sequences.index_select(0, index), torch::tensor(next.tokens, torch::kLong).unsqueeze(1)}, 1);
+    beam_scores = torch::tensor(next.scores, torch::kFloat32).to(device);
     ++length;
-    const bool same_sources = static_cast<std::int64_t>(still_active.size()) == sources;
-    active = std::move(still_active);
-    if (length >= max_length) {
-      break;
-    }
+    const bool same_sources = static_cast<std::int64_t>(next.still_active.size()) == sources;
+    active = std::move(next.still_active);
+    if (length >= max_length) break;
     decoder.select(index, same_sources);
   }
-
-  // BeamSearchScorer.finalize: the beams of sources still open at max_length become hypotheses too.
-  const auto final_scores = active.empty() ? torch::Tensor() : beam_scores.to(torch::kCPU);
-  for (std::size_t a = 0; a < active.size(); ++a) {
-    for (std::int64_t i = 0; i < beams; ++i) {
-      const auto row = static_cast<std::int64_t>(a) * beams + i;
-      hypotheses[active[a]].add(row_tokens(sequences, row), final_scores[row].item<float>());
-    }
-  }
-
-  // The best hypothesis of each source; shorter ones get eos then pad, up to the longest + 1 (at most max_length).
-  std::int64_t longest = 0;
-  for (const auto& h : hypotheses) longest = std::max<std::int64_t>(longest, h.best().tokens.size());
-  const auto width = std::min(longest + 1, max_length);
-  result.sequences = torch::full({batch, width}, options.pad_token_id, torch::kLong);
-  result.sequence_scores = torch::empty({batch}, torch::kFloat32);
-  auto out = result.sequences.accessor<std::int64_t, 2>();
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const auto& best = hypotheses[b].best();
-    const auto n = static_cast<std::int64_t>(best.tokens.size());
-    for (std::int64_t t = 0; t < n; ++t) out[b][t] = best.tokens[t];
-    if (n < width) out[b][n] = eos;
-    result.sequence_scores[b] = best.score;
-  }
+  finalize(result, hypotheses, active, sequences, beam_scores, beams, max_length, options);
   return result;
 }
 

@@ -2,7 +2,6 @@
 #include "fitsum/io/checkpoint.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -200,85 +199,85 @@ std::unique_ptr<TensorSource> open_tensor_source(const ModelFolder& folder) {
 
 namespace {
 
-// How the stored tensors map onto the model: what to copy, which tied copies were stored, what is wrong.
-struct TensorMatch {
+// How the stored tensors map onto the model: what to copy, which stored tensors are tied copies of
+// model.shared.weight, what is computed instead of read, and every mismatch.
+struct WeightMatch {
+  std::map<std::string, at::Tensor> expected;  // parameters and buffers under their HF names
+  bool has_prefix = false;                     // stored names start with "model." (else: a bare PegasusModel)
   std::vector<const TensorSource::Info*> to_load;
-  std::vector<const TensorSource::Info*> duplicates;  // tied copies of model.shared.weight
-  std::set<std::string> found;                        // model names covered by to_load
+  std::vector<const TensorSource::Info*> duplicates;
+  std::set<std::string> found;
+  std::vector<std::string> computed;
   std::vector<std::string> problems;
-};
 
-// Checkpoints saved from the bare PegasusModel have no "model." prefix; HF adds it on load, so do we.
-std::function<std::string(const std::string&)> hf_name_mapping(const TensorSource& source) {
-  bool has_prefix = false;
-  for (const auto& info : source.tensors()) {
-    if (info.name.rfind("model.", 0) == 0) has_prefix = true;
-  }
-  return [has_prefix](const std::string& stored) {
+  // Checkpoints saved from the bare PegasusModel have no "model." prefix; HF adds it on load, so do we.
+  std::string hf_name(const std::string& stored) const {
     if (has_prefix || stored == "final_logits_bias" || stored.rfind("lm_head.", 0) == 0) return stored;
     return "model." + stored;
-  };
-}
+  }
+};
 
-TensorMatch match_tensors(const TensorSource& source, const std::map<std::string, at::Tensor>& expected,
-                          const model::ModelConfig& c, const std::function<std::string(const std::string&)>& hf_name) {
+// Sorts one stored tensor into to_load, duplicates or problems.
+void match_stored(WeightMatch& m, const TensorSource::Info& info, const model::ModelConfig& c) {
   const std::set<std::string> tied_copies =
       c.tie_word_embeddings
           ? std::set<std::string>{"lm_head.weight", "model.encoder.embed_tokens.weight",
                                   "model.decoder.embed_tokens.weight"}
           : std::set<std::string>{"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"};
-  TensorMatch match;
-  for (const auto& info : source.tensors()) {
-    const std::string name = hf_name(info.name);
-    const auto it = expected.find(name);
-    std::vector<std::int64_t> want;
-    if (it != expected.end()) {
-      want = it->second.sizes().vec();
-    } else if (tied_copies.count(name)) {
-      want = {c.vocab_size, c.d_model};
-    } else {
-      match.problems.push_back("unexpected tensor '" + info.name + "' (shape " + shape_text(info.shape) +
-                               "): the model built from config.json has no such parameter");
-      continue;
-    }
-    if (info.shape != want) {
-      match.problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected " +
-                               shape_text(want));
-      continue;
-    }
-    const bool floating = info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16" || info.dtype == "F64";
-    if (!floating) {
-      match.problems.push_back("tensor '" + info.name + "' has dtype " + info.dtype +
-                               "; weights must be F32, F16, BF16 or F64");
-      continue;
-    }
-    if (it == expected.end()) {
-      match.duplicates.push_back(&info);
-    } else {
-      match.found.insert(name);
-      match.to_load.push_back(&info);
-    }
+  const std::string name = m.hf_name(info.name);
+  auto it = m.expected.find(name);
+  std::vector<std::int64_t> want;
+  if (it != m.expected.end()) {
+    want = it->second.sizes().vec();
+  } else if (tied_copies.count(name)) {
+    want = {c.vocab_size, c.d_model};
+  } else {
+    m.problems.push_back("unexpected tensor '" + info.name + "' (shape " + shape_text(info.shape) +
+                         "): the model built from config.json has no such parameter");
+    return;
   }
-  return match;
+  if (info.shape != want) {
+    m.problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected " + shape_text(want));
+    return;
+  }
+  const bool floating = info.dtype == "F32" || info.dtype == "F16" || info.dtype == "BF16" || info.dtype == "F64";
+  if (!floating) {
+    m.problems.push_back("tensor '" + info.name + "' has dtype " + info.dtype +
+                         "; weights must be F32, F16, BF16 or F64");
+    return;
+  }
+  if (it == m.expected.end()) {
+    m.duplicates.push_back(&info);
+  } else {
+    m.found.insert(name);
+    m.to_load.push_back(&info);
+  }
 }
 
-// Tensors of the model the files do not hold: computed ones are fine (sinusoidal tables, the zero logits bias).
-void check_missing(const std::map<std::string, at::Tensor>& expected, const model::ModelConfig& c, TensorMatch& match,
-                   LoadReport& report) {
-  for (const auto& [name, tensor] : expected) {
-    if (match.found.count(name)) continue;
+WeightMatch match_weights(model::Seq2SeqLMImpl& model, const TensorSource& source) {
+  WeightMatch m;
+  for (const auto& item : model.named_parameters()) m.expected[item.key()] = item.value();
+  for (const auto& item : model.named_buffers()) m.expected[item.key()] = item.value();
+  for (const auto& info : source.tensors()) {
+    if (info.name.rfind("model.", 0) == 0) m.has_prefix = true;
+  }
+  const auto& c = model.config();
+  for (const auto& info : source.tensors()) match_stored(m, info, c);
+  for (const auto& [name, tensor] : m.expected) {
+    if (m.found.count(name)) continue;
     const bool computable =
         name == "final_logits_bias" ||
         (ends_with(name, "embed_positions.weight") && c.position_embedding == model::PositionEmbedding::sinusoidal);
-    if (name == "model.shared.weight" && !match.duplicates.empty()) {
+    if (name == "model.shared.weight" && !m.duplicates.empty()) {
       continue;  // only a tied copy is stored: it is loaded into model.shared below
     }
     if (computable) {
-      report.computed.push_back(name);
+      m.computed.push_back(name);
     } else {
-      match.problems.push_back("missing tensor '" + name + "' (shape " + shape_text(tensor.sizes().vec()) + ")");
+      m.problems.push_back("missing tensor '" + name + "' (shape " + shape_text(tensor.sizes().vec()) + ")");
     }
   }
+  return m;
 }
 
 [[noreturn]] void throw_mismatch(const ModelFolder& folder, const model::ModelConfig& c,
@@ -300,32 +299,26 @@ void check_missing(const std::map<std::string, at::Tensor>& expected, const mode
 
 LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) {
   const auto source = open_tensor_source(folder);
+  auto m = match_weights(model, *source);
+  if (!m.problems.empty()) throw_mismatch(folder, model.config(), m.problems);
   LoadReport report;
-  // Expected tensors: parameters and buffers under their HF names.
-  std::map<std::string, at::Tensor> expected;
-  for (const auto& item : model.named_parameters()) expected[item.key()] = item.value();
-  for (const auto& item : model.named_buffers()) expected[item.key()] = item.value();
-  const auto hf_name = hf_name_mapping(*source);
-  auto match = match_tensors(*source, expected, model.config(), hf_name);
-  check_missing(expected, model.config(), match, report);
-  if (!match.problems.empty()) throw_mismatch(folder, model.config(), match.problems);
-
+  report.computed = m.computed;
   torch::NoGradGuard no_grad;
-  for (const auto* info : match.to_load) {
-    auto& target = expected.at(hf_name(info->name));
+  for (const auto* info : m.to_load) {
+    auto& target = m.expected.at(m.hf_name(info->name));
     auto value = source->read(info->name, target.scalar_type());
     target.copy_(value);
     report.tensors_loaded += 1;
     report.bytes_read += static_cast<std::uint64_t>(value.numel()) * value.element_size();
   }
   auto& shared = model.model->shared->weight;
-  for (const auto* info : match.duplicates) {
-    const std::string name = hf_name(info->name);
+  for (const auto* info : m.duplicates) {
+    const std::string name = m.hf_name(info->name);
     report.tied_duplicates.push_back(name);
     auto value = source->read(info->name, shared.scalar_type());
-    if (!match.found.count("model.shared.weight")) {
+    if (!m.found.count("model.shared.weight")) {
       shared.copy_(value);
-      match.found.insert("model.shared.weight");
+      m.found.insert("model.shared.weight");
       report.tensors_loaded += 1;
     } else if (!torch::equal(value, shared)) {
       report.warnings.push_back("'" + name +

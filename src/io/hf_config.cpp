@@ -195,13 +195,13 @@ void apply_config_overrides(json& config_json, const std::string& overrides) {
     if (item.find_first_not_of(" ") == std::string::npos) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
-      throw std::invalid_argument("--config_overrides: '" + item + "' is not key=value (e.g. dropout=0.0)");
+      throw std::invalid_argument("config_overrides: '" + item + "' is not key=value (e.g. dropout=0.0)");
     }
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
     const auto existing = config_json.find(key);
     if (existing == config_json.end() && key != "embedding_padding_idx") {
-      throw std::invalid_argument("--config_overrides: config.json has no field '" + key + "'");
+      throw std::invalid_argument("config_overrides: config.json has no field '" + key + "'");
     }
     try {
       if (key == "embedding_padding_idx") {
@@ -219,7 +219,7 @@ void apply_config_overrides(json& config_json, const std::string& overrides) {
         *existing = value;
       }
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("--config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what() +
+      throw std::invalid_argument("config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what() +
                                   "; write key=value pairs separated by commas");
     }
   }

@@ -15,8 +15,8 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
   const bool from_config = !source.config_name.empty();
   if (pretrained == from_config) {
     throw std::invalid_argument(
-        "give either --model_name_or_path DIR (a Hugging Face model folder) or --config_name config.json (random "
-        "initialisation, with --tokenizer_name DIR)");
+        "give either model_name_or_path DIR (a Hugging Face model folder) or config_name config.json (random "
+        "initialisation, with tokenizer_name DIR)");
   }
   LoadedModel loaded;
   fs::path config_file;
@@ -26,7 +26,7 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
     if (!folder.has_weights()) {
       throw std::runtime_error("'" + source.model_name_or_path +
                                "' holds no weights; to start from random weights pass its config.json as "
-                               "--config_name instead");
+                               "config_name instead");
     }
     loaded.config_json = folder.config_json;
     config_file = folder.dir / "config.json";
@@ -55,7 +55,7 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
                                  : pretrained                   ? fs::path(source.model_name_or_path)
                                                                 : config_file.parent_path();
   if (!source.tokenizer_name.empty() && !fs::exists(tokenizer_dir / "spiece.model")) {
-    throw std::runtime_error("--tokenizer_name '" + source.tokenizer_name + "' has no spiece.model");
+    throw std::runtime_error("tokenizer_name '" + source.tokenizer_name + "' has no spiece.model");
   }
   if (fs::exists(tokenizer_dir / "spiece.model")) loaded.tokenizer_dir = tokenizer_dir;
   return loaded;

@@ -14,9 +14,11 @@
 
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/tracking_allocator.h"
+#include "fitsum/model/micro_step.h"
+#include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
-#include "fitsum/train/train_step.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/random_state.h"
 #include "fitsum/util/torch_compat.h"
 
 #ifdef FITSUM_WITH_CUDA
@@ -148,12 +150,12 @@ void micro_step(model::Seq2SeqLMImpl& model, const BatchShape& shape, const Cali
   auto labels = (torch::arange(shape.batch * shape.target, torch::kLong) * 7 % (vocab - 2) + 2)
                     .view({shape.batch, shape.target})
                     .to(device);
-  // Exactly the micro-step the trainer runs (train/train_step.h), so what is measured is what training allocates.
-  train::MicroBatchOptions micro;
+  // Exactly the micro-step the trainer runs (model/micro_step.h), so what is measured is what training allocates.
+  model::MicroBatchOptions micro;
   micro.loss_scale = 1.0 / static_cast<double>(shape.batch * shape.target);
   micro.label_smoothing = options.label_smoothing;
   micro.bf16 = options.bf16;
-  train::forward_backward(model, ids, mask, labels, micro);
+  model::forward_backward(model, ids, mask, labels, micro);
 }
 
 // The optimizer step (with clipping) on one stand-alone tensor shaped like the model's largest parameter: its
@@ -194,7 +196,7 @@ std::uint64_t available_memory(const c10::Device& device) {
   if (device.is_cuda()) {
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
-      throw std::runtime_error("--max_memory auto: cudaMemGetInfo failed");
+      throw std::runtime_error("max_memory auto: cudaMemGetInfo failed");
     }
     return free_bytes;
   }
@@ -206,13 +208,13 @@ std::uint64_t available_memory(const c10::Device& device) {
   while (meminfo >> key >> kib >> unit) {
     if (key == "MemAvailable:") return kib * 1024;
   }
-  throw std::runtime_error("--max_memory auto: MemAvailable not found in /proc/meminfo; give a size instead");
+  throw std::runtime_error("max_memory auto: MemAvailable not found in /proc/meminfo; give a size instead");
 }
 
 std::uint64_t resolve_memory_budget(const std::string& spec, const c10::Device& device) {
   if (spec == "auto") return available_memory(device);
   const auto bytes = util::parse_bytes(spec);
-  if (bytes == 0) throw std::invalid_argument("--max_memory must be above 0 (or 'auto')");
+  if (bytes == 0) throw std::invalid_argument("max_memory must be above 0 (or 'auto')");
   return bytes;
 }
 
@@ -222,7 +224,7 @@ void apply_memory_budget(const c10::Device& device, std::uint64_t bytes) {
     // The fraction is of the whole device; what the CUDA context already holds is outside the caching allocator.
     std::size_t free_bytes = 0, total_bytes = 0;
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess || total_bytes == 0) {
-      throw std::runtime_error("--max_memory: cudaMemGetInfo failed");
+      throw std::runtime_error("max_memory: cudaMemGetInfo failed");
     }
     const double fraction =
         bytes == 0 ? 1.0 : std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total_bytes));
@@ -254,6 +256,76 @@ double TimeFit::predict(const BatchShape& shape) const {
 
 // ---- Calibration ----
 
+namespace {
+
+// Probe shapes: small, yet spread in B, S and T so that every term of the fit is seen; capped at the lengths the
+// run will use, so a short-sequence run never probes longer sequences than it trains on. The transient is a
+// maximum over phases (the stored activations at the start of backward grow with B; the dense embedding gradients
+// at its end do not), so the probes reach micro-batch 8 at short lengths to see the regime that large micro-batches
+// are in, and include micro-batches 1, 2 and 4 at the longest lengths.
+std::vector<BatchShape> probe_shapes(const CalibrationOptions& options) {
+  const auto src = [&](std::int64_t s) { return std::max<std::int64_t>(2, std::min(s, options.max_source_length)); };
+  const auto tgt = [&](std::int64_t t) { return std::max<std::int64_t>(2, std::min(t, options.max_target_length)); };
+  const auto s_max = options.max_source_length, t_max = options.max_target_length;
+  return {{1, src(32), tgt(16)},
+          {1, src(128), tgt(16)},
+          {1, src(64), tgt(48)},
+          {2, src(64), tgt(16)},
+          {2, src(32), tgt(64)},
+          {2, src(128), tgt(48)},
+          {4, src(32), tgt(16)},
+          {4, src(64), tgt(32)},
+          {4, src(128), tgt(16)},
+          {4, src(128), tgt(64)},
+          {8, src(32), tgt(16)},
+          {8, src(32), tgt(48)},
+          {8, src(64), tgt(32)},
+          {8, src(128), tgt(32)},
+          {8, src(64), tgt(64)},
+          {1, src(128), tgt(64)},
+          // At the run's own lengths (Marian's --mini-batch-fit idea): with checkpointing, one layer's recomputed
+          // attention (B x heads x S^2) only outgrows the constant phase at long sources, which short probes miss.
+          {1, src(s_max), tgt(t_max)},
+          {2, src(s_max), tgt(t_max)},
+          {1, src(s_max / 2), tgt(t_max)},
+          {2, src(s_max / 2), tgt(t_max / 2)},
+          {4, src(s_max), tgt(t_max)},
+          {4, src(s_max / 2), tgt(t_max)}};
+}
+
+// Every probe shape once, with checkpointing of all layers or none: measured transients and times, and their fits.
+void probe_mode(model::Seq2SeqLMImpl& model, const std::vector<BatchShape>& shapes, bool checkpointed,
+                const CalibrationOptions& options, const c10::Device& device, Calibration& c) {
+  const auto all = std::numeric_limits<std::int64_t>::max();
+  model.set_gradient_checkpointing(checkpointed ? all : 0, checkpointed ? all : 0);
+  micro_step(model, shapes.front(), options, device);  // warm-up of this code path
+  std::vector<std::vector<double>> time_rows;
+  std::vector<double> bytes, seconds;
+  double fastest = std::numeric_limits<double>::max();
+  for (const auto& shape : shapes) {
+    ProbeSample sample;
+    sample.shape = shape;
+    sample.checkpointed = checkpointed;
+    synchronize(device);
+    const auto t0 = Clock::now();
+    sample.transient_bytes = measure_transient(device, [&] { micro_step(model, shape, options, device); });
+    synchronize(device);
+    sample.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    bytes.push_back(static_cast<double>(sample.transient_bytes));
+    time_rows.push_back(time_features(shape));
+    seconds.push_back(sample.seconds);
+    fastest = std::min(fastest, sample.seconds);
+    c.samples.push_back(sample);
+  }
+  const auto t = least_squares(time_rows, seconds);
+  auto& time = checkpointed ? c.time_checkpointed : c.time_plain;
+  (checkpointed ? c.activations_checkpointed : c.activations_plain) = fit_activations(shapes, bytes);
+  std::copy(t.begin(), t.end(), time.coefficients.begin());
+  time.floor_seconds = fastest;
+}
+
+}  // namespace
+
 Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& options) {
   const auto start = Clock::now();
   const auto& config = model.config();
@@ -273,80 +345,14 @@ Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& opt
   for (const auto& b : model.buffers()) c.weight_bytes += bytes_of(b);
 
   // Dropout draws of the probe must not shift the training run's random numbers.
-  auto generator = at::globalContext().defaultGenerator(device.is_cuda() ? device : c10::Device(c10::kCPU));
-  torch::Tensor rng;
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng = generator.get_state();
-  }
+  util::RandomStateGuard keep_random_state(device);
   const bool was_training = model.is_training();
   model.train();
-
-  // Probe shapes: small, yet spread in B, S and T so that every term of the fit is seen; capped at the lengths
-  // the run will use, so a short-sequence run never probes longer sequences than it trains on.
-  const auto src = [&](std::int64_t s) { return std::max<std::int64_t>(2, std::min(s, options.max_source_length)); };
-  const auto tgt = [&](std::int64_t t) { return std::max<std::int64_t>(2, std::min(t, options.max_target_length)); };
-  // The transient is a maximum over phases (the stored activations at the start of backward grow with B; the
-  // dense embedding gradients at its end do not), so the probes reach micro-batch 8 at short lengths to see the
-  // regime that large micro-batches are in, and include micro-batches 1, 2 and 4 at the longest lengths.
-  const std::vector<BatchShape> shapes = {
-      {1, src(32), tgt(16)},
-      {1, src(128), tgt(16)},
-      {1, src(64), tgt(48)},
-      {2, src(64), tgt(16)},
-      {2, src(32), tgt(64)},
-      {2, src(128), tgt(48)},
-      {4, src(32), tgt(16)},
-      {4, src(64), tgt(32)},
-      {4, src(128), tgt(16)},
-      {4, src(128), tgt(64)},
-      {8, src(32), tgt(16)},
-      {8, src(32), tgt(48)},
-      {8, src(64), tgt(32)},
-      {8, src(128), tgt(32)},
-      {8, src(64), tgt(64)},
-      {1, src(128), tgt(64)},
-      // At the run's own lengths (Marian's --mini-batch-fit idea): with checkpointing, one layer's recomputed
-      // attention (B x heads x S^2) only outgrows the constant phase at long sources, which short probes never see.
-      {1, src(options.max_source_length), tgt(options.max_target_length)},
-      {2, src(options.max_source_length), tgt(options.max_target_length)},
-      {1, src(options.max_source_length / 2), tgt(options.max_target_length)},
-      {2, src(options.max_source_length / 2), tgt(options.max_target_length / 2)},
-      {4, src(options.max_source_length), tgt(options.max_target_length)},
-      {4, src(options.max_source_length / 2), tgt(options.max_target_length)}};
-
+  const auto shapes = probe_shapes(options);
   // Warm-up: allocates the gradients (kept between steps, as the trainer's zero_grad keeps them) and first-use
-  // buffers, so each probe below sees only its own transient.
+  // buffers, so each probe sees only its own transient.
   micro_step(model, shapes.front(), options, device);
-  for (bool checkpointed : {false, true}) {
-    model.set_gradient_checkpointing(checkpointed ? std::numeric_limits<std::int64_t>::max() : 0,
-                                     checkpointed ? std::numeric_limits<std::int64_t>::max() : 0);
-    micro_step(model, shapes.front(), options, device);  // warm-up of this code path
-    std::vector<std::vector<double>> time_rows;
-    std::vector<double> bytes, seconds;
-    double fastest = std::numeric_limits<double>::max();
-    for (const auto& shape : shapes) {
-      ProbeSample sample;
-      sample.shape = shape;
-      sample.checkpointed = checkpointed;
-      synchronize(device);
-      const auto t0 = Clock::now();
-      sample.transient_bytes = measure_transient(device, [&] { micro_step(model, shape, options, device); });
-      synchronize(device);
-      sample.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      bytes.push_back(static_cast<double>(sample.transient_bytes));
-      time_rows.push_back(time_features(shape));
-      seconds.push_back(sample.seconds);
-      fastest = std::min(fastest, sample.seconds);
-      c.samples.push_back(sample);
-    }
-    const auto t = least_squares(time_rows, seconds);
-    auto& activations = checkpointed ? c.activations_checkpointed : c.activations_plain;
-    auto& time = checkpointed ? c.time_checkpointed : c.time_plain;
-    activations = fit_activations(shapes, bytes);
-    std::copy(t.begin(), t.end(), time.coefficients.begin());
-    time.floor_seconds = fastest;
-  }
+  for (bool checkpointed : {false, true}) probe_mode(model, shapes, checkpointed, options, device, c);
   model.set_gradient_checkpointing(0, 0);
   for (auto& p : model.parameters()) {
     if (p.grad().defined()) p.mutable_grad().zero_();
@@ -355,10 +361,6 @@ Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& opt
 
   c.adamw = measure_optimizer(optim::OptimizerType::adamw_torch, largest.detach(), c.counts.trainable, device);
   c.adafactor = measure_optimizer(optim::OptimizerType::adafactor, largest.detach(), c.counts.trainable, device);
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng);
-  }
   c.probe_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return c;
 }
@@ -399,40 +401,108 @@ std::string checkpointing_label(std::int64_t checkpointed_layers, std::int64_t l
   return std::to_string(checkpointed_layers) + " of " + std::to_string(layers);
 }
 
+namespace {
+
+// The values each knob may take: the fixed one, or every choice that keeps the effective batch.
+struct KnobChoices {
+  std::vector<std::int64_t> micro_batches;
+  std::vector<std::int64_t> checkpointing;
+  std::vector<optim::OptimizerType> optimizers;
+};
+
+KnobChoices knob_choices(const PlanRequest& request, std::int64_t layers) {
+  KnobChoices k;
+  if (request.micro_batch) {
+    k.micro_batches.push_back(*request.micro_batch);
+  } else {
+    for (std::int64_t m = request.effective_batch; m >= 1; --m) {
+      if (request.effective_batch % m == 0) k.micro_batches.push_back(m);
+    }
+  }
+  if (request.checkpointed_layers) {
+    k.checkpointing.push_back(std::min(*request.checkpointed_layers, layers));
+  } else {
+    k.checkpointing = {0, layers / 2, layers};
+    k.checkpointing.erase(std::unique(k.checkpointing.begin(), k.checkpointing.end()), k.checkpointing.end());
+    k.checkpointing.erase(
+        std::remove_if(k.checkpointing.begin() + 1, k.checkpointing.end(), [](std::int64_t n) { return n == 0; }),
+        k.checkpointing.end());
+  }
+  if (request.optimizer) {
+    k.optimizers.push_back(*request.optimizer);
+  } else {
+    k.optimizers = {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor};
+  }
+  return k;
+}
+
+// The fastest candidate that fits; among equally fast ones (within 0.01%), the smallest peak.
+std::optional<std::size_t> fastest_fitting(const std::vector<Candidate>& candidates) {
+  std::optional<std::size_t> chosen;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const auto& candidate = candidates[i];
+    if (!candidate.fits) continue;
+    if (!chosen) {
+      chosen = i;
+      continue;
+    }
+    const auto& best = candidates[*chosen];
+    const bool faster = candidate.prediction.tokens_per_second > best.prediction.tokens_per_second * 1.0001;
+    const bool as_fast_smaller = candidate.prediction.tokens_per_second >= best.prediction.tokens_per_second * 0.9999 &&
+                                 candidate.prediction.peak < best.prediction.peak;
+    if (faster || as_fast_smaller) chosen = i;
+  }
+  return chosen;
+}
+
+std::string describe_knobs(const PlanKnobs& k, std::int64_t layers) {
+  std::ostringstream s;
+  s << "micro-batch " << k.micro_batch << " x " << k.accumulation << " accumulation, checkpointing "
+    << checkpointing_label(k.checkpointed_layers, layers) << ", " << optim::to_string(k.optimizer)
+    << (k.bf16 ? ", bf16" : "");
+  return s.str();
+}
+
+std::string explain_plan(const Plan& plan, const PlanRequest& request, std::int64_t layers) {
+  std::ostringstream why;
+  const int margin_percent = static_cast<int>(request.margin * 100);
+  if (!plan.chosen) {
+    why << "no candidate fits in " << util::format_bytes(request.budget) << ": the smallest needs "
+        << util::format_bytes(plan.minimum_budget) << " (predicted peak plus a " << margin_percent << "% margin)";
+    return why.str();
+  }
+  const auto& best = plan.candidates[*plan.chosen];
+  std::size_t fitting = 0;
+  for (const auto& k : plan.candidates) fitting += k.fits ? 1 : 0;
+  why << "chose " << describe_knobs(best.knobs, layers) << ": predicted peak "
+      << util::format_bytes(best.prediction.peak) << " of " << util::format_bytes(request.budget) << " (with a "
+      << margin_percent << "% margin), " << static_cast<long long>(std::llround(best.prediction.tokens_per_second))
+      << " tokens/s, the fastest of the " << fitting << " of " << plan.candidates.size() << " candidates that fit";
+  const Candidate* fastest = nullptr;
+  for (const auto& k : plan.candidates) {
+    if (!fastest || k.prediction.tokens_per_second > fastest->prediction.tokens_per_second) fastest = &k;
+  }
+  if (fastest && !fastest->fits) {
+    why << "; the fastest overall (" << describe_knobs(fastest->knobs, layers) << ", "
+        << static_cast<long long>(std::llround(fastest->prediction.tokens_per_second)) << " tokens/s) needs "
+        << util::format_bytes(static_cast<std::uint64_t>(
+               std::ceil(static_cast<double>(fastest->prediction.peak) * (1.0 + request.margin))));
+  }
+  return why.str();
+}
+
+}  // namespace
+
 Plan choose_plan(const Calibration& c, const PlanRequest& request) {
   if (request.effective_batch < 1) throw std::invalid_argument("the effective batch must be at least 1");
   const auto layers = std::max(c.encoder_layers, c.decoder_layers);
-  std::vector<std::int64_t> micro_batches;
-  if (request.micro_batch) {
-    micro_batches.push_back(*request.micro_batch);
-  } else {
-    for (std::int64_t m = request.effective_batch; m >= 1; --m) {
-      if (request.effective_batch % m == 0) micro_batches.push_back(m);
-    }
-  }
-  std::vector<std::int64_t> checkpointing;
-  if (request.checkpointed_layers) {
-    checkpointing.push_back(std::min(*request.checkpointed_layers, layers));
-  } else {
-    checkpointing = {0, layers / 2, layers};
-    checkpointing.erase(std::unique(checkpointing.begin(), checkpointing.end()), checkpointing.end());
-    checkpointing.erase(
-        std::remove_if(checkpointing.begin() + 1, checkpointing.end(), [](std::int64_t n) { return n == 0; }),
-        checkpointing.end());
-  }
-  std::vector<OptimizerKind> optimizers;
-  if (request.optimizer) {
-    optimizers.push_back(*request.optimizer);
-  } else {
-    optimizers = {OptimizerKind::adamw, OptimizerKind::adafactor};
-  }
-
+  const auto choices = knob_choices(request, layers);
   const BatchShape worst{1, request.source_length, request.target_length};
   Plan plan;
   plan.minimum_budget = std::numeric_limits<std::uint64_t>::max();
-  for (const auto m : micro_batches) {
-    for (const auto n : checkpointing) {
-      for (const auto kind : optimizers) {
+  for (const auto m : choices.micro_batches) {
+    for (const auto n : choices.checkpointing) {
+      for (const auto kind : choices.optimizers) {
         Candidate candidate;
         candidate.knobs.micro_batch = m;
         candidate.knobs.accumulation = request.effective_batch / m;  // the effective batch is kept
@@ -448,52 +518,8 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
       }
     }
   }
-  for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
-    const auto& candidate = plan.candidates[i];
-    if (!candidate.fits) continue;
-    if (!plan.chosen) {
-      plan.chosen = i;
-      continue;
-    }
-    const auto& best = plan.candidates[*plan.chosen];
-    const bool faster = candidate.prediction.tokens_per_second > best.prediction.tokens_per_second * 1.0001;
-    const bool as_fast_smaller = candidate.prediction.tokens_per_second >= best.prediction.tokens_per_second * 0.9999 &&
-                                 candidate.prediction.peak < best.prediction.peak;
-    if (faster || as_fast_smaller) plan.chosen = i;
-  }
-
-  std::ostringstream why;
-  const auto describe = [&](const Candidate& k) {
-    std::ostringstream s;
-    s << "micro-batch " << k.knobs.micro_batch << " x " << k.knobs.accumulation << " accumulation, checkpointing "
-      << checkpointing_label(k.knobs.checkpointed_layers, layers) << ", " << to_string(k.knobs.optimizer)
-      << (k.knobs.bf16 ? ", bf16" : "");
-    return s.str();
-  };
-  if (plan.chosen) {
-    const auto& best = plan.candidates[*plan.chosen];
-    std::size_t fitting = 0;
-    for (const auto& k : plan.candidates) fitting += k.fits ? 1 : 0;
-    why << "chose " << describe(best) << ": predicted peak " << util::format_bytes(best.prediction.peak) << " of "
-        << util::format_bytes(request.budget) << " (with a " << static_cast<int>(request.margin * 100) << "% margin), "
-        << static_cast<long long>(std::llround(best.prediction.tokens_per_second)) << " tokens/s, the fastest of the "
-        << fitting << " of " << plan.candidates.size() << " candidates that fit";
-    const Candidate* fastest = nullptr;
-    for (const auto& k : plan.candidates) {
-      if (!fastest || k.prediction.tokens_per_second > fastest->prediction.tokens_per_second) fastest = &k;
-    }
-    if (fastest && !fastest->fits) {
-      why << "; the fastest overall (" << describe(*fastest) << ", "
-          << static_cast<long long>(std::llround(fastest->prediction.tokens_per_second)) << " tokens/s) needs "
-          << util::format_bytes(static_cast<std::uint64_t>(
-                 std::ceil(static_cast<double>(fastest->prediction.peak) * (1.0 + request.margin))));
-    }
-  } else {
-    why << "no candidate fits in " << util::format_bytes(request.budget) << ": the smallest needs "
-        << util::format_bytes(plan.minimum_budget) << " (predicted peak plus a "
-        << static_cast<int>(request.margin * 100) << "% margin)";
-  }
-  plan.explanation = why.str();
+  plan.chosen = fastest_fitting(plan.candidates);
+  plan.explanation = explain_plan(plan, request, layers);
   return plan;
 }
 

@@ -49,7 +49,7 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) const {
     refused_.fetch_add(1);
     TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: tried to allocate ", util::format_bytes(bytes),
                      " with ", util::format_bytes(static_cast<std::uint64_t>(now - size)), " in use under a budget of ",
-                     util::format_bytes(static_cast<std::uint64_t>(limit)), " (--max_memory)");
+                     util::format_bytes(static_cast<std::uint64_t>(limit)), " (max_memory)");
   }
   std::int64_t peak = peak_.load();
   while (now > peak && !peak_.compare_exchange_weak(peak, now)) {

@@ -5,6 +5,8 @@
 #include <ATen/core/ivalue.h>
 #include <torch/torch.h>
 
+#include "fitsum/util/random_state.h"
+
 namespace fitsum::model {
 
 namespace {
@@ -15,18 +17,12 @@ struct BlockHolder : torch::CustomClassHolder {
   at::Tensor rng_state;  // the generator state right before the forward
 };
 
-at::Generator generator_for(const at::Device& device) { return at::globalContext().defaultGenerator(device); }
-
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 c10::intrusive_ptr<BlockHolder> holder, at::TensorList input_list) {
     const TensorList inputs = input_list.vec();
-    {
-      auto generator = generator_for(holder->device);
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      holder->rng_state = generator.get_state();
-    }
+    holder->rng_state = util::random_state(holder->device);
     // Custom functions run their forward without recording a graph: nothing inside the block is kept.
     auto outputs = holder->block(inputs);
     ctx->save_for_backward(inputs);
@@ -46,17 +42,11 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     }
     torch::autograd::variable_list outputs;
     {
-      auto generator = generator_for(block->device);
-      at::Tensor current;
-      {
-        std::lock_guard<std::mutex> lock(generator.mutex());
-        current = generator.get_state();
-        generator.set_state(block->rng_state);
-      }
+      // The recompute draws the dropout masks of the first pass; the run's random stream continues afterwards.
+      util::RandomStateGuard keep(block->device);
+      util::set_random_state(block->device, block->rng_state);
       torch::AutoGradMode enable(true);
       outputs = block->block(detached);
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(current);
     }
     // Back-propagate through the recomputed block: parameter gradients accumulate into .grad as usual.
     torch::autograd::variable_list roots, grads;

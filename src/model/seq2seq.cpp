@@ -203,54 +203,41 @@ torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch
 
 }  // namespace
 
-EncoderLayerImpl::EncoderLayerImpl(const ModelConfig& c) : settings_(layer_settings(c)) {
-  self_attn = register_module("self_attn", Attention(c.d_model, c.encoder_attention_heads, c.attention_dropout));
+TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind) : settings_(layer_settings(c)) {
+  const bool decoder = kind == StackKind::decoder;
+  const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
+  const auto ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
+  // Registration order is HF's (the order of named_parameters and of saved checkpoints).
+  self_attn = register_module("self_attn", Attention(c.d_model, heads, c.attention_dropout));
   self_attn_layer_norm = register_module("self_attn_layer_norm", make_layer_norm(c));
-  fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.encoder_ffn_dim));
-  fc2 = register_module("fc2", torch::nn::Linear(c.encoder_ffn_dim, c.d_model));
+  if (decoder) {
+    encoder_attn = register_module("encoder_attn", Attention(c.d_model, heads, c.attention_dropout));
+    encoder_attn_layer_norm = register_module("encoder_attn_layer_norm", make_layer_norm(c));
+  }
+  fc1 = register_module("fc1", torch::nn::Linear(c.d_model, ffn));
+  fc2 = register_module("fc2", torch::nn::Linear(ffn, c.d_model));
   final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
 }
 
-void EncoderLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
+void TransformerLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
   settings_.byte_mask_dropout = kernels.byte_mask_dropout;
   self_attn->set_kernel_choices(kernels);
+  if (!encoder_attn.is_empty()) encoder_attn->set_kernel_choices(kernels);
 }
 
-torch::Tensor EncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& mask) {
-  const bool training = is_training();
-  auto h = residual_block(hidden, self_attn_layer_norm, settings_, training,
-                          [&](const torch::Tensor& x) { return self_attn->forward(x, x, mask); });
-  return residual_block(h, final_layer_norm, settings_, training,
-                        [&](const torch::Tensor& x) { return feed_forward(x, fc1, fc2, settings_, training); });
-}
-
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) : settings_(layer_settings(c)) {
-  self_attn = register_module("self_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
-  self_attn_layer_norm = register_module("self_attn_layer_norm", make_layer_norm(c));
-  encoder_attn = register_module("encoder_attn", Attention(c.d_model, c.decoder_attention_heads, c.attention_dropout));
-  encoder_attn_layer_norm = register_module("encoder_attn_layer_norm", make_layer_norm(c));
-  fc1 = register_module("fc1", torch::nn::Linear(c.d_model, c.decoder_ffn_dim));
-  fc2 = register_module("fc2", torch::nn::Linear(c.decoder_ffn_dim, c.d_model));
-  final_layer_norm = register_module("final_layer_norm", make_layer_norm(c));
-}
-
-void DecoderLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
-  settings_.byte_mask_dropout = kernels.byte_mask_dropout;
-  self_attn->set_kernel_choices(kernels);
-  encoder_attn->set_kernel_choices(kernels);
-}
-
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
-                                        const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
-                                        AttentionCache* self_cache, AttentionCache* cross_cache) {
+torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                                            const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                                            AttentionCache* self_cache, AttentionCache* cross_cache) {
   const bool training = is_training();
   auto h = residual_block(hidden, self_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
     return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache) : self_attn->forward(x, x, self_mask);
   });
-  h = residual_block(h, encoder_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
-    return cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
-                       : encoder_attn->forward(x, encoder_hidden, cross_mask);
-  });
+  if (!encoder_attn.is_empty()) {
+    h = residual_block(h, encoder_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
+      return cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
+                         : encoder_attn->forward(x, encoder_hidden, cross_mask);
+    });
+  }
   return residual_block(h, final_layer_norm, settings_, training,
                         [&](const torch::Tensor& x) { return feed_forward(x, fc1, fc2, settings_, training); });
 }
@@ -270,7 +257,7 @@ PositionalEmbeddingImpl::PositionalEmbeddingImpl(const ModelConfig& c) : max_pos
 torch::Tensor PositionalEmbeddingImpl::forward(std::int64_t length, std::int64_t past_length) {
   TORCH_CHECK(past_length + length <= max_positions_, "sequence of ", past_length + length,
               " positions is longer than max_position_embeddings (", max_positions_,
-              "); truncate the input (e.g. --max_source_length / --max_target_length)");
+              "); truncate the input (e.g. max_source_length / max_target_length)");
   return weight.narrow(0, past_length + offset_, length);  // (T, D)
 }
 
@@ -287,8 +274,9 @@ torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tenso
 
 }  // namespace
 
-EncoderImpl::EncoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
-    : embed_tokens_(std::move(shared)),
+StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding shared)
+    : kind_(kind),
+      embed_tokens_(std::move(shared)),
       embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
       dropout_(c.dropout),
       padding_idx_(c.embedding_padding_idx) {
@@ -297,112 +285,79 @@ EncoderImpl::EncoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
     layernorm_embedding = register_module("layernorm_embedding", make_layer_norm(c));
   }
   layers = register_module("layers", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < c.encoder_layers; ++i) {
-    layers->push_back(EncoderLayer(c));
+  const auto depth = kind == StackKind::decoder ? c.decoder_layers : c.encoder_layers;
+  for (std::int64_t i = 0; i < depth; ++i) {
+    layers->push_back(TransformerLayer(c, kind));
   }
   if (c.final_layer_norm) {
     layer_norm = register_module("layer_norm", make_layer_norm(c));
   }
 }
 
-void EncoderImpl::set_kernel_choices(const KernelChoices& kernels) {
+void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
   kernels_ = kernels;
-  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<EncoderLayer>()->set_kernel_choices(kernels);
+  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<TransformerLayer>()->set_kernel_choices(kernels);
 }
 
-torch::Tensor EncoderImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& mask) {
-  auto h = embed_tokens(embed_tokens_, input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, S, D)
+torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
+  auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
   h = h * embed_scale_;
-  h = h + embed_positions->forward(input_ids.size(1));
+  h = h + embed_positions->forward(ids.size(1), past);
   if (!layernorm_embedding.is_empty()) {
     h = layernorm_embedding->forward(h);
   }
-  h = apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
-  for (std::size_t i = 0; i < layers->size(); ++i) {
-    auto layer = layers[i]->as<EncoderLayer>();
-    if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
-      h = checkpoint([layer, mask](const TensorList& in) { return TensorList{layer->forward(in[0], mask)}; }, {h})[0];
-    } else {
-      h = layer->forward(h, mask);
-    }
-  }
-  if (!layer_norm.is_empty()) {
-    h = layer_norm->forward(h);
-  }
-  return h;
+  return apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
 }
 
-DecoderImpl::DecoderImpl(const ModelConfig& c, torch::nn::Embedding shared)
-    : embed_tokens_(std::move(shared)),
-      embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
-      dropout_(c.dropout),
-      padding_idx_(c.embedding_padding_idx) {
-  embed_positions = register_module("embed_positions", PositionalEmbedding(c));
-  if (c.layernorm_embedding) {
-    layernorm_embedding = register_module("layernorm_embedding", make_layer_norm(c));
+torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                                   const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                                   DecoderCache* cache) {
+  auto layer = layers[i]->as<TransformerLayer>();
+  if (cache) {
+    return layer->forward(hidden, self_mask, encoder_hidden, cross_mask, &cache->self_attention[i],
+                          &cache->cross_attention[i]);
   }
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < c.decoder_layers; ++i) {
-    layers->push_back(DecoderLayer(c));
+  const bool cross = encoder_hidden.defined();
+  if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
+    // The encoder states are an input of a decoder block: their gradient flows back through the recompute.
+    TensorList inputs{hidden};
+    if (cross) inputs.push_back(encoder_hidden);
+    return checkpoint(
+        [layer, self_mask, cross_mask](const TensorList& in) {
+          return TensorList{layer->forward(in[0], self_mask, in.size() > 1 ? in[1] : torch::Tensor(), cross_mask)};
+        },
+        inputs)[0];
   }
-  if (c.final_layer_norm) {
-    layer_norm = register_module("layer_norm", make_layer_norm(c));
-  }
+  // Through a view of its own, a decoder layer's key and value gradients of the encoder states are summed before
+  // they join the other layers', as in the checkpointed branch: both runs round identically.
+  return layer->forward(hidden, self_mask, cross ? encoder_hidden.view_as(encoder_hidden) : encoder_hidden, cross_mask);
 }
 
-void DecoderImpl::set_kernel_choices(const KernelChoices& kernels) {
-  kernels_ = kernels;
-  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<DecoderLayer>()->set_kernel_choices(kernels);
+torch::Tensor StackImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& mask) {
+  TORCH_CHECK(kind_ == StackKind::encoder, "encode() called on a decoder stack");
+  auto h = embed(input_ids, 0);  // (B, S, D)
+  for (std::size_t i = 0; i < layers->size(); ++i) h = run_layer(i, h, mask, {}, {}, nullptr);
+  return layer_norm.is_empty() ? h : layer_norm->forward(h);
 }
 
-torch::Tensor DecoderImpl::forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
-                                   const torch::Tensor& cross_mask, DecoderCache* cache) {
+torch::Tensor StackImpl::decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
+                                const torch::Tensor& cross_mask, DecoderCache* cache) {
+  TORCH_CHECK(kind_ == StackKind::decoder, "decode() called on an encoder stack");
   const auto length = decoder_input_ids.size(1);
   const std::int64_t past = cache ? cache->length : 0;
-  auto h =
-      embed_tokens(embed_tokens_, decoder_input_ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
-  h = h * embed_scale_;
-  h = h + embed_positions->forward(length, past);
-  if (!layernorm_embedding.is_empty()) {
-    h = layernorm_embedding->forward(h);
-  }
-  h = apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
+  auto h = embed(decoder_input_ids, past);  // (B, T, D)
   // A single new position may see every cached one: no mask needed.
   torch::Tensor self_mask;
-  if (length > 1) {
-    self_mask = causal_mask(length, past, h.scalar_type(), h.device());
-  }
-  for (std::size_t i = 0; i < layers->size(); ++i) {
-    auto layer = layers[i]->as<DecoderLayer>();
-    if (cache) {
-      h = layer->forward(h, self_mask, encoder_hidden, cross_mask, &cache->self_attention[i],
-                         &cache->cross_attention[i]);
-    } else if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
-      // The encoder states are an input of the block: their gradient flows back through the recompute.
-      h = checkpoint(
-          [layer, self_mask, cross_mask](const TensorList& in) {
-            return TensorList{layer->forward(in[0], self_mask, in[1], cross_mask)};
-          },
-          {h, encoder_hidden})[0];
-    } else {
-      // Through a view of its own, the layer's key and value gradients of the encoder states are summed before
-      // they join the other layers', as in the checkpointed branch: both runs round identically.
-      h = layer->forward(h, self_mask, encoder_hidden.view_as(encoder_hidden), cross_mask);
-    }
-  }
-  if (cache) {
-    cache->length += length;
-  }
-  if (!layer_norm.is_empty()) {
-    h = layer_norm->forward(h);
-  }
-  return h;
+  if (length > 1) self_mask = causal_mask(length, past, h.scalar_type(), h.device());
+  for (std::size_t i = 0; i < layers->size(); ++i) h = run_layer(i, h, self_mask, encoder_hidden, cross_mask, cache);
+  if (cache) cache->length += length;
+  return layer_norm.is_empty() ? h : layer_norm->forward(h);
 }
 
 Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
   shared = register_module("shared", torch::nn::Embedding(c.vocab_size, c.d_model));
-  encoder = register_module("encoder", Encoder(c, shared));
-  decoder = register_module("decoder", Decoder(c, shared));
+  encoder = register_module("encoder", Stack(c, StackKind::encoder, shared));
+  decoder = register_module("decoder", Stack(c, StackKind::decoder, shared));
 }
 
 // ---- The conditional-generation model (HF PegasusForConditionalGeneration) ----
@@ -419,13 +374,13 @@ Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
 
 torch::Tensor Seq2SeqLMImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
   auto mask = padding_mask(attention_mask, model->shared->weight.scalar_type());
-  return model->encoder->forward(input_ids, mask);
+  return model->encoder->encode(input_ids, mask);
 }
 
 torch::Tensor Seq2SeqLMImpl::decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                                     const torch::Tensor& attention_mask, DecoderCache* cache) {
   auto mask = padding_mask(attention_mask, encoder_hidden.scalar_type());
-  return model->decoder->forward(decoder_input_ids, encoder_hidden, mask, cache);
+  return model->decoder->decode(decoder_input_ids, encoder_hidden, mask, cache);
 }
 
 torch::Tensor Seq2SeqLMImpl::lm_head_weight() const {

@@ -149,26 +149,20 @@ void fused_adamw_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp
   });
 }
 
-void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& row_state,
-                                 at::Tensor& col_state, const AdafactorStepScalars& s) {
-  TORCH_CHECK(param.dim() == 2, "fused Adafactor: the factored step takes a matrix, got ", param.sizes());
-  check_same(grad, param, "grad");
-  const std::int64_t rows = param.size(0);
-  const std::int64_t cols = param.size(1);
-  TORCH_CHECK(
-      row_state.numel() == rows && col_state.numel() == cols && row_state.is_contiguous() && col_state.is_contiguous(),
-      "fused Adafactor: state of ", row_state.sizes(), " and ", col_state.sizes(), " for a parameter of ",
-      param.sizes());
-  float* p = param.data_ptr<float>();
-  const float* g = grad.data_ptr<float>();
-  float* row = row_state.data_ptr<float>();
-  float* col = col_state.data_ptr<float>();
+namespace {
+
+// HF Adafactor's factored second moment of a (rows, cols) gradient: pass 1 over the gradient (means of
+// grad^2 + eps1 along each row and column), the decayed state row/col, and the factors of _approx_sq_grad:
+// (row / mean(row)).rsqrt() and col.rsqrt().
+struct Factors {
+  std::vector<float> row, col;
+};
+
+Factors second_moment_factors(const float* g, float* row, float* col, std::int64_t rows, std::int64_t cols,
+                              const Blocks& blocks, const AdafactorStepScalars& s) {
   const auto eps1 = static_cast<float>(s.eps1);
   const auto beta2t = static_cast<float>(s.beta2t);
   const auto one_minus_beta2t = static_cast<float>(1.0 - s.beta2t);
-  const Blocks blocks = split_rows(rows);
-
-  // Pass 1 over the gradient: means of grad^2 + eps1 along each row and each column.
   std::vector<float> row_mean(static_cast<std::size_t>(rows));
   std::vector<double> col_partial(static_cast<std::size_t>(blocks.count * cols), 0.0);
   at::parallel_for(0, blocks.count, grain_for(blocks.count, blocks.size * cols, 1),
@@ -187,7 +181,9 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
     row[r] = row[r] * beta2t + one_minus_beta2t * row_mean[static_cast<std::size_t>(r)];
     row_total += row[r];
   }
-  std::vector<float> col_factor(static_cast<std::size_t>(cols));
+  Factors f;
+  auto& col_factor = f.col;
+  col_factor.resize(static_cast<std::size_t>(cols));
   for (std::int64_t c = 0; c < cols; ++c) {
     double sum = 0.0;
     for (std::int64_t b = 0; b < blocks.count; ++b) sum += col_partial[static_cast<std::size_t>(b * cols + c)];
@@ -196,10 +192,35 @@ void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::
   }
   // HF _approx_sq_grad: (row / mean(row)).rsqrt() (x) col.rsqrt()
   const auto row_state_mean = static_cast<float>(row_total / static_cast<double>(rows));
-  std::vector<float> row_factor(static_cast<std::size_t>(rows));
+  auto& row_factor = f.row;
+  row_factor.resize(static_cast<std::size_t>(rows));
   for (std::int64_t r = 0; r < rows; ++r) {
     row_factor[static_cast<std::size_t>(r)] = 1.0f / std::sqrt(row[r] / row_state_mean);
   }
+  return f;
+}
+
+}  // namespace
+
+void fused_adafactor_matrix_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& row_state,
+                                 at::Tensor& col_state, const AdafactorStepScalars& s) {
+  TORCH_CHECK(param.dim() == 2, "fused Adafactor: the factored step takes a matrix, got ", param.sizes());
+  check_same(grad, param, "grad");
+  const std::int64_t rows = param.size(0);
+  const std::int64_t cols = param.size(1);
+  TORCH_CHECK(
+      row_state.numel() == rows && col_state.numel() == cols && row_state.is_contiguous() && col_state.is_contiguous(),
+      "fused Adafactor: state of ", row_state.sizes(), " and ", col_state.sizes(), " for a parameter of ",
+      param.sizes());
+  float* p = param.data_ptr<float>();
+  const float* g = grad.data_ptr<float>();
+  float* row = row_state.data_ptr<float>();
+  float* col = col_state.data_ptr<float>();
+  const Blocks blocks = split_rows(rows);
+
+  const auto factors = second_moment_factors(g, row, col, rows, cols, blocks, s);
+  const auto& row_factor = factors.row;
+  const auto& col_factor = factors.col;
 
   // Pass 2: the RMS of the update r_i c_j g_ij, for clipping.
   std::vector<double> sq_partial(static_cast<std::size_t>(blocks.count), 0.0);

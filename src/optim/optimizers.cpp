@@ -220,10 +220,11 @@ torch::Tensor Adafactor::step(LossClosure closure) {
 
 // ---- Construction, state by name, clipping ----
 
-OptimizerType optimizer_type_from_string(const std::string& name) {
+OptimizerType parse_optimizer_type(const std::string& name, const char* field) {
   if (name == "adamw_torch" || name == "adamw_hf" || name == "adamw") return OptimizerType::adamw_torch;
   if (name == "adafactor") return OptimizerType::adafactor;
-  throw std::invalid_argument("--optim '" + name + "' is not supported (choose adamw_torch, adamw_hf or adafactor)");
+  throw std::invalid_argument(std::string(field) + " '" + name +
+                              "' is not supported (choose adamw_torch, adamw_hf or adafactor)");
 }
 
 const char* to_string(OptimizerType type) { return type == OptimizerType::adafactor ? "adafactor" : "adamw_torch"; }

@@ -157,7 +157,7 @@ PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
   } else {
     throw std::runtime_error("no spiece.model in '" + dir.string() +
                              "': fitsum needs the SentencePiece model of a PEGASUS checkpoint; copy it there or "
-                             "pass --tokenizer_name with a folder that has one");
+                             "pass tokenizer_name with a folder that has one");
   }
   return PegasusTokenizer(file);
 }

@@ -7,12 +7,12 @@
 
 namespace fitsum::train {
 
-LrSchedulerType lr_scheduler_type_from_string(const std::string& name) {
+LrSchedulerType parse_lr_scheduler_type(const std::string& name) {
   if (name == "linear") return LrSchedulerType::linear;
   if (name == "constant") return LrSchedulerType::constant;
   if (name == "constant_with_warmup") return LrSchedulerType::constant_with_warmup;
   if (name == "cosine") return LrSchedulerType::cosine;
-  throw std::invalid_argument("--lr_scheduler_type '" + name +
+  throw std::invalid_argument("lr_scheduler_type '" + name +
                               "' is not supported (choose linear, constant, constant_with_warmup or cosine)");
 }
 

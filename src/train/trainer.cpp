@@ -15,15 +15,17 @@
 #include <torch/torch.h>
 
 #include "fitsum/data/sampler.h"
-#include "fitsum/eval/evaluator.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/static_memory.h"
+#include "fitsum/model/micro_step.h"
+#include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
-#include "fitsum/train/train_step.h"
+#include "fitsum/train/evaluation.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/random_state.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::train {
@@ -39,22 +41,6 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 std::int64_t label_tokens(const data::Example& e) {
   if (!e.labels) return 0;
   return static_cast<std::int64_t>(e.labels->size());  // unpadded labels: every one counts
-}
-
-at::Generator device_generator(const torch::Device& device) {
-  return at::globalContext().defaultGenerator(device.is_cuda() ? device : torch::Device(torch::kCPU));
-}
-
-torch::Tensor rng_state(const torch::Device& device) {
-  auto generator = device_generator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-void set_rng_state(const torch::Device& device, const torch::Tensor& state) {
-  auto generator = device_generator(device);
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
 }
 
 // "checkpoint-N" -> N, or -1.
@@ -81,9 +67,7 @@ std::vector<fs::path> checkpoints_in(const fs::path& output_dir) {
 std::string out_of_memory_advice(const std::string& what, const model::ModelConfig& config,
                                  const TrainingArguments& args, const memory::MemorySnapshot& memory) {
   const auto counts = model::count_parameters(config);
-  const auto kind = optim::optimizer_type_from_string(args.optim) == optim::OptimizerType::adafactor
-                        ? memory::OptimizerKind::adafactor
-                        : memory::OptimizerKind::adamw;
+  const auto kind = args.optimizer();
   const auto fixed = memory::static_training_memory(counts, kind, memory::StorageDtype::fp32);
   const auto peak = static_cast<std::uint64_t>(std::max<std::int64_t>(memory.peak_bytes, 0));
   const auto rest = peak > fixed.total() ? peak - fixed.total() : 0;
@@ -92,18 +76,19 @@ std::string out_of_memory_advice(const std::string& what, const model::ModelConf
       << "  what held the memory (peak " << util::format_bytes(peak) << "):\n"
       << "    weights          " << util::format_bytes(fixed.weights) << "\n"
       << "    gradients        " << util::format_bytes(fixed.gradients) << "\n"
-      << "    optimizer state  " << util::format_bytes(fixed.optimizer_state) << " (" << args.optim << ")\n"
+      << "    optimizer state  " << util::format_bytes(fixed.optimizer_state) << " (" << optim::to_string(kind) << ")\n"
       << "    the rest         " << util::format_bytes(rest)
       << " (activations, logits, temporary buffers of the micro-batch)\n"
       << "  knobs that would help:";
-  if (!args.gradient_checkpointing) out << "\n    --gradient_checkpointing (recompute activations in backward)";
+  if (!args.gradient_checkpointing) out << "\n    gradient_checkpointing (recompute activations in backward)";
   if (args.per_device_train_batch_size > 1) {
-    out << "\n    --per_device_train_batch_size " << args.per_device_train_batch_size / 2
-        << " --gradient_accumulation_steps " << args.gradient_accumulation_steps * 2 << " (same effective batch)";
+    out << "\n    per_device_train_batch_size " << args.per_device_train_batch_size / 2
+        << " gradient_accumulation_steps " << args.gradient_accumulation_steps * 2 << " (same effective batch)";
   }
-  if (kind == memory::OptimizerKind::adamw) out << "\n    --optim adafactor (factored second moments, no first moment)";
-  if (!args.bf16) out << "\n    --bf16 (smaller activations)";
-  out << "\n    a shorter --max_source_length";
+  if (kind == optim::OptimizerType::adamw_torch)
+    out << "\n    optim adafactor (factored second moments, no first moment)";
+  if (!args.bf16) out << "\n    bf16 (smaller activations)";
+  out << "\n    a shorter max_source_length";
   return out.str();
 }
 
@@ -115,16 +100,16 @@ fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, 
   if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
     const auto found = checkpoints_in(output_dir);
     if (found.empty()) {
-      throw std::runtime_error("--resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
+      throw std::runtime_error("resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
                                "'");
     }
     return found.back();
   }
   const fs::path dir(resume_from_checkpoint);
   if (!fs::is_directory(dir) || !fs::exists(dir / "trainer_state.json")) {
-    throw std::runtime_error("--resume_from_checkpoint '" + resume_from_checkpoint +
+    throw std::runtime_error("resume_from_checkpoint '" + resume_from_checkpoint +
                              "' is not a checkpoint folder (it needs trainer_state.json); use 'latest' for the "
-                             "newest in --output_dir");
+                             "newest in output_dir");
   }
   return dir;
 }
@@ -157,7 +142,7 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   save_steps_ = TrainingArguments::interval_in_steps(args_.save_steps, max_steps_);
 
   optim::OptimizerSettings settings;
-  settings.type = optim::optimizer_type_from_string(args_.optim);
+  settings.type = args_.optimizer();
   settings.learning_rate = args_.learning_rate;
   settings.weight_decay = args_.weight_decay;
   settings.adam_beta1 = args_.adam_beta1;
@@ -167,7 +152,7 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   parameters_ = optim::trainable_parameters(model);
   for (const auto& [name, p] : parameters_) parameter_list_.push_back(p);
 
-  schedule_.type = args_.scheduler();
+  schedule_.type = args_.lr_scheduler_type;
   schedule_.base_lr = args_.learning_rate;
   schedule_.total_steps = max_steps_;
   schedule_.warmup_steps = warmup_steps_for(args_.warmup_steps, args_.warmup_ratio, max_steps_);
@@ -189,7 +174,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
   const double denominator = static_cast<double>(step_tokens);
   auto micro_batches = planned;
-  const auto step_rng = rng_state(in_.device);
+  const auto step_rng = util::random_state(in_.device);
   oom_splits_in_step_ = 0;
   for (;;) {  // one pass per attempt: redone only when an out-of-memory error hit a backward
     StepOutcome outcome;
@@ -202,19 +187,19 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
       auto ids = batch.input_ids.to(in_.device);
       auto mask = batch.attention_mask.to(in_.device);
       auto labels = batch.labels.to(in_.device);
-      const auto micro_rng = rng_state(in_.device);
+      const auto micro_rng = util::random_state(in_.device);
       model::TokenLoss token_loss;
-      MicroBatchOptions options;
+      model::MicroBatchOptions options;
       options.loss_scale = 1.0 / denominator;
       options.label_smoothing = args_.label_smoothing_factor;
       options.bf16 = args_.bf16;
       try {
-        token_loss = micro_batch_loss(model, ids, mask, labels, options);
+        token_loss = model::micro_batch_loss(model, ids, mask, labels, options);
       } catch (const c10::OutOfMemoryError& e) {
         // The forward's tensors were freed as its scope unwound; no gradient was touched: retry in halves.
         token_loss = {};
         split_after_oom(micro_batches, i, "forward", e);
-        set_rng_state(in_.device, micro_rng);
+        util::set_random_state(in_.device, micro_rng);
         continue;
       }
       try {
@@ -224,7 +209,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
         token_loss = {};
         split_after_oom(micro_batches, i, "backward", e);
         optimizer_->zero_grad();
-        set_rng_state(in_.device, step_rng);
+        util::set_random_state(in_.device, step_rng);
         redo = true;
         break;
       }
@@ -241,10 +226,10 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
     if (redo) continue;
     train_samples_ += samples;
     outcome.loss = loss_sum / denominator;
-    UpdateOptions update;
+    optim::UpdateOptions update;
     update.max_grad_norm = args_.max_grad_norm;
     update.threads = in_.update_threads;
-    outcome.grad_norm = optimizer_step(*optimizer_, parameter_list_, update);
+    outcome.grad_norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
     return outcome;
   }
 }
@@ -301,8 +286,8 @@ bool Trainer::replan_after_repeated_oom() {
   } else if (args_.per_device_train_batch_size > 1 && args_.per_device_train_batch_size % 2 == 0) {
     args_.per_device_train_batch_size /= 2;
     args_.gradient_accumulation_steps *= 2;
-    change = "--per_device_train_batch_size " + std::to_string(args_.per_device_train_batch_size) +
-             " --gradient_accumulation_steps " + std::to_string(args_.gradient_accumulation_steps) +
+    change = "per_device_train_batch_size " + std::to_string(args_.per_device_train_batch_size) +
+             " gradient_accumulation_steps " + std::to_string(args_.gradient_accumulation_steps) +
              " (same effective batch)";
   } else {
     return false;
@@ -316,7 +301,7 @@ bool Trainer::replan_after_repeated_oom() {
 }
 
 nlohmann::ordered_json Trainer::evaluate() {
-  eval::EvaluationOptions options;
+  EvaluationOptions options;
   options.batch_size = args_.per_device_eval_batch_size;
   options.generate = args_.predict_with_generate;
   options.generation = in_.generation;
@@ -325,18 +310,8 @@ nlohmann::ordered_json Trainer::evaluate() {
   options.label_smoothing = args_.label_smoothing_factor;
   options.bf16 = args_.bf16;
   options.collator = in_.collator;
-  const auto result = eval::evaluate(*in_.model, in_.eval_examples, in_.tokenizer.get(), options, in_.device);
-  nlohmann::ordered_json metrics;
-  if (result.eval_loss) metrics["eval_loss"] = *result.eval_loss;
-  if (result.rouge) {
-    for (auto type : eval::kRougeTypes) {
-      metrics["eval_" + std::string(eval::rouge_type_name(type))] = (*result.rouge)[type].fmeasure * 100.0;
-    }
-  }
-  if (args_.predict_with_generate) metrics["eval_gen_len"] = result.gen_len;
-  metrics["eval_runtime"] = result.runtime_seconds;
-  metrics["eval_samples_per_second"] = result.samples_per_second;
-  return metrics;
+  const auto result = evaluate_model(*in_.model, in_.eval_examples, in_.tokenizer.get(), options, in_.device);
+  return evaluation_metrics(result, args_.predict_with_generate);
 }
 
 nlohmann::ordered_json Trainer::trainer_state_json() const {
@@ -374,7 +349,7 @@ void Trainer::save_checkpoint(const torch::Tensor& rng) {
   save.copy_tokenizer_from = in_.tokenizer_dir;
   io::save_model_folder(*in_.model, temp_dir, save);
   io::write_safetensors(temp_dir / "optimizer.safetensors", optim::export_optimizer_state(*optimizer_, parameters_),
-                        {{"format", "fitsum-optimizer"}, {"optim", args_.optim}});
+                        {{"format", "fitsum-optimizer"}, {"optim", optim::to_string(args_.optimizer())}});
   io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
   nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
                                       {"last_epoch", global_step_},
@@ -423,7 +398,7 @@ void Trainer::resume(const fs::path& checkpoint) {
   if (position.at("seed").get<std::int64_t>() != args_.seed ||
       position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
       position.at("examples_per_step").get<std::int64_t>() != per_step) {
-    throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with --seed " +
+    throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with seed " +
                                 position.at("seed").dump() + ", " + position.at("train_examples").dump() +
                                 " training examples and " + position.at("examples_per_step").dump() +
                                 " examples per optimizer step; now they are " + std::to_string(args_.seed) + ", " +
@@ -444,7 +419,7 @@ void Trainer::resume(const fs::path& checkpoint) {
   for (const auto& e : optimizer_file.entries()) optimizer_state[e.name] = optimizer_file.read(e.name).to(in_.device);
   optim::import_optimizer_state(*optimizer_, parameters_, optimizer_state);
   io::SafetensorsReader rng_file(checkpoint / "rng_state.safetensors");
-  set_rng_state(in_.device, rng_file.read("generator"));
+  util::set_random_state(in_.device, rng_file.read("generator"));
   if (callbacks_.on_message) {
     callbacks_.on_message("resumed from " + checkpoint.string() + " at step " + std::to_string(global_step_));
   }
@@ -459,7 +434,7 @@ void Trainer::save_final_model() {
   util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");
 }
 
-TrainResult Trainer::train() {
+void Trainer::begin_run() {
   fs::create_directories(args_.output_dir);
   g_stop_signal.store(0);
   memory::start_tracking(in_.device);
@@ -467,115 +442,112 @@ TrainResult Trainer::train() {
   if (!args_.resume_from_checkpoint.empty()) {
     resume(resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir));
   }
-  auto& model = *in_.model;
-  model.train();
+  in_.model->train();
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
-
-  const auto lengths = data::input_lengths(in_.train_examples);
-  data::SamplerOptions sampler;
-  sampler.seed = static_cast<std::uint64_t>(args_.seed);
-  sampler.group_by_length = args_.group_by_length;
-  sampler.examples_per_step =
-      static_cast<std::size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps);
-
-  const auto run_start = Clock::now();
-  auto log_start = Clock::now();
   memory::reset_peak_memory(in_.device);
-  TrainResult result;
-  try {
-    while (global_step_ < max_steps_) {
-      const auto order = data::epoch_order(lengths, sampler, static_cast<std::uint64_t>(epoch_));
-      auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
-                                    static_cast<std::size_t>(args_.gradient_accumulation_steps));
-      while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
-        // The random state at the start of the step: an interrupted step is redone from it on resume.
-        const auto step_rng = rng_state(in_.device);
-        const auto outcome = run_step(steps[static_cast<std::size_t>(step_in_epoch_)]);
-        if (outcome.interrupted) {
-          optimizer_->zero_grad();
-          set_rng_state(in_.device, step_rng);
-          save_checkpoint(step_rng);
-          result.interrupted = true;
-          result.stop_signal = g_stop_signal.load();
-          result.global_step = global_step_;
-          train_seconds_ += seconds_since(run_start);
-          return result;
-        }
-        global_step_ += 1;
-        step_in_epoch_ += 1;
-        oom_steps_in_a_row_ = oom_splits_in_step_ > 0 ? oom_steps_in_a_row_ + 1 : 0;
-        if (oom_steps_in_a_row_ >= 2 && replan_after_repeated_oom()) {
-          // The epoch order does not depend on the micro-batch size, so the remaining steps keep their examples.
-          steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
-                                   static_cast<std::size_t>(args_.gradient_accumulation_steps));
-        }
-        for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
-        loss_since_log_ += outcome.loss;
-        steps_since_log_ += 1;
-        total_loss_ += outcome.loss;
-        last_grad_norm_ = outcome.grad_norm;
-        tokens_since_log_ += outcome.tokens;
-        train_tokens_ += outcome.tokens;
-        if (callbacks_.on_step) callbacks_.on_step(global_step_, max_steps_);
+  log_start_ = Clock::now();
+}
 
-        const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
-        const double epoch_value =
-            static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) / static_cast<double>(steps.size());
-        if (global_step_ % logging_steps_ == 0 || global_step_ == max_steps_) {
-          const double seconds = seconds_since(log_start);
-          const auto mem = memory::read_memory(in_.device);
-          nlohmann::ordered_json entry;
-          entry["loss"] = loss_since_log_ / static_cast<double>(steps_since_log_);
-          entry["grad_norm"] = last_grad_norm_;
-          entry["learning_rate"] = schedule_.lr(global_step_);
-          entry["epoch"] = epoch_value;
-          entry["step"] = global_step_;
-          entry["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens_since_log_) / seconds : 0.0;
-          if (in_.predicted_peak_bytes) entry["predicted_peak_bytes"] = *in_.predicted_peak_bytes;
-          entry["peak_memory_bytes"] = mem.peak_bytes;
-          if (oom_splits_since_log_ > 0) entry["oom_splits"] = oom_splits_since_log_;
-          oom_splits_since_log_ = 0;
-          if (in_.device.is_cuda()) {
-            entry["peak_reserved_bytes"] = mem.peak_reserved_bytes;
-            entry["alloc_retries"] = mem.alloc_retries;
-            entry["ooms"] = mem.ooms;
-          }
-          log(entry);
-          loss_since_log_ = 0.0;
-          steps_since_log_ = 0;
-          tokens_since_log_ = 0;
-          memory::reset_peak_memory(in_.device);
-          log_start = Clock::now();
-        }
-        const auto eval_strategy = args_.evaluation();
-        if (!in_.eval_examples.empty() &&
-            ((eval_strategy == IntervalStrategy::steps && global_step_ % eval_steps_ == 0) ||
-             (eval_strategy == IntervalStrategy::epoch && end_of_epoch))) {
-          auto entry = evaluate();
-          const double seconds = entry["eval_runtime"].get<double>();
-          entry["epoch"] = epoch_value;
-          entry["step"] = global_step_;
-          log(entry);
-          log_start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-        }
-        const auto save_strategy = args_.saving();
-        if ((save_strategy == IntervalStrategy::steps && global_step_ % save_steps_ == 0) ||
-            (save_strategy == IntervalStrategy::epoch && end_of_epoch)) {
-          save_checkpoint(rng_state(in_.device));
-        }
-      }
-      if (step_in_epoch_ >= static_cast<std::int64_t>(steps.size())) {
-        epoch_ += 1;
-        step_in_epoch_ = 0;
-      }
-    }
-  } catch (const c10::OutOfMemoryError& e) {
-    const auto mem = memory::read_memory(in_.device);
-    throw std::runtime_error(
-        out_of_memory_advice(std::string(e.what_without_backtrace()).substr(0, 600), model.config(), args_, mem));
+void Trainer::record_step(const StepOutcome& outcome) {
+  global_step_ += 1;
+  step_in_epoch_ += 1;
+  oom_steps_in_a_row_ = oom_splits_in_step_ > 0 ? oom_steps_in_a_row_ + 1 : 0;
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
+  loss_since_log_ += outcome.loss;
+  steps_since_log_ += 1;
+  total_loss_ += outcome.loss;
+  last_grad_norm_ = outcome.grad_norm;
+  tokens_since_log_ += outcome.tokens;
+  train_tokens_ += outcome.tokens;
+  if (callbacks_.on_step) callbacks_.on_step(global_step_, max_steps_);
+}
+
+bool Trainer::due(IntervalStrategy strategy, std::int64_t every, bool end_of_epoch) const {
+  return (strategy == IntervalStrategy::steps && global_step_ % every == 0) ||
+         (strategy == IntervalStrategy::epoch && end_of_epoch);
+}
+
+void Trainer::log_training(double epoch_value) {
+  const double seconds = seconds_since(log_start_);
+  const auto mem = memory::read_memory(in_.device);
+  nlohmann::ordered_json entry;
+  entry["loss"] = loss_since_log_ / static_cast<double>(std::max<std::int64_t>(1, steps_since_log_));
+  entry["grad_norm"] = last_grad_norm_;
+  entry["learning_rate"] = schedule_.lr(global_step_);
+  entry["epoch"] = epoch_value;
+  entry["step"] = global_step_;
+  entry["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens_since_log_) / seconds : 0.0;
+  if (in_.predicted_peak_bytes) entry["predicted_peak_bytes"] = *in_.predicted_peak_bytes;
+  entry["peak_memory_bytes"] = mem.peak_bytes;
+  if (oom_splits_since_log_ > 0) entry["oom_splits"] = oom_splits_since_log_;
+  oom_splits_since_log_ = 0;
+  if (in_.device.is_cuda()) {
+    entry["peak_reserved_bytes"] = mem.peak_reserved_bytes;
+    entry["alloc_retries"] = mem.alloc_retries;
+    entry["ooms"] = mem.ooms;
   }
-  train_seconds_ += seconds_since(run_start);
+  log(entry);
+  loss_since_log_ = 0.0;
+  steps_since_log_ = 0;
+  tokens_since_log_ = 0;
+  memory::reset_peak_memory(in_.device);
+  log_start_ = Clock::now();
+}
 
+// After an optimizer step: log, evaluate and save at their intervals (HF's DefaultFlowCallback).
+void Trainer::after_step(bool end_of_epoch, double epoch_value) {
+  const bool last = global_step_ == max_steps_;
+  if (due(args_.logging_strategy, logging_steps_, end_of_epoch) ||
+      (last && args_.logging_strategy != IntervalStrategy::no)) {
+    log_training(epoch_value);
+  }
+  if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
+    auto entry = evaluate();
+    const double seconds = entry["eval_runtime"].get<double>();
+    entry["epoch"] = epoch_value;
+    entry["step"] = global_step_;
+    log(entry);
+    // Evaluation time is not training time: tokens_per_second of the next log leaves it out.
+    log_start_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  }
+  if (due(args_.save_strategy, save_steps_, end_of_epoch)) save_checkpoint(util::random_state(in_.device));
+}
+
+// One epoch from step_in_epoch_ on, until its end or max_steps. False when a stop request ended it (a checkpoint
+// of the last completed step is saved).
+bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::SamplerOptions& sampler) {
+  const auto order = data::epoch_order(lengths, sampler, static_cast<std::uint64_t>(epoch_));
+  auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
+                                static_cast<std::size_t>(args_.gradient_accumulation_steps));
+  while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
+    // The random state at the start of the step: an interrupted step is redone from it on resume.
+    const auto step_rng = util::random_state(in_.device);
+    const auto outcome = run_step(steps[static_cast<std::size_t>(step_in_epoch_)]);
+    if (outcome.interrupted) {
+      optimizer_->zero_grad();
+      util::set_random_state(in_.device, step_rng);
+      save_checkpoint(step_rng);
+      return false;
+    }
+    record_step(outcome);
+    if (oom_steps_in_a_row_ >= 2 && replan_after_repeated_oom()) {
+      // The epoch order does not depend on the micro-batch size, so the remaining steps keep their examples.
+      steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
+                               static_cast<std::size_t>(args_.gradient_accumulation_steps));
+    }
+    const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
+    const double epoch_value =
+        static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) / static_cast<double>(steps.size());
+    after_step(end_of_epoch, epoch_value);
+  }
+  if (step_in_epoch_ >= static_cast<std::int64_t>(steps.size())) {
+    epoch_ += 1;
+    step_in_epoch_ = 0;
+  }
+  return true;
+}
+
+TrainResult Trainer::finish_run() {
   nlohmann::ordered_json summary;
   summary["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
   summary["step"] = global_step_;
@@ -587,9 +559,39 @@ TrainResult Trainer::train() {
   summary["train_loss"] = global_step_ ? total_loss_ / static_cast<double>(global_step_) : 0.0;
   log(summary);
   save_final_model();
+  TrainResult result;
   result.global_step = global_step_;
   result.metrics = summary;
   return result;
+}
+
+TrainResult Trainer::train() {
+  begin_run();
+  const auto lengths = data::input_lengths(in_.train_examples);
+  data::SamplerOptions sampler;
+  sampler.seed = static_cast<std::uint64_t>(args_.seed);
+  sampler.group_by_length = args_.group_by_length;
+  sampler.examples_per_step =
+      static_cast<std::size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps);
+  const auto run_start = Clock::now();
+  try {
+    while (global_step_ < max_steps_) {
+      if (!run_epoch(lengths, sampler)) {
+        train_seconds_ += seconds_since(run_start);
+        TrainResult result;
+        result.interrupted = true;
+        result.stop_signal = g_stop_signal.load();
+        result.global_step = global_step_;
+        return result;
+      }
+    }
+  } catch (const c10::OutOfMemoryError& e) {
+    const auto mem = memory::read_memory(in_.device);
+    throw std::runtime_error(
+        out_of_memory_advice(std::string(e.what_without_backtrace()).substr(0, 600), in_.model->config(), args_, mem));
+  }
+  train_seconds_ += seconds_since(run_start);
+  return finish_run();
 }
 
 }  // namespace fitsum::train

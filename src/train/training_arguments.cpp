@@ -4,15 +4,23 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "fitsum/optim/optimizers.h"
-
 namespace fitsum::train {
 
-IntervalStrategy interval_strategy_from_string(const std::string& name, const char* flag) {
+IntervalStrategy parse_interval_strategy(const std::string& name, const char* field) {
   if (name == "no") return IntervalStrategy::no;
   if (name == "steps") return IntervalStrategy::steps;
   if (name == "epoch") return IntervalStrategy::epoch;
-  throw std::invalid_argument(std::string(flag) + " '" + name + "' is not one of no, steps, epoch");
+  throw std::invalid_argument(std::string(field) + " '" + name + "' is not one of no, steps, epoch");
+}
+
+std::optional<optim::OptimizerType> parse_optim(const std::string& name) {
+  if (name == "auto") return std::nullopt;
+  return optim::parse_optimizer_type(name, "optim");
+}
+
+optim::OptimizerType TrainingArguments::optimizer() const {
+  if (!optim) throw std::logic_error("optim is 'auto': the memory planner must choose the optimizer first");
+  return *optim;
 }
 
 const char* to_string(IntervalStrategy strategy) {
@@ -33,40 +41,36 @@ std::int64_t TrainingArguments::interval_in_steps(double value, std::int64_t max
 }
 
 void TrainingArguments::validate() const {
-  const auto positive = [](std::int64_t v, const char* flag) {
-    if (v < 1) throw std::invalid_argument(std::string(flag) + " must be at least 1, got " + std::to_string(v));
+  const auto positive = [](std::int64_t v, const char* field) {
+    if (v < 1) throw std::invalid_argument(std::string(field) + " must be at least 1, got " + std::to_string(v));
   };
-  positive(per_device_train_batch_size, "--per_device_train_batch_size");
-  positive(per_device_eval_batch_size, "--per_device_eval_batch_size");
-  positive(gradient_accumulation_steps, "--gradient_accumulation_steps");
+  positive(per_device_train_batch_size, "per_device_train_batch_size");
+  positive(per_device_eval_batch_size, "per_device_eval_batch_size");
+  positive(gradient_accumulation_steps, "gradient_accumulation_steps");
   if (max_steps <= 0 && !(num_train_epochs > 0)) {
-    throw std::invalid_argument("--num_train_epochs must be positive when --max_steps is not set");
+    throw std::invalid_argument("num_train_epochs must be positive when max_steps is not set");
   }
-  if (!(learning_rate >= 0)) throw std::invalid_argument("--learning_rate must not be negative");
-  if (!(weight_decay >= 0)) throw std::invalid_argument("--weight_decay must not be negative");
-  if (!(max_grad_norm >= 0)) throw std::invalid_argument("--max_grad_norm must not be negative (0 disables clipping)");
-  if (warmup_steps < 0) throw std::invalid_argument("--warmup_steps must not be negative");
-  if (!(warmup_ratio >= 0 && warmup_ratio <= 1)) throw std::invalid_argument("--warmup_ratio must be in [0, 1]");
+  if (!(learning_rate >= 0)) throw std::invalid_argument("learning_rate must not be negative");
+  if (!(weight_decay >= 0)) throw std::invalid_argument("weight_decay must not be negative");
+  if (!(max_grad_norm >= 0)) throw std::invalid_argument("max_grad_norm must not be negative (0 disables clipping)");
+  if (warmup_steps < 0) throw std::invalid_argument("warmup_steps must not be negative");
+  if (!(warmup_ratio >= 0 && warmup_ratio <= 1)) throw std::invalid_argument("warmup_ratio must be in [0, 1]");
   if (!(label_smoothing_factor >= 0 && label_smoothing_factor < 1)) {
-    throw std::invalid_argument("--label_smoothing_factor must be in [0, 1)");
+    throw std::invalid_argument("label_smoothing_factor must be in [0, 1)");
   }
-  if (!(logging_steps > 0)) throw std::invalid_argument("--logging_steps must be positive");
-  if (eval_steps && !(*eval_steps > 0)) throw std::invalid_argument("--eval_steps must be positive");
-  if (!(save_steps > 0)) throw std::invalid_argument("--save_steps must be positive");
-  if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("--save_total_limit must be at least 1");
+  if (!(logging_steps > 0)) throw std::invalid_argument("logging_steps must be positive");
+  if (eval_steps && !(*eval_steps > 0)) throw std::invalid_argument("eval_steps must be positive");
+  if (!(save_steps > 0)) throw std::invalid_argument("save_steps must be positive");
+  if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
   if (gradient_checkpointing_layers && *gradient_checkpointing_layers < 0) {
-    throw std::invalid_argument("--gradient_checkpointing_layers must not be negative");
+    throw std::invalid_argument("gradient_checkpointing_layers must not be negative");
   }
   if (fp16) {
     throw std::invalid_argument(
-        "--fp16 is refused for PEGASUS: its activations overflow float16 (the reason HF clamps them and why "
-        "PEGASUS fp16 fine-tunes produce NaN losses); use --bf16, which has float32's range");
+        "fp16 is refused for PEGASUS: its activations overflow float16 (the reason HF clamps them and why "
+        "PEGASUS fp16 fine-tunes produce NaN losses); use bf16, which has float32's range");
   }
-  (void)scheduler();
-  (void)evaluation();
-  (void)saving();
-  (void)optim::optimizer_type_from_string(optim);
-  if (output_dir.empty()) throw std::invalid_argument("--output_dir is required");
+  if (output_dir.empty()) throw std::invalid_argument("output_dir is required");
 }
 
 nlohmann::ordered_json TrainingArguments::to_json() const {
@@ -84,20 +88,21 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["adam_beta2"] = adam_beta2;
   j["adam_epsilon"] = adam_epsilon;
   j["max_grad_norm"] = max_grad_norm;
-  j["lr_scheduler_type"] = lr_scheduler_type;
+  j["lr_scheduler_type"] = to_string(lr_scheduler_type);
   j["warmup_steps"] = warmup_steps;
   j["warmup_ratio"] = warmup_ratio;
-  j["optim"] = optim;
+  j["optim"] = optim ? optim::to_string(*optim) : "auto";
   j["label_smoothing_factor"] = label_smoothing_factor;
   j["gradient_checkpointing"] = gradient_checkpointing;
   j["gradient_checkpointing_layers"] =
       gradient_checkpointing_layers ? nlohmann::ordered_json(*gradient_checkpointing_layers) : nullptr;
   j["bf16"] = bf16;
   j["fp16"] = fp16;
+  j["logging_strategy"] = to_string(logging_strategy);
   j["logging_steps"] = logging_steps;
-  j["eval_strategy"] = eval_strategy;
+  j["eval_strategy"] = to_string(eval_strategy);
   j["eval_steps"] = eval_steps ? nlohmann::ordered_json(*eval_steps) : nullptr;
-  j["save_strategy"] = save_strategy;
+  j["save_strategy"] = to_string(save_strategy);
   j["save_steps"] = save_steps;
   j["save_total_limit"] = save_total_limit ? nlohmann::ordered_json(*save_total_limit) : nullptr;
   j["seed"] = seed;

@@ -64,12 +64,22 @@ TEST(PlanCommand, JsonOnStdoutKeepsTheEffectiveBatchAndChoosesAFittingCandidate)
 TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
   const auto dir = temp_dir("plan-fixed");
   const auto data = write_records(dir);
-  const auto r = run_command(fitsum_binary().string() + " plan" + model_args() + "--train_file '" + data.string() +
-                             "' --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --no_resplit"
-                             " --optim adamw_torch --gradient_checkpointing --max_memory 100MiB 2>/dev/null");
-  EXPECT_EQ(r.exit_code, 3) << r.output;  // nothing fits
-  EXPECT_NE(r.output.find("no candidate fits"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("adamw"), std::string::npos) << r.output;
+  const std::string fixed = " plan" + model_args() + "--train_file '" + data.string() +
+                            "' --per_device_train_batch_size 2 --gradient_accumulation_steps 4 --no_resplit"
+                            " --optim adamw_torch --gradient_checkpointing ";
+  auto r = run_command("(" + fitsum_binary().string() + fixed + "--max_memory 1GiB --format json 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto plan = nlohmann::json::parse(r.output);
+  ASSERT_EQ(plan["candidates"].size(), 1u) << r.output;
+  EXPECT_EQ(plan["chosen"]["per_device_train_batch_size"], 2);
+  EXPECT_EQ(plan["chosen"]["gradient_accumulation_steps"], 4);
+  EXPECT_EQ(plan["chosen"]["optim"], "adamw_torch");
+  EXPECT_GT(plan["chosen"]["gradient_checkpointing_layers"].get<int>(), 0);
+  // Below what AdamW's weights, gradients and state alone need: refused before any probe, exit 3.
+  r = run_command(fitsum_binary().string() + fixed + "--max_memory 100MiB");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("is too small for optim adamw_torch"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("calibration probe"), std::string::npos) << r.output;
 }
 
 TEST(TrainWithBudget, ExplicitAdamWFailsFastNamingTheBudgetAndAPlanThatFits) {
@@ -79,10 +89,10 @@ TEST(TrainWithBudget, ExplicitAdamWFailsFastNamingTheBudgetAndAPlanThatFits) {
                              "' --output_dir '" + (dir / "out").string() +
                              "' --per_device_train_batch_size 8 --optim adamw_torch --max_memory 130MiB"
                              " --max_steps 2 --save_strategy no --device cpu");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("is too small for --optim adamw_torch"), std::string::npos) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;  // no plan fits what was asked
+  EXPECT_NE(r.output.find("is too small for optim adamw_torch"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("A plan that fits"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("--optim adafactor"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("optim adafactor"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir / "out" / "trainer_state.json"));
 }
 

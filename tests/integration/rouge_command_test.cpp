@@ -158,7 +158,7 @@ TEST(RougeCommand, MissingFieldIsAnErrorNamingFileLineAndField) {
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("test.jsonl' line 1"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("'reference'"), std::string::npos) << result.output;
-  EXPECT_NE(result.output.find("--reference_field"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("reference_field"), std::string::npos) << result.output;
 
   const CommandResult with_summary =
       run_rouge_stdout("--input_file " + quoted(samsum) + " --prediction_field dialogue --reference_field summary");

@@ -182,7 +182,7 @@ TEST(Tokenize, ClampsToMaxPositionEmbeddingsWithAWarning) {
                " --output_file " + quoted(dir / "out.jsonl") + " --max_source_length 4096 --max_target_length 2");
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find(
-                "warning: --max_source_length 4096 is above the model's max_position_embeddings 1024; using 1024"),
+                "warning: max_source_length 4096 is above the model's max_position_embeddings 1024; using 1024"),
             std::string::npos)
       << result.output;
   const std::vector<nlohmann::json> output = read_jsonl(dir / "out.jsonl");

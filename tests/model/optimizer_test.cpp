@@ -39,7 +39,7 @@ TEST_P(OptimizerTrajectory, MatchesFixture) {
   auto m = load_fixture_model(dir, /*reference_embedding=*/true);
   m->train();
   optim::OptimizerSettings settings;
-  settings.type = optim::optimizer_type_from_string(GetParam() == "adamw" ? "adamw_torch" : "adafactor");
+  settings.type = optim::parse_optimizer_type(GetParam() == "adamw" ? "adamw_torch" : "adafactor");
   settings.learning_rate = expected["learning_rate"];
   settings.weight_decay = expected["weight_decay"];
   auto opt = optim::make_optimizer(*m, settings);
@@ -85,7 +85,7 @@ TEST(Optimizers, NameKeyedStateResumesExactly) {
   const auto c = util::read_json_file(dir / "case.json");
   for (const auto* kind : {"adamw_torch", "adafactor"}) {
     optim::OptimizerSettings settings;
-    settings.type = optim::optimizer_type_from_string(kind);
+    settings.type = optim::parse_optimizer_type(kind);
     settings.learning_rate = 1e-3;
     settings.weight_decay = 0.01;
     // Uninterrupted: 3 steps.
@@ -122,7 +122,7 @@ TEST(Optimizers, ClipGradNormMatchesTorch) {
   EXPECT_NEAR(optim::clip_grad_norm({p1, p2}, 1.0), 5.0, 1e-6);
   EXPECT_NEAR(p1.grad()[0].item<double>(), 3.0 / (5.0 + 1e-6), 1e-7);
   EXPECT_NEAR(optim::clip_grad_norm({p1, p2}, 0.0), 1.0, 1e-6);  // measure only
-  EXPECT_THROW(optim::optimizer_type_from_string("sgd"), std::invalid_argument);
+  EXPECT_THROW(optim::parse_optimizer_type("sgd"), std::invalid_argument);
 }
 
 }  // namespace

@@ -17,12 +17,12 @@ namespace {
 TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredOnASubsetOfTheGrid) {
   std::vector<GridCell> cells;
   run_grid(grid_model_small(), {1, 4}, {128}, 32, {false, true},
-           {memory::OptimizerKind::adamw, memory::OptimizerKind::adafactor}, cells);
+           {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
   print_grid(cells);
   ASSERT_EQ(cells.size(), 8u);
   for (const auto& c : cells) {
     EXPECT_LE(std::abs(c.error()), 0.10) << c.model << " micro-batch " << c.knobs.micro_batch << " checkpointing "
-                                         << c.knobs.checkpointed_layers << " " << memory::to_string(c.knobs.optimizer)
+                                         << c.knobs.checkpointed_layers << " " << optim::to_string(c.knobs.optimizer)
                                          << ": predicted " << c.predicted << ", measured " << c.measured;
   }
 }
@@ -67,7 +67,7 @@ TEST(Planner, ChoosesTheFastestCandidateThatFitsAndKeepsTheEffectiveBatch) {
     if (k.fits) EXPECT_LE(k.prediction.tokens_per_second, chosen.prediction.tokens_per_second * 1.0001);
   }
   // AdamW's 8 MB of state leaves no room for activations here: the planner picks Adafactor.
-  EXPECT_EQ(chosen.knobs.optimizer, memory::OptimizerKind::adafactor);
+  EXPECT_EQ(chosen.knobs.optimizer, optim::OptimizerType::adafactor);
   // adafactor state (10k + 10k) x 4 B = 80 kB; 4 + 4 + 0.08 MB static; 1 MB + 512 kB x micro-batch plain.
   EXPECT_EQ(chosen.prediction.optimizer_state, 80'000u);
   EXPECT_NE(plan.explanation.find("fastest"), std::string::npos) << plan.explanation;
@@ -80,7 +80,7 @@ TEST(Planner, KeepsExplicitKnobsAndNamesTheBudgetWhenNothingFits) {
   request.source_length = 512;
   request.target_length = 64;
   request.micro_batch = 2;  // --no_resplit
-  request.optimizer = memory::OptimizerKind::adamw;
+  request.optimizer = optim::OptimizerType::adamw_torch;
   request.checkpointed_layers = 6;
   request.budget = 12'000'000;
   const auto plan = memory::choose_plan(c, request);
@@ -120,8 +120,8 @@ RunRecord train_three_steps(std::int64_t micro_batch, std::int64_t accumulation,
   args.overwrite_output_dir = true;
   args.max_steps = 3;
   args.logging_steps = 1;
-  args.save_strategy = "no";
-  args.optim = "adafactor";
+  args.save_strategy = train::IntervalStrategy::no;
+  args.optim = optim::OptimizerType::adafactor;
   args.per_device_train_batch_size = micro_batch;
   args.gradient_accumulation_steps = accumulation;
   train::TrainerInputs inputs;

@@ -12,7 +12,7 @@ TEST(PlannerGrid, EveryCellWithinTenPercent) {
   std::vector<GridCell> cells;
   for (const auto& m : {grid_model_small(), grid_model_large()}) {
     run_grid(m, {1, 2, 4, 8}, {128, 512}, 64, {false, true},
-             {memory::OptimizerKind::adamw, memory::OptimizerKind::adafactor}, cells);
+             {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
   }
   print_grid(cells);
   ASSERT_EQ(cells.size(), 64u);
@@ -21,7 +21,7 @@ TEST(PlannerGrid, EveryCellWithinTenPercent) {
     worst = std::max(worst, std::abs(c.error()));
     EXPECT_LE(std::abs(c.error()), 0.10) << c.model << " micro-batch " << c.knobs.micro_batch << " source " << c.source
                                          << " checkpointing " << c.knobs.checkpointed_layers << " "
-                                         << memory::to_string(c.knobs.optimizer);
+                                         << optim::to_string(c.knobs.optimizer);
   }
   std::printf("worst |error| %.2f%%\n", 100.0 * worst);
 }

@@ -80,11 +80,11 @@ inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory:
   args.overwrite_output_dir = true;
   args.max_steps = 2;
   args.logging_steps = 1;
-  args.save_strategy = "no";
+  args.save_strategy = train::IntervalStrategy::no;
   args.per_device_train_batch_size = knobs.micro_batch;
   args.gradient_accumulation_steps = knobs.accumulation;
   args.gradient_checkpointing = knobs.checkpointed_layers > 0;
-  args.optim = knobs.optimizer == memory::OptimizerKind::adafactor ? "adafactor" : "adamw_torch";
+  args.optim = knobs.optimizer;
   train::TrainerInputs inputs;
   inputs.model = model;
   inputs.train_examples =
@@ -102,7 +102,7 @@ inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory:
 // Predicts and measures every combination for one model; each cell is appended to `cells`.
 inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_batches,
                      const std::vector<std::int64_t>& sources, std::int64_t target,
-                     const std::vector<bool>& checkpointing, const std::vector<memory::OptimizerKind>& optimizers,
+                     const std::vector<bool>& checkpointing, const std::vector<optim::OptimizerType>& optimizers,
                      std::vector<GridCell>& cells) {
   auto& allocator = memory::TrackingCpuAllocator::instance();
   const auto baseline = allocator.current_bytes();
@@ -143,7 +143,7 @@ inline void print_grid(const std::vector<GridCell>& cells) {
     std::printf("| %s | %lld | %lld x %lld | %s | %s | %.2f | %.2f | %+.2f%% |\n", c.model.c_str(),
                 static_cast<long long>(c.knobs.micro_batch), static_cast<long long>(c.source),
                 static_cast<long long>(c.target), c.knobs.checkpointed_layers > 0 ? "all" : "off",
-                memory::to_string(c.knobs.optimizer), static_cast<double>(c.predicted) / 1048576.0,
+                optim::to_string(c.knobs.optimizer), static_cast<double>(c.predicted) / 1048576.0,
                 static_cast<double>(c.measured) / 1048576.0, 100.0 * c.error());
   }
   std::fflush(stdout);

@@ -94,7 +94,7 @@ TEST(Dataset, UsesPretokenizedRecordsAsTheyAre) {
 TEST(Dataset, MalformedRecordsNameFileLineAndField) {
   const DataOptions options;
   EXPECT_EQ(bad_record_message(record({{"text", "hi"}}), options),
-            "train.jsonl:7: field 'dialogue': missing; the record has text (choose the column with --text_column)");
+            "train.jsonl:7: field 'dialogue': missing; the record has text (choose the column with text_column)");
   EXPECT_EQ(bad_record_message(record({{"dialogue", 3}}), options),
             "train.jsonl:7: field 'dialogue': expected a string, found number");
   EXPECT_EQ(bad_record_message(record({{"dialogue", "hi"}, {"summary", nullptr}}), options),
@@ -112,7 +112,7 @@ TEST(Dataset, MalformedRecordsNameFileLineAndField) {
   DataOptions short_inputs;
   short_inputs.max_source_length = 2;
   EXPECT_NE(bad_record_message(record({{"input_ids", {5, 6, 1}}}), short_inputs)
-                .find("has 3 tokens, more than --max_source_length 2"),
+                .find("has 3 tokens, more than max_source_length 2"),
             std::string::npos);
 }
 
@@ -131,7 +131,7 @@ TEST(Dataset, ReaderStopsAtTheFirstBadRecordOrSkipsAndCounts) {
     FAIL() << "expected a bad record";
   } catch (const BadRecord& e) {
     EXPECT_NE(std::string(e.what()).find("mixed.jsonl:2: field 'dialogue'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("--skip_bad_records"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("skip_bad_records"), std::string::npos);
   }
 
   options.skip_bad_records = true;
@@ -185,7 +185,7 @@ TEST(Dataset, ClampsLengthsToTheModelWithAWarning) {
   options.max_target_length = 128;
   const std::vector<std::string> warnings = clamp_lengths_to_model(options, 1024);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "--max_source_length 2048 is above the model's max_position_embeddings 1024; using 1024");
+  EXPECT_EQ(warnings[0], "max_source_length 2048 is above the model's max_position_embeddings 1024; using 1024");
   EXPECT_EQ(options.max_source_length, 1024);
   EXPECT_EQ(options.max_target_length, 128);
   EXPECT_TRUE(clamp_lengths_to_model(options, 1024).empty());
@@ -205,7 +205,7 @@ TEST(Dataset, ValidationExplainsTheProblem) {
     options.validate();
     FAIL() << "expected an error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("--max_tokens_per_batch 512 is below the longest possible example (1024"),
+    EXPECT_NE(std::string(e.what()).find("max_tokens_per_batch 512 is below the longest possible example (1024"),
               std::string::npos);
   }
   options.max_tokens_per_batch = 4096;

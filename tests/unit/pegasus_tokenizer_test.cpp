@@ -179,7 +179,7 @@ TEST(PegasusTokenizer, RefusesAFolderWithoutSpieceModel) {
     PegasusTokenizer::from_folder(test::temp_dir("empty"));
     FAIL() << "expected an error";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("--tokenizer_name"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("tokenizer_name"), std::string::npos);
   }
 }
 

@@ -53,7 +53,7 @@ TEST(RougeIo, MissingFieldNamesFileLineAndField) {
   EXPECT_NE(message.find("line 2"), std::string::npos) << message;
   EXPECT_NE(message.find("'reference'"), std::string::npos) << message;
   EXPECT_NE(message.find("summary"), std::string::npos) << message;  // lists the fields it has
-  EXPECT_NE(message.find("--reference_field"), std::string::npos) << message;
+  EXPECT_NE(message.find("reference_field"), std::string::npos) << message;
 }
 
 TEST(RougeIo, RejectsNonStringFieldsAndBadLines) {

@@ -1,14 +1,15 @@
 // `fitsum bench`: speed on the user's own hardware, printed as one JSON line per run so that scripts can put it
 // beside the eager PyTorch baseline (../shared/reference/bench_eager.py prints the same fields).
 //   fitsum bench train   training steps of a PEGASUS shape with random init and random tokens, through the same
-//                        library calls as `fitsum train` (train/train_step.h): median step time, tokens/s, peak
-//                        resident memory (VmHWM) and the exact peak of tensor bytes.
+//                        library calls as `fitsum train` (model/micro_step.h and optim/optimizer_step.h): median step
+//                        time, tokens/s, peak resident memory (VmHWM) and the exact peak of tensor bytes.
 //   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product), the denominator of MFU.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,11 +27,13 @@
 #include "commands.h"
 #include "fitsum/io/hf_config.h"
 #include "fitsum/memory/device_memory.h"
-#include "fitsum/memory/host_allocator.h"
+#include "fitsum/memory/fit.h"
+#include "fitsum/model/micro_step.h"
 #include "fitsum/model/seq2seq.h"
+#include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
-#include "fitsum/train/train_step.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/runtime.h"
 #include "fitsum/util/threads.h"
 
 namespace fitsum::cli {
@@ -77,21 +80,17 @@ void add_thread_flags(CLI::App& cmd, ThreadFlags& t) {
       "intra-op threads of the optimizer step (0: fitsum's default, " + std::to_string(defaults.update) + ")");
 }
 
-util::ThreadSettings apply_threads(const ThreadFlags& t) {
-  const auto settings = util::resolve_thread_settings({t.num_threads, t.blas_threads, t.update_threads});
-  util::apply_thread_settings(settings);
-  return settings;
-}
-
-torch::Device bench_device(const std::string& name) {
-  if (name == "cpu") return torch::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch build");
-    }
-    return torch::kCUDA;
-  }
-  throw std::invalid_argument("--device '" + name + "' is not one of cpu, cuda");
+// The same process setup as `fitsum train` (util/runtime.h), so that benchmarks measure what training runs.
+util::Runtime setup_bench_runtime(const ThreadFlags& t, const std::string& device, bool tune_host_allocator) {
+  if (device != "cpu" && device != "cuda")
+    throw std::invalid_argument("--device '" + device + "' is not one of cpu, cuda");
+  util::RuntimeOptions options;
+  options.device = device;
+  options.threads = {t.num_threads, t.blas_threads, t.update_threads};
+  options.tune_host_allocator = tune_host_allocator;
+  auto runtime = util::setup_runtime(options);
+  for (const auto& warning : runtime.warnings) std::cerr << "fitsum: warning: " << warning << "\n";
+  return runtime;
 }
 
 void synchronize(const torch::Device& device) {
@@ -109,6 +108,7 @@ struct BenchTrainOptions {
   std::int64_t tgt_len = 64;
   std::int64_t gradient_accumulation_steps = 1;
   std::string max_memory;
+  bool plan = false;  // with --max_memory: the planner chooses micro-batch, checkpointing and optimizer
   int steps = 5;
   int warmup = 1;
   std::string optim = "adafactor";
@@ -121,141 +121,202 @@ struct BenchTrainOptions {
   std::uint64_t seed = 0;
   std::vector<std::string> unfused;  // loss, embedding, optimizer, dropout: the plain paths, for before/after
   std::string profile;               // a chrome://tracing file of one more step
-  bool malloc_defaults = false;      // keep glibc's allocator settings (memory/host_allocator.h)
+  bool malloc_defaults = false;      // keep glibc's allocator settings (util/host_allocator.h)
   ThreadFlags threads;
 };
 
-void run_bench_train(const BenchTrainOptions& o) {
+bool unfused(const BenchTrainOptions& o, const char* what) {
+  return std::find(o.unfused.begin(), o.unfused.end(), what) != o.unfused.end() ||
+         std::find(o.unfused.begin(), o.unfused.end(), "all") != o.unfused.end();
+}
+
+void check_bench_options(const BenchTrainOptions& o) {
   if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be at least 1 and --warmup at least 0");
   if (o.batch < 1 || o.src_len < 1 || o.tgt_len < 2) {
     throw std::invalid_argument("--batch and --src_len must be at least 1, --tgt_len at least 2");
   }
-  if (o.gradient_accumulation_steps < 1)
+  if (o.gradient_accumulation_steps < 1) {
     throw std::invalid_argument("--gradient_accumulation_steps must be at least 1");
-  const auto threads = apply_threads(o.threads);
-  if (!o.malloc_defaults) memory::tune_host_allocator_for_training();
-  const auto device = bench_device(o.device);
-  memory::start_tracking(device);  // before the model exists: its weights count
-  if (!o.max_memory.empty())
-    memory::set_memory_limit(device, static_cast<std::int64_t>(util::parse_bytes(o.max_memory)));
-
-  nlohmann::json config_json;
-  model::ModelConfig config;
-  if (!o.config_name.empty()) {
-    config = io::read_model_config(o.config_name);
-  } else {
-    config = model::pegasus_shape(o.shape);
   }
+  if (o.plan && o.max_memory.empty()) throw std::invalid_argument("--plan needs --max_memory");
+}
+
+model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& device) {
+  auto config = o.config_name.empty() ? model::pegasus_shape(o.shape) : io::read_model_config(o.config_name);
   if (!o.config_overrides.empty()) {
     auto j = io::model_config_to_hf(config);
     io::apply_config_overrides(j, o.config_overrides);
     config = io::model_config_from_hf(j, "--config_overrides");
   }
-  const auto plain = [&o](const char* what) {
-    return std::find(o.unfused.begin(), o.unfused.end(), what) != o.unfused.end() ||
-           std::find(o.unfused.begin(), o.unfused.end(), "all") != o.unfused.end();
-  };
   model::Seq2SeqLM model(config);
   model::init_weights(*model, o.seed);
   model::KernelChoices kernels;
-  kernels.in_place_embedding_gradient = !plain("embedding");
-  kernels.byte_mask_dropout = !plain("dropout");
+  kernels.in_place_embedding_gradient = !unfused(o, "embedding");
+  kernels.byte_mask_dropout = !unfused(o, "dropout");
   model->set_kernel_choices(kernels);
   model->to(device);
   model->train();
-  if (o.gradient_checkpointing) model->set_gradient_checkpointing(config.encoder_layers, config.decoder_layers);
+  return model;
+}
 
-  optim::OptimizerSettings settings;
-  settings.type = optim::optimizer_type_from_string(o.optim);
-  settings.learning_rate = o.learning_rate;
-  settings.weight_decay = o.weight_decay;
-  settings.fused = !plain("optimizer");
-  auto optimizer = optim::make_optimizer(*model, settings);
-  std::vector<torch::Tensor> parameters;
-  for (const auto& [name, p] : optim::trainable_parameters(*model)) parameters.push_back(p);
+// The knobs the benchmark runs: as given, or (with --max_memory) checked by the planner against the budget, which
+// with --plan also chooses them. The budget then becomes a hard limit.
+memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, const torch::Device& device,
+                              std::optional<std::uint64_t>& predicted_peak) {
+  const auto& config = model.config();
+  memory::PlanKnobs knobs;
+  knobs.micro_batch = o.batch;
+  knobs.accumulation = o.gradient_accumulation_steps;
+  knobs.checkpointed_layers = o.gradient_checkpointing ? std::max(config.encoder_layers, config.decoder_layers) : 0;
+  knobs.optimizer = optim::parse_optimizer_type(o.optim, "--optim");
+  knobs.bf16 = o.bf16;
+  if (o.max_memory.empty()) return knobs;
+  memory::FitRequest request;
+  request.budget = memory::resolve_memory_budget(o.max_memory, device);
+  request.worst = {1, o.src_len, o.tgt_len};
+  request.effective_batch = o.batch * o.gradient_accumulation_steps;
+  request.bf16 = o.bf16;
+  if (!o.plan) {
+    request.micro_batch = knobs.micro_batch;
+    request.optimizer = knobs.optimizer;
+    request.checkpointed_layers = knobs.checkpointed_layers;
+  }
+  auto fit = memory::fit_training(model, request);
+  if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
+  std::cerr << "fitsum: memory plan: " << fit.explanation << "\n";
+  predicted_peak = fit.chosen->prediction.peak;
+  memory::apply_memory_budget(device, request.budget);
+  return fit.chosen->knobs;
+}
 
-  // Random tokens above the special ids, every position real (as bench_eager.py draws them).
+struct BenchBatch {
+  torch::Tensor input_ids, attention_mask, labels;
+};
+
+// Random tokens above the special ids, every position real (as bench_eager.py draws them).
+BenchBatch random_batch(const BenchTrainOptions& o, std::int64_t batch, std::int64_t vocab,
+                        const torch::Device& device) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
-  const std::int64_t low = std::min<std::int64_t>(103, config.vocab_size - 1);
-  auto input_ids = torch::randint(low, config.vocab_size, {o.batch, o.src_len}, generator, torch::kLong).to(device);
-  auto attention_mask = torch::ones_like(input_ids);
-  auto labels = torch::randint(low, config.vocab_size, {o.batch, o.tgt_len}, generator, torch::kLong).to(device);
+  const std::int64_t low = std::min<std::int64_t>(103, vocab - 1);
+  BenchBatch b;
+  b.input_ids = torch::randint(low, vocab, {batch, o.src_len}, generator, torch::kLong).to(device);
+  b.attention_mask = torch::ones_like(b.input_ids);
+  b.labels = torch::randint(low, vocab, {batch, o.tgt_len}, generator, torch::kLong).to(device);
+  return b;
+}
 
-  train::MicroBatchOptions micro;
-  const auto accumulation = o.gradient_accumulation_steps;
-  micro.loss_scale = 1.0 / static_cast<double>(accumulation * o.batch * o.tgt_len);
-  micro.bf16 = o.bf16;
-  micro.fused_loss = !plain("loss");
-  train::UpdateOptions update;
-  update.max_grad_norm = o.max_grad_norm;
-  update.threads = threads.update;
-  torch::manual_seed(o.seed);
-  std::vector<double> times, update_times;
+struct StepTimes {
+  std::vector<double> step, update;
   double loss = 0.0;
-  for (int step = 0; step < o.warmup + o.steps; ++step) {
+};
+
+// Warm-up steps, then the timed ones (and one more under the profiler with --profile): accumulation micro-steps on
+// the same batch (speed does not care), then the optimizer step, exactly as the trainer runs them.
+StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, torch::optim::Optimizer& optimizer,
+                      const memory::PlanKnobs& knobs, const util::Runtime& runtime) {
+  const auto& device = runtime.device;
+  const auto batch = random_batch(o, knobs.micro_batch, model.config().vocab_size, device);
+  std::vector<torch::Tensor> parameters;
+  for (const auto& [name, p] : optim::trainable_parameters(model)) parameters.push_back(p);
+  model::MicroBatchOptions micro;
+  micro.loss_scale = 1.0 / static_cast<double>(knobs.accumulation * knobs.micro_batch * o.tgt_len);
+  micro.bf16 = knobs.bf16;
+  micro.fused_loss = !unfused(o, "loss");
+  optim::UpdateOptions update;
+  update.max_grad_norm = o.max_grad_norm;
+  update.threads = runtime.threads.update;
+  torch::manual_seed(o.seed);
+  StepTimes t;
+  const bool profile = FITSUM_HAS_RECORD_PROFILE && !o.profile.empty();
+  for (int step = 0; step < o.warmup + o.steps + (profile ? 1 : 0); ++step) {
     if (step == o.warmup) memory::reset_peak_memory(device);
+    const bool profiled = step == o.warmup + o.steps;
+#if FITSUM_HAS_RECORD_PROFILE
+    std::optional<torch::autograd::profiler::RecordProfile> record;
+    if (profiled) record.emplace(o.profile);
+#endif
     synchronize(device);
     const auto start = Clock::now();
     double loss_sum = 0.0;
     std::int64_t loss_tokens = 0;
-    for (std::int64_t m = 0; m < accumulation; ++m) {  // the same batch each time: speed does not care
-      const auto token_loss = train::forward_backward(*model, input_ids, attention_mask, labels, micro);
+    for (std::int64_t m = 0; m < knobs.accumulation; ++m) {
+      const auto token_loss =
+          model::forward_backward(model, batch.input_ids, batch.attention_mask, batch.labels, micro);
       loss_sum += token_loss.sum.item<double>();
       loss_tokens += token_loss.tokens;
     }
-    loss = loss_sum / static_cast<double>(loss_tokens);
+    t.loss = loss_sum / static_cast<double>(loss_tokens);
     const auto update_start = Clock::now();
-    train::optimizer_step(*optimizer, parameters, update);
+    optim::optimizer_step(optimizer, parameters, update);
     synchronize(device);
-    if (step >= o.warmup) {
-      times.push_back(seconds_since(start));
-      update_times.push_back(seconds_since(update_start));
+    if (step >= o.warmup && !profiled) {
+      t.step.push_back(seconds_since(start));
+      t.update.push_back(seconds_since(update_start));
     }
   }
-  const auto memory = memory::read_memory(device);
-  if (!o.profile.empty()) {
-#if FITSUM_HAS_RECORD_PROFILE
-    torch::autograd::profiler::RecordProfile record(o.profile);
-    train::forward_backward(*model, input_ids, attention_mask, labels, micro);
-    train::optimizer_step(*optimizer, parameters, update);
-    synchronize(device);
-#else
-    std::cerr << "fitsum: warning: --profile needs LibTorch 1.x's recorder; nothing written\n";
-#endif
-  }
-  const double step_s = median(times);
-  const auto tokens = static_cast<double>(accumulation * o.batch * (o.src_len + o.tgt_len));
+  return t;
+}
+
+nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::ModelConfig& config,
+                                  const memory::PlanKnobs& knobs, const util::Runtime& runtime, const StepTimes& t) {
+  const auto memory = memory::read_memory(runtime.device);
+  const double step_s = median(t.step);
+  const auto examples = knobs.accumulation * knobs.micro_batch;
   nlohmann::ordered_json out;
   out["impl"] = "fitsum";
   out["shape"] = o.config_name.empty() ? o.shape : o.config_name;
-  out["optim"] = o.optim;
-  out["batch"] = o.batch;
+  out["optim"] = optim::to_string(knobs.optimizer);
+  out["batch"] = knobs.micro_batch;
   out["src_len"] = o.src_len;
   out["tgt_len"] = o.tgt_len;
-  out["gradient_accumulation_steps"] = accumulation;
+  out["gradient_accumulation_steps"] = knobs.accumulation;
   out["threads"] = at::get_num_threads();
   out["blas_threads"] = util::blas_threads();
-  out["update_threads"] = threads.update;
+  out["update_threads"] = runtime.threads.update;
   out["step_s_median"] = step_s;
-  out["step_s_all"] = times;
-  out["update_s_median"] = median(update_times);  // clipping, optimizer step and zeroing the gradients
-  out["tokens_per_s"] = tokens / step_s;
-  out["samples_per_s"] = static_cast<double>(accumulation * o.batch) / step_s;
+  out["step_s_all"] = t.step;
+  out["update_s_median"] = median(t.update);  // clipping, optimizer step and zeroing the gradients
+  out["tokens_per_s"] = static_cast<double>(examples * (o.src_len + o.tgt_len)) / step_s;
+  out["samples_per_s"] = static_cast<double>(examples) / step_s;
   out["peak_rss_mib"] = peak_rss_mib();
-  out["loss_last"] = loss;
+  out["loss_last"] = t.loss;
   out["peak_tracked_mib"] = static_cast<double>(memory.peak_bytes) / kMiB;
-  if (device.is_cuda()) {
+  if (runtime.device.is_cuda()) {
     out["peak_allocated_mib"] = static_cast<double>(memory.peak_bytes) / kMiB;
     out["peak_reserved_mib"] = static_cast<double>(memory.peak_reserved_bytes) / kMiB;
   }
-  out["flops_per_step"] =
-      static_cast<double>(accumulation) * model::training_matmul_flops(config, o.batch, o.src_len, o.tgt_len);
-  out["gradient_checkpointing"] = o.gradient_checkpointing;
-  out["bf16"] = o.bf16;
-  out["device"] = device.str();
+  out["flops_per_step"] = static_cast<double>(knobs.accumulation) *
+                          model::training_matmul_flops(config, knobs.micro_batch, o.src_len, o.tgt_len);
+  out["gradient_checkpointing"] = knobs.checkpointed_layers > 0;
+  out["gradient_checkpointing_layers"] = knobs.checkpointed_layers;
+  out["bf16"] = knobs.bf16;
+  out["device"] = runtime.device.str();
   out["dropout"] = {config.dropout, config.attention_dropout, config.activation_dropout};
   out["unfused"] = o.unfused;
   out["malloc_defaults"] = o.malloc_defaults;
+  return out;
+}
+
+void run_bench_train(const BenchTrainOptions& o) {
+  check_bench_options(o);
+  const auto runtime = setup_bench_runtime(o.threads, o.device, !o.malloc_defaults);
+  memory::start_tracking(runtime.device);  // before the model exists: its weights count
+  auto model = bench_model(o, runtime.device);
+  std::optional<std::uint64_t> predicted_peak;
+  const auto knobs = bench_knobs(o, *model, runtime.device, predicted_peak);
+  model->set_gradient_checkpointing(knobs.checkpointed_layers, knobs.checkpointed_layers);
+  optim::OptimizerSettings settings;
+  settings.type = knobs.optimizer;
+  settings.learning_rate = o.learning_rate;
+  settings.weight_decay = o.weight_decay;
+  settings.fused = !unfused(o, "optimizer");
+  auto optimizer = optim::make_optimizer(*model, settings);
+  const auto times = timed_steps(o, *model, *optimizer, knobs, runtime);
+  if (!FITSUM_HAS_RECORD_PROFILE && !o.profile.empty()) {
+    std::cerr << "fitsum: warning: --profile needs LibTorch 1.x's recorder; nothing written\n";
+  }
+  auto out = bench_json(o, model->config(), knobs, runtime, times);
+  if (predicted_peak) out["predicted_peak_mib"] = static_cast<double>(*predicted_peak) / kMiB;
   std::cout << out.dump() << std::endl;
 }
 
@@ -269,8 +330,8 @@ struct BenchMatmulOptions {
 };
 
 void run_bench_matmul(const BenchMatmulOptions& o) {
-  apply_threads(o.threads);
-  const auto device = bench_device(o.device);
+  const auto runtime = setup_bench_runtime(o.threads, o.device, /*tune_host_allocator=*/false);
+  const auto& device = runtime.device;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
   auto a = torch::randn({o.size, o.size}, generator).to(device);
   auto b = torch::randn({o.size, o.size}, generator).to(device);
@@ -317,8 +378,11 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--gradient_accumulation_steps", train->gradient_accumulation_steps, "micro-batches per optimizer step")
       ->capture_default_str();
   t->add_option("--max_memory", train->max_memory,
-                "cap on tensor memory, e.g. 16GiB (CPU: exact; CUDA: the "
-                "caching allocator's fraction)");
+                "memory budget, e.g. 16GiB: the planner checks the configuration against it (predicted peak in the "
+                "output), then it is a hard cap (CPU: exact; CUDA: the caching allocator's fraction)");
+  t->add_flag("--plan", train->plan,
+              "with --max_memory: let the planner choose micro-batch (keeping --batch x "
+              "--gradient_accumulation_steps), checkpointing and optimizer, then measure its choice");
   t->add_option("--steps", train->steps, "timed steps (the median is reported)")->capture_default_str();
   t->add_option("--warmup", train->warmup, "untimed steps first")->capture_default_str();
   t->add_option("--optim", train->optim, "adafactor or adamw_torch")->capture_default_str();
@@ -337,7 +401,7 @@ void add_bench_command(CLI::App& app) {
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");
   t->add_flag("--malloc_defaults", train->malloc_defaults,
-              "keep the C allocator's default settings (fitsum tunes them for training: memory/host_allocator.h)");
+              "keep the C allocator's default settings (fitsum tunes them for training: util/host_allocator.h)");
   add_thread_flags(*t, train->threads);
   t->callback([train]() {
     try {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "fitsum/memory/fit.h"
 
 namespace fitsum::cli {
 
@@ -75,6 +76,8 @@ int report_exception(std::exception_ptr error, CLI::App& app) {
   } catch (const c10::Error& e) {
     if (debug_requested()) return print(e.what(), 1);
     return print(e.msg() + " (LibTorch; FITSUM_DEBUG=1 shows where)", 1);
+  } catch (const memory::PlanDoesNotFit& e) {
+    return print(e.what(), 3);
   } catch (const std::invalid_argument& e) {
     return print(e.what(), 2);
   } catch (const std::bad_alloc&) {

@@ -9,13 +9,14 @@
 
 #include "commands.h"
 #include "data_flags.h"
-#include "fitsum/eval/evaluator.h"
 #include "fitsum/eval/rouge.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/train/evaluation.h"
 #include "fitsum/util/files.h"
 #include "generation_flags.h"
+#include "runtime_flags.h"
 
 namespace fitsum::cli {
 
@@ -36,15 +37,18 @@ struct EvalArgs {
   bool no_loss = false;
   data::DataOptions data;
   GenerationFlags generation;
+  util::RuntimeOptions runtime;
 };
 
 void run_eval(EvalArgs a) {
   if (a.batch_size < 1) throw std::invalid_argument("--per_device_eval_batch_size must be at least 1");
+  const auto runtime = start_runtime(a.runtime);
   io::ModelSource source;
   source.model_name_or_path = a.model_dir;
   source.tokenizer_name = a.tokenizer_name;
   auto loaded = io::load_model(source, 0);
   auto& model = *loaded.model;
+  model.to(runtime.device);
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
@@ -53,7 +57,7 @@ void run_eval(EvalArgs a) {
   if (!loaded.tokenizer_dir.empty()) tokenizer.emplace(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
   const auto* tok = tokenizer ? &*tokenizer : nullptr;
 
-  eval::EvaluationOptions options;
+  train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = !a.no_loss;
   options.generation = generate::load_generation_options(a.model_dir);
@@ -73,19 +77,10 @@ void run_eval(EvalArgs a) {
   std::fprintf(stderr, "  rouge        use_stemmer=%s split_sentences=%s, exact means\n",
                a.use_stemmer ? "true" : "false", a.rouge_split_sentences ? "true" : "false");
 
-  const auto result = eval::evaluate(model, examples, tok, options, torch::kCPU);
+  const auto result = train::evaluate_model(model, examples, tok, options, runtime.device);
 
-  nlohmann::ordered_json metrics;
-  if (result.eval_loss) metrics["eval_loss"] = *result.eval_loss;
-  if (result.rouge) {
-    for (auto type : eval::kRougeTypes) {
-      metrics["eval_" + std::string(eval::rouge_type_name(type))] = (*result.rouge)[type].fmeasure * 100.0;
-    }
-  }
-  metrics["eval_gen_len"] = result.gen_len;
-  metrics["eval_runtime"] = result.runtime_seconds;
+  auto metrics = train::evaluation_metrics(result, /*generated=*/true);
   metrics["eval_samples"] = examples.size();
-  metrics["eval_samples_per_second"] = result.samples_per_second;
   std::printf("%s\n", metrics.dump(2).c_str());
 
   if (!a.predictions_file.empty()) {
@@ -122,6 +117,7 @@ void add_eval_command(CLI::App& app) {
   add_tokenization_flags(*cmd, a->data);
   add_sample_limit_flags(*cmd, a->data);
   add_generation_flags(*cmd, a->generation);
+  add_runtime_flags(*cmd, a->runtime);
   cmd->callback([a]() { run_eval(*a); });
 }
 

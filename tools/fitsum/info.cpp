@@ -50,8 +50,8 @@ nlohmann::ordered_json architecture_json(const model::ModelConfig& c) {
 nlohmann::ordered_json memory_json(const model::ParameterCounts& counts) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (auto dtype : {memory::StorageDtype::fp32, memory::StorageDtype::bf16}) {
-    const auto adamw = memory::static_training_memory(counts, memory::OptimizerKind::adamw, dtype);
-    const auto adafactor = memory::static_training_memory(counts, memory::OptimizerKind::adafactor, dtype);
+    const auto adamw = memory::static_training_memory(counts, optim::OptimizerType::adamw_torch, dtype);
+    const auto adafactor = memory::static_training_memory(counts, optim::OptimizerType::adafactor, dtype);
     out[memory::to_string(dtype)] = {{"weights", adamw.weights},
                                      {"gradients", adamw.gradients},
                                      {"adamw_state", adamw.optimizer_state},
@@ -88,6 +88,49 @@ nlohmann::ordered_json forward_check(model::Seq2SeqLMImpl& model) {
           {"loss", out.loss.item<double>()},
           {"uniform_loss", std::log(static_cast<double>(c.vocab_size))},
           {"seconds", seconds}};
+}
+
+// The human-readable form of `fitsum info`'s JSON.
+void print_info(const nlohmann::ordered_json& out, const model::ParameterCounts& counts, const std::string& model_dir) {
+  const auto& weights = out["weights"];
+  const nlohmann::ordered_json forward = out.contains("forward") ? out["forward"] : nlohmann::ordered_json(nullptr);
+  std::cout << "model      " << model_dir << "\n";
+  std::cout << "weights    "
+            << (weights.is_null() ? std::string("none (config.json only)")
+                                  : weights["files"].get<std::string>() + ": " +
+                                        std::to_string(weights["tensors_loaded"].get<std::int64_t>()) +
+                                        " tensors loaded and validated against config.json")
+            << "\n";
+  if (!weights.is_null()) {
+    for (const auto& name : weights["computed"])
+      std::cout << "           computed (not stored): " << name.get<std::string>() << "\n";
+    for (const auto& w : weights["warnings"]) std::cout << "           warning: " << w.get<std::string>() << "\n";
+  }
+  std::cout << "\narchitecture\n";
+  for (const auto& item : out["architecture"].items()) {
+    std::printf("  %-26s %s\n", item.key().c_str(),
+                item.value().is_string() ? item.value().get<std::string>().c_str() : item.value().dump().c_str());
+  }
+  std::cout << "\nparameters\n";
+  std::printf("  %-26s %s\n", "trainable", with_commas(counts.trainable).c_str());
+  std::printf("  %-26s %s  (final_logits_bias, sinusoidal position tables)\n", "not trained",
+              with_commas(counts.frozen).c_str());
+  std::printf("  %-26s %s\n", "total", with_commas(counts.total()).c_str());
+
+  std::cout << "\ntraining memory before activations\n";
+  std::printf("  %-26s %14s %14s\n", "", "fp32", "bf16");
+  const auto& m = out["training_memory_bytes"];
+  for (const char* key : {"weights", "gradients", "adamw_state", "adafactor_state", "total_adamw", "total_adafactor"}) {
+    std::printf("  %-26s %14s %14s\n", key, util::format_bytes(m["fp32"][key].get<std::uint64_t>()).c_str(),
+                util::format_bytes(m["bf16"][key].get<std::uint64_t>()).c_str());
+  }
+  std::cout << "  (bf16 = weights, gradients and AdamW state stored in bf16; HF's Adafactor keeps its state in fp32;\n"
+               "   mixed precision with fp32 master weights (--bf16) needs the fp32 column plus smaller activations)\n";
+  if (!forward.is_null()) {
+    std::printf("\nforward pass (%s, batch 2 x 32 source / 16 target tokens): loss %.4f (uniform: %.4f) in %.3f s\n",
+                forward["weights"].get<std::string>().c_str(), forward["loss"].get<double>(),
+                forward["uniform_loss"].get<double>(), forward["seconds"].get<double>());
+  }
 }
 
 void run_info(const InfoOptions& options) {
@@ -141,43 +184,7 @@ void run_info(const InfoOptions& options) {
     return;
   }
 
-  std::cout << "model      " << options.model_dir << "\n";
-  std::cout << "weights    "
-            << (weights.is_null() ? std::string("none (config.json only)")
-                                  : weights["files"].get<std::string>() + ": " +
-                                        std::to_string(weights["tensors_loaded"].get<std::int64_t>()) +
-                                        " tensors loaded and validated against config.json")
-            << "\n";
-  if (!weights.is_null()) {
-    for (const auto& name : weights["computed"])
-      std::cout << "           computed (not stored): " << name.get<std::string>() << "\n";
-    for (const auto& w : weights["warnings"]) std::cout << "           warning: " << w.get<std::string>() << "\n";
-  }
-  std::cout << "\narchitecture\n";
-  for (const auto& item : out["architecture"].items()) {
-    std::printf("  %-26s %s\n", item.key().c_str(),
-                item.value().is_string() ? item.value().get<std::string>().c_str() : item.value().dump().c_str());
-  }
-  std::cout << "\nparameters\n";
-  std::printf("  %-26s %s\n", "trainable", with_commas(counts.trainable).c_str());
-  std::printf("  %-26s %s  (final_logits_bias, sinusoidal position tables)\n", "not trained",
-              with_commas(counts.frozen).c_str());
-  std::printf("  %-26s %s\n", "total", with_commas(counts.total()).c_str());
-
-  std::cout << "\ntraining memory before activations\n";
-  std::printf("  %-26s %14s %14s\n", "", "fp32", "bf16");
-  const auto& m = out["training_memory_bytes"];
-  for (const char* key : {"weights", "gradients", "adamw_state", "adafactor_state", "total_adamw", "total_adafactor"}) {
-    std::printf("  %-26s %14s %14s\n", key, util::format_bytes(m["fp32"][key].get<std::uint64_t>()).c_str(),
-                util::format_bytes(m["bf16"][key].get<std::uint64_t>()).c_str());
-  }
-  std::cout << "  (bf16 = weights, gradients and AdamW state stored in bf16; HF's Adafactor keeps its state in fp32;\n"
-               "   mixed precision with fp32 master weights (--bf16) needs the fp32 column plus smaller activations)\n";
-  if (!forward.is_null()) {
-    std::printf("\nforward pass (%s, batch 2 x 32 source / 16 target tokens): loss %.4f (uniform: %.4f) in %.3f s\n",
-                forward["weights"].get<std::string>().c_str(), forward["loss"].get<double>(),
-                forward["uniform_loss"].get<double>(), forward["seconds"].get<double>());
-  }
+  print_info(out, counts, options.model_dir);
 }
 
 }  // namespace

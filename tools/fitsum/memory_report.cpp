@@ -56,7 +56,7 @@ void write_memory_report(const std::string& path, const memory::Plan& plan, std:
         << "\" text-anchor=\"end\" transform=\"rotate(-60 " << x + bar / 2 << " " << top + height + 12 << ")\">"
         << k.knobs.micro_batch << "x" << k.knobs.accumulation << " "
         << memory::checkpointing_label(k.knobs.checkpointed_layers, layers) << " "
-        << memory::to_string(k.knobs.optimizer) << (k.fits ? "" : " (no)") << "</text>\n";
+        << optim::to_string(k.knobs.optimizer) << (k.fits ? "" : " (no)") << "</text>\n";
   }
   if (!measured.empty()) {
     const double x0 = left + plan_width + 40;

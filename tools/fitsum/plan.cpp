@@ -3,15 +3,11 @@
 // table and the chosen plan (docs/memory.md). With --format json, stdout holds only the JSON; logs go to stderr.
 #include <iostream>
 
-#include <torch/torch.h>
-
 #include "commands.h"
-#include "fitsum/memory/device_memory.h"
-#include "fitsum/memory/planner.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
-#include "fitsum/util/bytes.h"
 #include "memory_report.h"
 #include "planning.h"
+#include "runtime_flags.h"
+#include "train_flags.h"
 
 namespace fitsum::cli {
 
@@ -23,65 +19,30 @@ struct PlanCommandOptions {
 };
 
 void run_plan(PlanCommandOptions& p, const CLI::App& command) {
-  auto& o = p.train;
   if (p.format != "table" && p.format != "json") {
     throw std::invalid_argument("--format '" + p.format + "' is not one of table, json");
   }
-  if (o.training.optim == "auto") o.training.optim = "adamw_torch";  // the planner chooses: not a fixed knob
-  if (o.training.output_dir.empty()) o.training.output_dir = ".";    // optional for plan: nothing is written
-  o.training.validate();
-  if (o.num_threads > 0) at::set_num_threads(o.num_threads);
-  const auto device = resolve_device(o.device);
-  memory::start_tracking(device);
-  const auto budget = memory::resolve_memory_budget(o.max_memory.empty() ? "auto" : o.max_memory, device);
-
-  auto loaded = io::load_model(o.model, static_cast<std::uint64_t>(o.training.seed));
-  auto& model = *loaded.model;
-  for (const auto& warning : data::clamp_lengths_to_model(o.data, model.config().max_position_embeddings)) {
-    std::cerr << "fitsum: warning: " << warning << "\n";
+  const auto runtime = start_runtime(p.train.runtime);
+  const train::Report report{[](const std::string& line) { std::cerr << "fitsum: " << line << "\n"; },
+                             [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};
+  const auto fit = train::plan_training(training_job(command, p.train), runtime, report);
+  if (fit.calibration) {
+    std::cerr << "fitsum: calibration probe: " << fit.calibration->samples.size() << " passes in "
+              << static_cast<int>(fit.calibration->probe_seconds * 1000) << " ms\n";
   }
-  o.data.validate();
-  std::vector<data::Example> examples;
-  if (!o.train_file.empty()) {
-    std::optional<tokenizer::PegasusTokenizer> tokenizer;
-    if (!loaded.tokenizer_dir.empty()) {
-      tokenizer.emplace(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
-    }
-    examples = data::read_examples(o.train_file, tokenizer ? &*tokenizer : nullptr, model.config().vocab_size, o.data,
-                                   o.data.max_train_samples);
-  }
-  const auto worst = worst_batch_shape(examples, o.data);
-  std::cerr << "fitsum: " << loaded.description << "; worst batch " << worst.source << " source x " << worst.target
-            << " target tokens per example" << (examples.empty() ? " (from the max lengths)" : " (from the data)")
-            << "\n";
-  model.to(device);
-  memory::CalibrationOptions calibration_options;
-  calibration_options.max_source_length = worst.source;
-  calibration_options.max_target_length = worst.target;
-  calibration_options.bf16 = o.training.bf16;
-  calibration_options.label_smoothing = o.training.label_smoothing_factor;
-  const auto calibration = memory::calibrate(model, calibration_options);
-  std::cerr << "fitsum: calibration probe: " << calibration.samples.size() << " passes in "
-            << static_cast<int>(calibration.probe_seconds * 1000) << " ms\n";
-  const auto plan = memory::choose_plan(calibration, make_plan_request(command, o, worst, budget));
   if (p.format == "json") {
-    std::cout << plan_json(plan, budget).dump(2) << "\n";
+    std::cout << plan_json(fit, fit.budget).dump(2) << "\n";
   } else {
-    std::cout << plan_table(plan, calibration, budget);
-    if (plan.chosen) {
-      std::cout << "flags: "
-                << plan_flags(plan.candidates[*plan.chosen],
-                              std::max(calibration.encoder_layers, calibration.decoder_layers))
-                << "\n";
-    }
+    if (fit.calibration) std::cout << plan_table(fit.plan, *fit.calibration, fit.budget);
+    if (fit.explanation != fit.plan.explanation) std::cout << fit.explanation << "\n";
+    if (fit.chosen) std::cout << "flags: " << memory::plan_arguments(fit.chosen->knobs, fit.layers) << "\n";
   }
   std::cout.flush();
-  if (!o.memory_report.empty()) {
-    write_memory_report(o.memory_report, plan, std::max(calibration.encoder_layers, calibration.decoder_layers), budget,
-                        {});
-    std::cerr << "fitsum: wrote " << o.memory_report << "\n";
+  if (!p.train.memory_report.empty() && fit.calibration) {
+    write_memory_report(p.train.memory_report, fit.plan, fit.layers, fit.budget, {});
+    std::cerr << "fitsum: wrote " << p.train.memory_report << "\n";
   }
-  if (!plan.chosen) throw ExitStatus{3};
+  if (fit.status != memory::FitStatus::fits) throw ExitStatus{3};
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Implements tools/fitsum/planning.h.
+// Implements planning.h.
 #include "planning.h"
 
 #include <algorithm>
@@ -6,91 +6,9 @@
 #include <limits>
 #include <sstream>
 
-#include <torch/cuda.h>
-
-#include "fitsum/optim/optimizers.h"
 #include "fitsum/util/bytes.h"
 
 namespace fitsum::cli {
-
-torch::Device resolve_device(const std::string& name) {
-  if (name == "cpu") return torch::kCPU;
-  if (name == "cuda") {
-    if (!torch::cuda::is_available()) {
-      throw std::invalid_argument("--device cuda: no CUDA device is visible to this LibTorch build");
-    }
-    return torch::kCUDA;
-  }
-  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  throw std::invalid_argument("--device '" + name + "' is not one of cpu, cuda, auto");
-}
-
-memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data) {
-  memory::BatchShape worst{1, data.max_source_length, data.max_target_length};
-  if (!examples.empty()) {
-    worst.source = 1;
-    worst.target = 1;
-    for (const auto& e : examples) {
-      worst.source = std::max<std::int64_t>(worst.source, static_cast<std::int64_t>(e.input_ids.size()));
-      if (e.labels) worst.target = std::max<std::int64_t>(worst.target, static_cast<std::int64_t>(e.labels->size()));
-    }
-  }
-  if (data.pad_to_multiple_of && *data.pad_to_multiple_of > 1) {
-    const auto m = *data.pad_to_multiple_of;
-    worst.source = (worst.source + m - 1) / m * m;
-    worst.target = (worst.target + m - 1) / m * m;
-  }
-  return worst;
-}
-
-memory::PlanRequest make_plan_request(const CLI::App& command, const TrainCommandOptions& o,
-                                      const memory::BatchShape& worst, std::uint64_t budget) {
-  const auto& t = o.training;
-  memory::PlanRequest request;
-  request.effective_batch = t.per_device_train_batch_size * t.gradient_accumulation_steps;
-  request.source_length = worst.source;
-  request.target_length = worst.target;
-  if (o.no_resplit) request.micro_batch = t.per_device_train_batch_size;
-  const auto* optim_flag = command.get_option("--optim");
-  if (optim_flag->count() > 0 && optim_flag->as<std::string>() != "auto") {
-    request.optimizer = optim::optimizer_type_from_string(t.optim) == optim::OptimizerType::adafactor
-                            ? memory::OptimizerKind::adafactor
-                            : memory::OptimizerKind::adamw;
-  }
-  if (command.get_option("--gradient_checkpointing")->count() > 0) {
-    request.checkpointed_layers =
-        t.gradient_checkpointing ? t.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max())
-                                 : 0;
-  }
-  request.bf16 = t.bf16;
-  request.budget = budget;
-  return request;
-}
-
-void apply_plan(train::TrainingArguments& args, const memory::Candidate& candidate, std::int64_t layers) {
-  const auto& k = candidate.knobs;
-  args.per_device_train_batch_size = k.micro_batch;
-  args.gradient_accumulation_steps = k.accumulation;
-  args.gradient_checkpointing = k.checkpointed_layers > 0;
-  args.gradient_checkpointing_layers.reset();
-  if (k.checkpointed_layers > 0 && k.checkpointed_layers < layers)
-    args.gradient_checkpointing_layers = k.checkpointed_layers;
-  args.optim = k.optimizer == memory::OptimizerKind::adafactor ? "adafactor" : "adamw_torch";
-  args.bf16 = k.bf16;
-}
-
-std::string plan_flags(const memory::Candidate& candidate, std::int64_t layers) {
-  const auto& k = candidate.knobs;
-  std::ostringstream out;
-  out << "--per_device_train_batch_size " << k.micro_batch << " --gradient_accumulation_steps " << k.accumulation;
-  if (k.checkpointed_layers > 0) out << " --gradient_checkpointing";
-  if (k.checkpointed_layers > 0 && k.checkpointed_layers < layers) {
-    out << " --gradient_checkpointing_layers " << k.checkpointed_layers;
-  }
-  out << " --optim " << (k.optimizer == memory::OptimizerKind::adafactor ? "adafactor" : "adamw_torch");
-  if (k.bf16) out << " --bf16";
-  return out.str();
-}
 
 namespace {
 
@@ -116,7 +34,7 @@ std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, s
     std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-9s %-9s %4s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n", i,
                   static_cast<long long>(k.knobs.micro_batch), static_cast<long long>(k.knobs.accumulation),
                   memory::checkpointing_label(k.knobs.checkpointed_layers, layers).c_str(),
-                  memory::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", mib(p.peak).c_str(),
+                  optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", mib(p.peak).c_str(),
                   mib(p.weights).c_str(), mib(p.gradients).c_str(), mib(p.optimizer_state).c_str(),
                   mib(std::max(p.activations, p.optimizer_transient)).c_str(), p.tokens_per_second, p.step_seconds,
                   k.fits ? "yes" : "no", plan.chosen && *plan.chosen == i ? "  <- chosen" : "");
@@ -131,7 +49,7 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
   j["per_device_train_batch_size"] = k.knobs.micro_batch;
   j["gradient_accumulation_steps"] = k.knobs.accumulation;
   j["gradient_checkpointing_layers"] = k.knobs.checkpointed_layers;
-  j["optim"] = k.knobs.optimizer == memory::OptimizerKind::adafactor ? "adafactor" : "adamw_torch";
+  j["optim"] = optim::to_string(k.knobs.optimizer);
   j["bf16"] = k.knobs.bf16;
   j["predicted_peak_bytes"] = k.prediction.peak;
   j["predicted_tokens_per_s"] = k.prediction.tokens_per_second;
@@ -145,14 +63,14 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
   return j;
 }
 
-nlohmann::ordered_json plan_json(const memory::Plan& plan, std::uint64_t budget) {
+nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t budget) {
   nlohmann::ordered_json j;
   j["budget_bytes"] = budget;
   j["candidates"] = nlohmann::ordered_json::array();
-  for (const auto& k : plan.candidates) j["candidates"].push_back(candidate_json(k));
-  j["chosen"] = plan.chosen ? candidate_json(plan.candidates[*plan.chosen]) : nlohmann::ordered_json(nullptr);
-  j["minimum_budget_bytes"] = plan.minimum_budget;
-  j["explanation"] = plan.explanation;
+  for (const auto& k : fit.plan.candidates) j["candidates"].push_back(candidate_json(k));
+  j["chosen"] = fit.chosen ? candidate_json(*fit.chosen) : nlohmann::ordered_json(nullptr);
+  j["minimum_budget_bytes"] = fit.minimum_budget;
+  j["explanation"] = fit.explanation;
   return j;
 }
 

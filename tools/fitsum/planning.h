@@ -1,40 +1,18 @@
-// What `fitsum plan` and `fitsum train --max_memory` share: turning the flags into a planner request (knobs the
-// user set explicitly stay fixed), applying the chosen plan to the training arguments, and printing it as a table
-// or as JSON.
+// How `fitsum plan` and `fitsum train --max_memory` print a plan (memory/fit.h makes it): a table of every
+// candidate, or JSON for scripts.
 #pragma once
 
+#include <cstdint>
 #include <string>
-#include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <torch/types.h>
 
-#include "fitsum/data/dataset.h"
-#include "fitsum/memory/planner.h"
-#include "train_flags.h"
+#include "fitsum/memory/fit.h"
 
 namespace fitsum::cli {
 
-torch::Device resolve_device(const std::string& name);
-
-// The longest source and target the data can produce after truncation (rounded up to pad_to_multiple_of), or the
-// --max_source_length / --max_target_length when there are no examples.
-memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data);
-
-// `command` tells which flags were given (CLI11 counts; a JSON args file expands to flags, so it counts too).
-memory::PlanRequest make_plan_request(const CLI::App& command, const TrainCommandOptions& options,
-                                      const memory::BatchShape& worst, std::uint64_t budget);
-
-// Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the candidate's.
-void apply_plan(train::TrainingArguments& args, const memory::Candidate& candidate, std::int64_t layers);
-
-// The flags that select `candidate`, e.g. "--per_device_train_batch_size 4 --gradient_accumulation_steps 2
-// --gradient_checkpointing --optim adafactor".
-std::string plan_flags(const memory::Candidate& candidate, std::int64_t layers);
-
 std::string plan_table(const memory::Plan& plan, const memory::Calibration& calibration, std::uint64_t budget);
 nlohmann::ordered_json candidate_json(const memory::Candidate& candidate);
-nlohmann::ordered_json plan_json(const memory::Plan& plan, std::uint64_t budget);
+nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t budget);
 
 }  // namespace fitsum::cli

@@ -8,10 +8,11 @@
 
 #include "commands.h"
 #include "data_flags.h"
-#include "fitsum/eval/evaluator.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/train/evaluation.h"
 #include "generation_flags.h"
+#include "runtime_flags.h"
 
 namespace fitsum::cli {
 
@@ -24,6 +25,7 @@ struct SummarizeArgs {
   std::int64_t batch_size = 8;
   data::DataOptions data;
   GenerationFlags generation;
+  util::RuntimeOptions runtime;
 };
 
 // Dialogues on stdin: blocks of lines separated by blank lines.
@@ -47,11 +49,13 @@ std::vector<std::string> read_stdin_dialogues() {
 }
 
 void run_summarize(SummarizeArgs a) {
+  const auto runtime = start_runtime(a.runtime);
   io::ModelSource source;
   source.model_name_or_path = a.model_dir;
   source.tokenizer_name = a.tokenizer_name;
   auto loaded = io::load_model(source, 0);
   auto& model = *loaded.model;
+  model.to(runtime.device);
   if (loaded.tokenizer_dir.empty()) {
     throw std::invalid_argument("'" + a.model_dir + "' has no spiece.model: pass --tokenizer_name DIR");
   }
@@ -73,14 +77,14 @@ void run_summarize(SummarizeArgs a) {
       examples.push_back(std::move(e));
     }
   }
-  eval::EvaluationOptions options;
+  train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = false;
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
   options.generation.validate_for(model.config());
   options.collator.pad_token_id = model.config().pad_token_id;
-  const auto result = eval::evaluate(model, examples, &tokenizer, options, torch::kCPU);
+  const auto result = train::evaluate_model(model, examples, &tokenizer, options, runtime.device);
   for (const auto& p : result.predictions) {
     std::string line = p.summary;
     for (auto& c : line) {
@@ -104,6 +108,7 @@ void add_summarize_command(CLI::App& app) {
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per batch")->capture_default_str();
   add_tokenization_flags(*cmd, a->data);
   add_generation_flags(*cmd, a->generation);
+  add_runtime_flags(*cmd, a->runtime);
   cmd->callback([a]() { run_summarize(*a); });
 }
 

@@ -8,104 +8,149 @@
 
 #include "data_flags.h"
 #include "fitsum/util/files.h"
+#include "runtime_flags.h"
 
 namespace fitsum::cli {
 
-void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
-  // Flags given twice (a JSON file, then the command line) take the last value.
-  cmd.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  auto& t = o.training;
+namespace {
 
-  // ModelArguments
-  cmd.add_option("--model_name_or_path", o.model.model_name_or_path, "Hugging Face model folder to fine-tune");
-  cmd.add_option("--config_name", o.model.config_name, "config.json for training from random weights");
-  cmd.add_option("--tokenizer_name", o.model.tokenizer_name, "folder with spiece.model (default: the model's)");
-  cmd.add_option("--config_overrides", o.model.config_overrides,
-                 "change config fields at load, e.g. \"dropout=0.0,attention_dropout=0.0\"");
-  // DataTrainingArguments
-  cmd.add_option("--train_file", o.train_file, "training data: jsonl, json or csv (text or pre-tokenized)");
-  cmd.add_option("--validation_file", o.validation_file, "evaluation data, same formats");
-  add_tokenization_flags(cmd, o.data);
-  add_sample_limit_flags(cmd, o.data);
-  add_batching_flags(cmd, o.data);
-  cmd.add_flag("--keep_empty_examples", o.keep_empty_examples,
-               "train on records whose text or summary is empty (run_summarization.py drops them)");
-  // TrainingArguments
-  cmd.add_option("--output_dir", t.output_dir, "where checkpoints and the final model go");
-  cmd.add_flag("--overwrite_output_dir", t.overwrite_output_dir, "allow an output_dir that already holds a run");
-  cmd.add_option("--num_train_epochs", t.num_train_epochs, "epochs to train (fractional allowed)")
+// An option whose text goes through `parse` (one of the library's parse_* functions) into a typed field.
+template <typename T, typename Parse>
+CLI::Option* add_parsed(CLI::App& group, const std::string& name, T& field, Parse parse, const std::string& help,
+                        const std::string& default_text) {
+  return group
+      .add_option_function<std::string>(
+          name, [&field, parse](const std::string& text) { field = parse(text); }, help)
+      ->default_str(default_text);
+}
+
+void add_model_flags(CLI::App& g, io::ModelSource& model) {
+  g.add_option("--model_name_or_path", model.model_name_or_path, "Hugging Face model folder to fine-tune");
+  g.add_option("--config_name", model.config_name, "config.json for training from random weights");
+  g.add_option("--tokenizer_name", model.tokenizer_name, "folder with spiece.model (default: the model's)");
+  g.add_option("--config_overrides", model.config_overrides,
+               "change config fields at load, e.g. \"dropout=0.0,attention_dropout=0.0\"");
+}
+
+void add_data_flags(CLI::App& g, train::TrainingJob& job) {
+  g.add_option("--train_file", job.train_file, "training data: jsonl, json or csv (text or pre-tokenized)");
+  g.add_option("--validation_file", job.validation_file, "evaluation data, same formats");
+  add_tokenization_flags(g, job.data);
+  add_sample_limit_flags(g, job.data);
+  add_batching_flags(g, job.data);
+  g.add_flag("--keep_empty_examples", job.keep_empty_examples,
+             "train on records whose text or summary is empty (run_summarization.py drops them)");
+}
+
+void add_optimization_flags(CLI::App& g, train::TrainingArguments& t) {
+  g.add_option("--output_dir", t.output_dir, "where checkpoints and the final model go");
+  g.add_flag("--overwrite_output_dir", t.overwrite_output_dir, "allow an output_dir that already holds a run");
+  g.add_option("--num_train_epochs", t.num_train_epochs, "epochs to train (fractional allowed)")->capture_default_str();
+  g.add_option("--max_steps", t.max_steps, "optimizer steps; overrides num_train_epochs when > 0")
       ->capture_default_str();
-  cmd.add_option("--max_steps", t.max_steps, "optimizer steps; overrides num_train_epochs when > 0")
+  g.add_option("--per_device_train_batch_size", t.per_device_train_batch_size, "micro-batch size")
       ->capture_default_str();
-  cmd.add_option("--per_device_train_batch_size", t.per_device_train_batch_size, "micro-batch size")
+  g.add_option("--gradient_accumulation_steps", t.gradient_accumulation_steps, "micro-batches per optimizer step")
       ->capture_default_str();
-  cmd.add_option("--per_device_eval_batch_size", t.per_device_eval_batch_size, "evaluation batch size")
+  g.add_option("--learning_rate", t.learning_rate, "peak learning rate")->capture_default_str();
+  g.add_option("--weight_decay", t.weight_decay, "decoupled weight decay (not on biases and LayerNorms)")
       ->capture_default_str();
-  cmd.add_option("--gradient_accumulation_steps", t.gradient_accumulation_steps, "micro-batches per optimizer step")
+  g.add_option("--adam_beta1", t.adam_beta1, "AdamW beta1")->capture_default_str();
+  g.add_option("--adam_beta2", t.adam_beta2, "AdamW beta2")->capture_default_str();
+  g.add_option("--adam_epsilon", t.adam_epsilon, "AdamW epsilon")->capture_default_str();
+  g.add_option("--max_grad_norm", t.max_grad_norm, "gradient clipping norm; 0 disables")->capture_default_str();
+  add_parsed(g, "--lr_scheduler_type", t.lr_scheduler_type, train::parse_lr_scheduler_type,
+             "linear, constant, constant_with_warmup, cosine", "linear");
+  g.add_option("--warmup_steps", t.warmup_steps, "linear warmup steps")->capture_default_str();
+  g.add_option("--warmup_ratio", t.warmup_ratio, "warmup as a fraction of the steps (when warmup_steps is 0)")
       ->capture_default_str();
-  cmd.add_option("--learning_rate", t.learning_rate, "peak learning rate")->capture_default_str();
-  cmd.add_option("--weight_decay", t.weight_decay, "decoupled weight decay (not on biases and LayerNorms)")
-      ->capture_default_str();
-  cmd.add_option("--adam_beta1", t.adam_beta1, "AdamW beta1")->capture_default_str();
-  cmd.add_option("--adam_beta2", t.adam_beta2, "AdamW beta2")->capture_default_str();
-  cmd.add_option("--adam_epsilon", t.adam_epsilon, "AdamW epsilon")->capture_default_str();
-  cmd.add_option("--max_grad_norm", t.max_grad_norm, "gradient clipping norm; 0 disables")->capture_default_str();
-  cmd.add_option("--lr_scheduler_type", t.lr_scheduler_type, "linear, constant, constant_with_warmup, cosine")
-      ->capture_default_str();
-  cmd.add_option("--warmup_steps", t.warmup_steps, "linear warmup steps")->capture_default_str();
-  cmd.add_option("--warmup_ratio", t.warmup_ratio, "warmup as a fraction of the steps (when warmup_steps is 0)")
-      ->capture_default_str();
-  cmd.add_option("--optim", t.optim,
-                 "adamw_torch (adamw_hf is an alias), adafactor, or auto (the planner's choice; the default under "
-                 "--max_memory)")
-      ->capture_default_str();
-  cmd.add_option("--label_smoothing_factor", t.label_smoothing_factor, "label smoothing epsilon")
-      ->capture_default_str();
-  cmd.add_flag("--gradient_checkpointing", t.gradient_checkpointing,
-               "recompute every layer's activations in backward (less memory, ~1/3 more compute)");
-  cmd.add_option_function<std::int64_t>(
+  add_parsed(g, "--optim", t.optim, train::parse_optim,
+             "adamw_torch (adamw_hf is an alias), adafactor, or auto (the planner's choice, under --max_memory)",
+             "adamw_torch");
+  g.add_option("--label_smoothing_factor", t.label_smoothing_factor, "label smoothing epsilon")->capture_default_str();
+  g.add_option("--seed", t.seed, "seed of data order, dropout and random init")->capture_default_str();
+  g.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
+}
+
+void add_memory_flags(CLI::App& g, TrainCommandOptions& o) {
+  auto& t = o.job.args;
+  g.add_option("--max_memory", o.job.max_memory,
+               "memory budget, e.g. 6GiB or 800MiB, or auto (free memory): plan the fastest configuration that "
+               "fits and enforce the budget");
+  g.add_flag("--gradient_checkpointing", t.gradient_checkpointing,
+             "recompute every layer's activations in backward (less memory, ~1/3 more compute)");
+  g.add_option_function<std::int64_t>(
       "--gradient_checkpointing_layers", [&t](const std::int64_t& n) { t.gradient_checkpointing_layers = n; },
       "with --gradient_checkpointing: only the first N layers of each stack");
-  cmd.add_flag("--bf16", t.bf16, "bfloat16 autocast with float32 weights and optimizer");
-  cmd.add_flag("--fp16", t.fp16, "refused for PEGASUS (float16 overflows); use --bf16");
-  cmd.add_option("--logging_steps", t.logging_steps, "log every N steps (< 1: a fraction of the run)")
-      ->capture_default_str();
-  cmd.add_option("--eval_strategy,--evaluation_strategy", t.eval_strategy, "no, steps or epoch")->capture_default_str();
-  cmd.add_option_function<double>(
+  g.add_flag("--bf16", t.bf16, "bfloat16 autocast with float32 weights and optimizer");
+  g.add_flag("--fp16", t.fp16, "refused for PEGASUS (float16 overflows); use --bf16");
+  g.add_flag("--no_resplit", o.no_resplit,
+             "keep per_device_train_batch_size and gradient_accumulation_steps as given when planning");
+  g.add_option("--memory_report", o.memory_report,
+               "with --max_memory: write an SVG of the predicted breakdown per candidate and, after training, the "
+               "measured peak per logged step against the budget");
+}
+
+void add_evaluation_flags(CLI::App& g, train::TrainingArguments& t) {
+  add_parsed(
+      g, "--eval_strategy,--evaluation_strategy", t.eval_strategy,
+      [](const std::string& s) { return train::parse_interval_strategy(s, "eval_strategy"); }, "no, steps or epoch",
+      "no");
+  g.add_option_function<double>(
       "--eval_steps", [&t](const double& v) { t.eval_steps = v; }, "evaluate every N steps (default: logging_steps)");
-  cmd.add_option("--save_strategy", t.save_strategy, "no, steps or epoch")->capture_default_str();
-  cmd.add_option("--save_steps", t.save_steps, "checkpoint every N steps (1e6 is fine)")->capture_default_str();
-  cmd.add_option_function<std::int64_t>(
-      "--save_total_limit", [&t](const std::int64_t& n) { t.save_total_limit = n; },
-      "keep only the newest N checkpoints");
-  cmd.add_option("--seed", t.seed, "seed of data order, dropout and random init")->capture_default_str();
-  cmd.add_flag("--predict_with_generate", t.predict_with_generate,
-               "generate at evaluation and report ROUGE next to eval_loss");
-  cmd.add_option_function<std::int64_t>(
+  g.add_option("--per_device_eval_batch_size", t.per_device_eval_batch_size, "evaluation batch size")
+      ->capture_default_str();
+  g.add_flag("--predict_with_generate", t.predict_with_generate,
+             "generate at evaluation and report ROUGE next to eval_loss");
+  g.add_option_function<std::int64_t>(
       "--generation_num_beams", [&t](const std::int64_t& n) { t.generation_num_beams = n; },
       "beams for --predict_with_generate (default: the model's generation config)");
-  cmd.add_option_function<std::int64_t>(
+  g.add_option_function<std::int64_t>(
       "--generation_max_length", [&t](const std::int64_t& n) { t.generation_max_length = n; },
       "max_length for --predict_with_generate (default: the model's generation config)");
-  cmd.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
-  // Runtime
-  cmd.add_option("--device", o.device, "cpu, cuda or auto")->capture_default_str();
-  cmd.add_option("--cuda_alloc_conf", o.cuda_alloc_conf,
-                 "CUDA caching-allocator settings, e.g. expandable_segments:True (as PYTORCH_CUDA_ALLOC_CONF)");
-  cmd.add_option("--num_threads", o.num_threads, "LibTorch intra-op threads (0: fitsum's default, 1)")
+}
+
+void add_logging_flags(CLI::App& g, train::TrainingArguments& t) {
+  add_parsed(
+      g, "--logging_strategy", t.logging_strategy,
+      [](const std::string& s) { return train::parse_interval_strategy(s, "logging_strategy"); }, "no, steps or epoch",
+      "steps");
+  g.add_option("--logging_steps", t.logging_steps, "log every N steps (< 1: a fraction of the run)")
       ->capture_default_str();
-  cmd.add_option("--blas_threads", o.blas_threads,
-                 "BLAS threads for matrix products (0: fitsum's default, one per core)")
-      ->capture_default_str();
-  // Memory planning (docs/memory.md)
-  cmd.add_option("--max_memory", o.max_memory,
-                 "memory budget, e.g. 6GiB or 800MiB, or auto (free memory): plan the fastest configuration that "
-                 "fits and enforce the budget");
-  cmd.add_flag("--no_resplit", o.no_resplit,
-               "keep per_device_train_batch_size and gradient_accumulation_steps as given when planning");
-  cmd.add_option("--memory_report", o.memory_report,
-                 "with --max_memory: write an SVG of the predicted breakdown per candidate and, after training, the "
-                 "measured peak per logged step against the budget");
+  add_parsed(
+      g, "--save_strategy", t.save_strategy,
+      [](const std::string& s) { return train::parse_interval_strategy(s, "save_strategy"); }, "no, steps or epoch",
+      "steps");
+  g.add_option("--save_steps", t.save_steps, "checkpoint every N steps (1e6 is fine)")->capture_default_str();
+  g.add_option_function<std::int64_t>(
+      "--save_total_limit", [&t](const std::int64_t& n) { t.save_total_limit = n; },
+      "keep only the newest N checkpoints");
+}
+
+}  // namespace
+
+void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
+  // Flags given twice (a JSON file, then the command line) take the last value; option groups inherit this.
+  cmd.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_flags(*cmd.add_option_group("Model", "ModelArguments of run_summarization.py"), o.job.model);
+  add_data_flags(*cmd.add_option_group("Data", "DataTrainingArguments of run_summarization.py"), o.job);
+  add_optimization_flags(*cmd.add_option_group("Training", "TrainingArguments: the optimization"), o.job.args);
+  add_memory_flags(*cmd.add_option_group("Memory",
+                                         "the memory budget and the knobs the planner may choose "
+                                         "(docs/memory.md)"),
+                   o);
+  add_evaluation_flags(*cmd.add_option_group("Evaluation", "evaluation during training"), o.job.args);
+  add_logging_flags(*cmd.add_option_group("Logging", "logs and checkpoints"), o.job.args);
+  add_runtime_flags(*cmd.add_option_group("Runtime", "device and threads"), o.runtime);
+}
+
+train::TrainingJob training_job(const CLI::App& command, const TrainCommandOptions& options) {
+  auto job = options.job;
+  const auto given = [&command](const char* flag) { return command.get_option(flag)->count() > 0; };
+  job.fixed.micro_batch = options.no_resplit;
+  job.fixed.optimizer = given("--optim") && job.args.optim.has_value();
+  job.fixed.checkpointing = given("--gradient_checkpointing") || given("--gradient_checkpointing_layers");
+  return job;
 }
 
 std::vector<std::string> expand_json_arguments(const CLI::App& command, const std::vector<std::string>& args) {

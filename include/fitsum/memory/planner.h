@@ -94,7 +94,9 @@ struct Calibration {
   std::vector<ProbeSample> samples;
   double probe_seconds = 0.0;
 
-  const OptimizerCost& optimizer(OptimizerKind kind) const { return kind == OptimizerKind::adamw ? adamw : adafactor; }
+  const OptimizerCost& optimizer(optim::OptimizerType kind) const {
+    return kind == optim::OptimizerType::adamw_torch ? adamw : adafactor;
+  }
 };
 
 struct CalibrationOptions {
@@ -114,7 +116,7 @@ struct PlanKnobs {
   std::int64_t micro_batch = 1;          // per_device_train_batch_size
   std::int64_t accumulation = 1;         // gradient_accumulation_steps
   std::int64_t checkpointed_layers = 0;  // per stack; >= the stack depth means all
-  OptimizerKind optimizer = OptimizerKind::adamw;
+  optim::OptimizerType optimizer = optim::OptimizerType::adamw_torch;
   bool bf16 = false;
 };
 
@@ -142,7 +144,7 @@ struct PlanRequest {
   std::int64_t source_length = 512;  // the worst batch after truncation
   std::int64_t target_length = 128;
   std::optional<std::int64_t> micro_batch;          // fixed by --no_resplit
-  std::optional<OptimizerKind> optimizer;           // fixed by an explicit --optim
+  std::optional<optim::OptimizerType> optimizer;    // fixed by an explicit --optim
   std::optional<std::int64_t> checkpointed_layers;  // fixed by an explicit --gradient_checkpointing[_layers]
   bool bf16 = false;
   std::uint64_t budget = 0;

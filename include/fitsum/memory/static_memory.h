@@ -7,13 +7,12 @@
 #include <string>
 
 #include "fitsum/model/config.h"
+#include "fitsum/optim/optimizers.h"
 
 namespace fitsum::memory {
 
-enum class OptimizerKind { adamw, adafactor };
 enum class StorageDtype { fp32, bf16 };
 
-const char* to_string(OptimizerKind kind);
 const char* to_string(StorageDtype dtype);
 
 struct StaticMemory {
@@ -27,6 +26,7 @@ struct StaticMemory {
 // parameter dtype; HF's Adafactor (beta1=None, as optim="adafactor" sets) keeps a factored second moment
 // (rows + columns) for matrices and a full one for vectors, always in fp32 (it upcasts bf16 parameters).
 // Mixed precision with fp32 master weights (fitsum's --bf16) stores everything as fp32.
-StaticMemory static_training_memory(const model::ParameterCounts& counts, OptimizerKind optimizer, StorageDtype dtype);
+StaticMemory static_training_memory(const model::ParameterCounts& counts, optim::OptimizerType optimizer,
+                                    StorageDtype dtype);
 
 }  // namespace fitsum::memory

@@ -91,7 +91,7 @@ class AttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Attention);
 
-// Shared by both layer kinds: the activation and dropout settings of one stack.
+// The activation and dropout settings of one stack's layers.
 struct LayerSettings {
   Activation activation = Activation::relu;
   double dropout = 0.0;
@@ -100,36 +100,27 @@ struct LayerSettings {
   bool byte_mask_dropout = true;  // KernelChoices
 };
 
-class EncoderLayerImpl : public torch::nn::Module {
+// Which stack a layer or stack belongs to: decoder layers add cross-attention over the encoder states and their
+// self-attention is causal.
+enum class StackKind { encoder, decoder };
+
+// One transformer layer (HF PegasusEncoderLayer / PegasusDecoderLayer): self-attention, then (decoder layers only)
+// cross-attention over the encoder states, then the feed-forward block; each a residual block around a LayerNorm
+// (before the block for pre-LN, after the sum for post-LN).
+class TransformerLayerImpl : public torch::nn::Module {
  public:
-  EncoderLayerImpl(const ModelConfig& config);
-  // hidden (B, S, D), mask (B, 1, 1, S) -> (B, S, D)
-  torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& mask);
-  void set_kernel_choices(const KernelChoices& kernels);
-
-  Attention self_attn{nullptr};
-  torch::nn::LayerNorm self_attn_layer_norm{nullptr};
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  torch::nn::LayerNorm final_layer_norm{nullptr};
-
- private:
-  LayerSettings settings_;
-};
-TORCH_MODULE(EncoderLayer);
-
-class DecoderLayerImpl : public torch::nn::Module {
- public:
-  DecoderLayerImpl(const ModelConfig& config);
-  // hidden (B, T, D), self_mask (1|B, 1, T, T'), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
-  // With caches, T' = cached positions + T and the caches are updated.
+  TransformerLayerImpl(const ModelConfig& config, StackKind kind);
+  // hidden (B, T, D), self_mask additive, broadcastable to (B, 1, T, T'), or undefined -> (B, T, D).
+  // Decoder layers also take encoder_hidden (B, S, D) and cross_mask (B, 1, 1, S); with caches, T' = cached
+  // positions + T and the caches are updated.
   torch::Tensor forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
-                        const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                        const torch::Tensor& encoder_hidden = {}, const torch::Tensor& cross_mask = {},
                         AttentionCache* self_cache = nullptr, AttentionCache* cross_cache = nullptr);
   void set_kernel_choices(const KernelChoices& kernels);
 
   Attention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm{nullptr};
-  Attention encoder_attn{nullptr};
+  Attention encoder_attn{nullptr};  // decoder layers only
   torch::nn::LayerNorm encoder_attn_layer_norm{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::LayerNorm final_layer_norm{nullptr};
@@ -137,7 +128,7 @@ class DecoderLayerImpl : public torch::nn::Module {
  private:
   LayerSettings settings_;
 };
-TORCH_MODULE(DecoderLayer);
+TORCH_MODULE(TransformerLayer);
 
 // Position embeddings of one stack. Sinusoidal tables are buffers (kept in checkpoints, never trained); learned
 // tables are parameters. Either way the tensor is called "weight", as in HF.
@@ -154,16 +145,23 @@ class PositionalEmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(PositionalEmbedding);
 
-class EncoderImpl : public torch::nn::Module {
+// One stack of layers (HF PegasusEncoder / PegasusDecoder): token embedding (scaled), positions, optional
+// layernorm_embedding, dropout, the layers (optionally checkpointed), optional final LayerNorm.
+class StackImpl : public torch::nn::Module {
  public:
   // `shared` is the token embedding owned by the parent (model.shared); it is registered there only, as HF's
   // state dict keeps it once.
-  EncoderImpl(const ModelConfig& config, torch::nn::Embedding shared);
-  // input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
-  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& mask);
+  StackImpl(const ModelConfig& config, StackKind kind, torch::nn::Embedding shared);
+  // Encoder: input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
+  torch::Tensor encode(const torch::Tensor& input_ids, const torch::Tensor& mask);
+  // Decoder: decoder_input_ids (B, T), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
+  // With a cache, decoder_input_ids hold only the new positions.
+  torch::Tensor decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
+                       const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
   // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
   void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
   void set_kernel_choices(const KernelChoices& kernels);
+  StackKind kind() const { return kind_; }
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
@@ -171,6 +169,13 @@ class EncoderImpl : public torch::nn::Module {
   torch::nn::LayerNorm layer_norm{nullptr};
 
  private:
+  // ids (B, T) at positions past .. past + T - 1 -> (B, T, D), before the first layer.
+  torch::Tensor embed(const torch::Tensor& ids, std::int64_t past);
+  // Layer i, checkpointed while training when i < checkpointed_layers_ (never with a cache).
+  torch::Tensor run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                          const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask, DecoderCache* cache);
+
+  StackKind kind_;
   torch::nn::Embedding embed_tokens_;
   double embed_scale_;
   double dropout_;
@@ -178,40 +183,15 @@ class EncoderImpl : public torch::nn::Module {
   std::int64_t checkpointed_layers_ = 0;
   KernelChoices kernels_;
 };
-TORCH_MODULE(Encoder);
-
-class DecoderImpl : public torch::nn::Module {
- public:
-  DecoderImpl(const ModelConfig& config, torch::nn::Embedding shared);
-  // decoder_input_ids (B, T), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
-  // With a cache, decoder_input_ids hold only the new positions.
-  torch::Tensor forward(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
-                        const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
-  void set_checkpointed_layers(std::int64_t layers) { checkpointed_layers_ = layers; }
-  void set_kernel_choices(const KernelChoices& kernels);
-
-  PositionalEmbedding embed_positions{nullptr};
-  torch::nn::LayerNorm layernorm_embedding{nullptr};
-  torch::nn::ModuleList layers;
-  torch::nn::LayerNorm layer_norm{nullptr};
-
- private:
-  torch::nn::Embedding embed_tokens_;
-  double embed_scale_;
-  double dropout_;
-  std::int64_t padding_idx_;
-  std::int64_t checkpointed_layers_ = 0;
-  KernelChoices kernels_;
-};
-TORCH_MODULE(Decoder);
+TORCH_MODULE(Stack);
 
 // HF's `model` submodule: the shared token embedding and the two stacks.
 class Seq2SeqModelImpl : public torch::nn::Module {
  public:
   explicit Seq2SeqModelImpl(const ModelConfig& config);
   torch::nn::Embedding shared{nullptr};
-  Encoder encoder{nullptr};
-  Decoder decoder{nullptr};
+  Stack encoder{nullptr};
+  Stack decoder{nullptr};
 };
 TORCH_MODULE(Seq2SeqModel);
 

@@ -99,8 +99,9 @@ class Adafactor : public torch::optim::Optimizer {
 // ---- Building them as the HF Trainer does ----
 
 enum class OptimizerType { adamw_torch, adafactor };
-// "adamw_torch" (and its alias "adamw_hf"), "adafactor"; throws std::invalid_argument listing the choices.
-OptimizerType optimizer_type_from_string(const std::string& name);
+// HF's `optim` names: "adamw_torch" (and its aliases "adamw_hf", "adamw"), "adafactor"; throws
+// std::invalid_argument naming `field` and listing the choices.
+OptimizerType parse_optimizer_type(const std::string& name, const char* field = "optim");
 const char* to_string(OptimizerType type);
 
 struct OptimizerSettings {

@@ -9,8 +9,9 @@ namespace fitsum::train {
 
 enum class LrSchedulerType { linear, constant, constant_with_warmup, cosine };
 
-// "linear", "constant", "constant_with_warmup", "cosine"; throws std::invalid_argument listing them.
-LrSchedulerType lr_scheduler_type_from_string(const std::string& name);
+// "linear", "constant", "constant_with_warmup", "cosine"; throws std::invalid_argument naming the field
+// (lr_scheduler_type) and listing them.
+LrSchedulerType parse_lr_scheduler_type(const std::string& name);
 const char* to_string(LrSchedulerType type);
 
 struct LrSchedule {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -33,6 +34,7 @@
 
 #include "fitsum/data/collator.h"
 #include "fitsum/data/dataset.h"
+#include "fitsum/data/sampler.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/train/training_arguments.h"
@@ -112,6 +114,15 @@ class Trainer {
   void save_checkpoint(const torch::Tensor& rng_state);
   void resume(const fs::path& checkpoint);
   void log(nlohmann::ordered_json entry);
+  // The loop, top-down: begin_run, then run_epoch until max_steps (each step: run_step, record_step, after_step),
+  // then finish_run.
+  void begin_run();
+  bool run_epoch(const std::vector<std::size_t>& lengths, const data::SamplerOptions& sampler);
+  void record_step(const StepOutcome& outcome);
+  void after_step(bool end_of_epoch, double epoch_value);
+  bool due(IntervalStrategy strategy, std::int64_t every, bool end_of_epoch) const;
+  void log_training(double epoch_value);
+  TrainResult finish_run();
   nlohmann::ordered_json trainer_state_json() const;
   void save_final_model();
 
@@ -141,6 +152,8 @@ class Trainer {
   nlohmann::ordered_json log_history_ = nlohmann::ordered_json::array();
 
   // Measurements of this process (not saved).
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point log_start_;
   std::int64_t tokens_since_log_ = 0;
   double seconds_since_log_ = 0.0;
   double train_seconds_ = 0.0;

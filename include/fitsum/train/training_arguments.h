@@ -9,13 +9,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fitsum/optim/optimizers.h"
 #include "fitsum/train/lr_schedule.h"
 
 namespace fitsum::train {
 
+// HF's IntervalStrategy (logging_strategy, eval_strategy, save_strategy).
 enum class IntervalStrategy { no, steps, epoch };
-IntervalStrategy interval_strategy_from_string(const std::string& name, const char* flag);
+// "no", "steps", "epoch"; throws std::invalid_argument naming `field`.
+IntervalStrategy parse_interval_strategy(const std::string& name, const char* field);
 const char* to_string(IntervalStrategy strategy);
+
+// HF's `optim` names, and "auto": the memory planner chooses (empty optional).
+std::optional<optim::OptimizerType> parse_optim(const std::string& name);
 
 struct TrainingArguments {
   std::string output_dir;
@@ -31,19 +37,21 @@ struct TrainingArguments {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // 0 disables clipping
-  std::string lr_scheduler_type = "linear";
+  LrSchedulerType lr_scheduler_type = LrSchedulerType::linear;
   std::int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;
-  std::string optim = "adamw_torch";  // adamw_torch, adamw_hf (alias), adafactor
+  // adamw_torch (HF's default) or adafactor; empty is "auto": the memory planner chooses (under a memory budget).
+  std::optional<optim::OptimizerType> optim = optim::OptimizerType::adamw_torch;
   double label_smoothing_factor = 0.0;
   bool gradient_checkpointing = false;
   std::optional<std::int64_t> gradient_checkpointing_layers;  // the first N layers of each stack
   bool bf16 = false;
   bool fp16 = false;
+  IntervalStrategy logging_strategy = IntervalStrategy::steps;
   double logging_steps = 500;  // >= 1: every that many steps; < 1: that fraction of the total steps
-  std::string eval_strategy = "no";
+  IntervalStrategy eval_strategy = IntervalStrategy::no;
   std::optional<double> eval_steps;  // defaults to logging_steps
-  std::string save_strategy = "steps";
+  IntervalStrategy save_strategy = IntervalStrategy::steps;
   double save_steps = 500;  // accepts 1e6
   std::optional<std::int64_t> save_total_limit;
   std::int64_t seed = 42;
@@ -54,12 +62,11 @@ struct TrainingArguments {
   std::optional<std::int64_t> generation_num_beams;
   std::optional<std::int64_t> generation_max_length;
 
-  // Throws std::invalid_argument naming the flag, e.g. "--gradient_accumulation_steps must be at least 1".
+  // Throws std::invalid_argument naming the field, e.g. "gradient_accumulation_steps must be at least 1".
   void validate() const;
 
-  LrSchedulerType scheduler() const { return lr_scheduler_type_from_string(lr_scheduler_type); }
-  IntervalStrategy evaluation() const { return interval_strategy_from_string(eval_strategy, "--eval_strategy"); }
-  IntervalStrategy saving() const { return interval_strategy_from_string(save_strategy, "--save_strategy"); }
+  // The optimizer to build; throws std::logic_error while optim is still "auto" (the planner resolves it first).
+  optim::OptimizerType optimizer() const;
   // HF's rule for fractional intervals: a value < 1 is a ratio of max_steps, rounded up.
   static std::int64_t interval_in_steps(double value, std::int64_t max_steps);
 

@@ -1,7 +1,8 @@
 // Evaluating a model on a dataset the way HF's Seq2SeqTrainer.evaluate / predict with predict_with_generate and
 // run_summarization's compute_metrics do it: the loss on the labels (each batch's mean token loss, weighted by the
 // batch's examples), generation with the decoding options, and ROUGE of the decoded predictions against the decoded
-// labels (special tokens skipped, whitespace stripped), as exact means.
+// labels (special tokens skipped, whitespace stripped), as exact means. The loop that runs the model lives here, in
+// train/, above the model; eval/ holds the metrics alone (pure string code).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
 
 #include "fitsum/data/collator.h"
 #include "fitsum/data/dataset.h"
@@ -24,14 +26,14 @@ namespace fitsum::tokenizer {
 class PegasusTokenizer;
 }
 
-namespace fitsum::eval {
+namespace fitsum::train {
 
 struct EvaluationOptions {
   std::int64_t batch_size = 8;  // per_device_eval_batch_size
   bool compute_loss = true;     // when the examples have labels
   bool generate = true;         // predict_with_generate
   generate::GenerationOptions generation;
-  RougeOptions rouge{/*use_stemmer=*/true, /*split_sentences=*/false};
+  eval::RougeOptions rouge{/*use_stemmer=*/true, /*split_sentences=*/false};
   double label_smoothing = 0.0;
   bool bf16 = false;
   data::CollatorOptions collator;
@@ -45,8 +47,8 @@ struct Prediction {
 
 struct EvaluationResult {
   std::optional<double> eval_loss;
-  std::optional<RougeScores> rouge;  // exact means over the examples with labels
-  double gen_len = 0.0;              // mean generated tokens (non-pad, as run_summarization counts)
+  std::optional<eval::RougeScores> rouge;  // exact means over the examples with labels
+  double gen_len = 0.0;                    // mean generated tokens (non-pad, as run_summarization counts)
   double samples_per_second = 0.0;
   double runtime_seconds = 0.0;
   std::vector<Prediction> predictions;
@@ -57,12 +59,16 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
                                       const EvaluationOptions& options, const c10::Device& device);
 
 // Loss, generation and ROUGE (ROUGE needs a tokenizer and labels). The model's training flag is restored.
-EvaluationResult evaluate(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
-                          const tokenizer::PegasusTokenizer* tokenizer, const EvaluationOptions& options,
-                          const c10::Device& device);
+EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
+                                const tokenizer::PegasusTokenizer* tokenizer, const EvaluationOptions& options,
+                                const c10::Device& device);
+
+// The metrics as Seq2SeqTrainer reports them: eval_loss, eval_rouge1/2/L/Lsum (x100), eval_gen_len (when
+// generating), eval_runtime, eval_samples_per_second.
+nlohmann::ordered_json evaluation_metrics(const EvaluationResult& result, bool generated);
 
 // The generated ids of one row of a (B, L) result, trailing padding removed (the eos is kept).
 std::vector<std::int64_t> strip_trailing_padding(const at::Tensor& sequences, std::int64_t row, std::int64_t pad_id,
                                                  std::int64_t eos_id);
 
-}  // namespace fitsum::eval
+}  // namespace fitsum::train

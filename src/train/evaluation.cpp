@@ -1,5 +1,5 @@
-// Implements include/fitsum/eval/evaluator.h.
-#include "fitsum/eval/evaluator.h"
+// Implements include/fitsum/train/evaluation.h.
+#include "fitsum/train/evaluation.h"
 
 #include <chrono>
 #include <cmath>
@@ -12,7 +12,7 @@
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/util/torch_compat.h"
 
-namespace fitsum::eval {
+namespace fitsum::train {
 
 namespace {
 
@@ -79,9 +79,9 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
   return weighted / static_cast<double>(labelled.size());
 }
 
-EvaluationResult evaluate(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
-                          const tokenizer::PegasusTokenizer* tokenizer, const EvaluationOptions& options,
-                          const c10::Device& device) {
+EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
+                                const tokenizer::PegasusTokenizer* tokenizer, const EvaluationOptions& options,
+                                const c10::Device& device) {
   const auto start = std::chrono::steady_clock::now();
   EvaluationResult result;
   if (options.compute_loss) result.eval_loss = evaluation_loss(model, examples, options, device);
@@ -89,7 +89,7 @@ EvaluationResult evaluate(model::Seq2SeqLMImpl& model, const std::vector<data::E
     EvalMode eval_mode(model);
     std::vector<std::size_t> all(examples.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::vector<RougeScores> scores;
+    std::vector<eval::RougeScores> scores;
     double generated_tokens = 0.0;
     for (const auto& batch_indices : batches_of(all, options.batch_size)) {
       // Generation needs no labels: collate the sources alone.
@@ -117,18 +117,32 @@ EvaluationResult evaluate(model::Seq2SeqLMImpl& model, const std::vector<data::E
           p.summary = tokenizer->decode(p.generated_ids);
           const auto& labels = examples[p.index].labels;
           if (labels) {
-            scores.push_back(score_rouge(tokenizer->decode(*labels), p.summary, options.rouge));
+            scores.push_back(eval::score_rouge(tokenizer->decode(*labels), p.summary, options.rouge));
           }
         }
         result.predictions.push_back(std::move(p));
       }
     }
     result.gen_len = generated_tokens / static_cast<double>(examples.size());
-    if (!scores.empty()) result.rouge = mean_rouge(scores);
+    if (!scores.empty()) result.rouge = eval::mean_rouge(scores);
   }
   result.runtime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.samples_per_second = static_cast<double>(examples.size()) / std::max(result.runtime_seconds, 1e-9);
   return result;
 }
 
-}  // namespace fitsum::eval
+nlohmann::ordered_json evaluation_metrics(const EvaluationResult& result, bool generated) {
+  nlohmann::ordered_json metrics;
+  if (result.eval_loss) metrics["eval_loss"] = *result.eval_loss;
+  if (result.rouge) {
+    for (auto type : eval::kRougeTypes) {
+      metrics["eval_" + std::string(eval::rouge_type_name(type))] = (*result.rouge)[type].fmeasure * 100.0;
+    }
+  }
+  if (generated) metrics["eval_gen_len"] = result.gen_len;
+  metrics["eval_runtime"] = result.runtime_seconds;
+  metrics["eval_samples_per_second"] = result.samples_per_second;
+  return metrics;
+}
+
+}  // namespace fitsum::train

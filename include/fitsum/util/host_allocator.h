@@ -7,9 +7,9 @@
 // is unchanged (the memory was in use at the peak anyway); it is returned when the process ends.
 #pragma once
 
-namespace fitsum::memory {
+namespace fitsum::util {
 
 // Process-wide; harmless to call more than once. A no-op where the C library is not glibc.
 void tune_host_allocator_for_training();
 
-}  // namespace fitsum::memory
+}  // namespace fitsum::util

@@ -1,11 +1,11 @@
-// Implements include/fitsum/memory/host_allocator.h with glibc's mallopt.
-#include "fitsum/memory/host_allocator.h"
+// Implements include/fitsum/util/host_allocator.h with glibc's mallopt.
+#include "fitsum/util/host_allocator.h"
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
-namespace fitsum::memory {
+namespace fitsum::util {
 
 void tune_host_allocator_for_training() {
 #if defined(__GLIBC__)
@@ -14,4 +14,4 @@ void tune_host_allocator_for_training() {
 #endif
 }
 
-}  // namespace fitsum::memory
+}  // namespace fitsum::util

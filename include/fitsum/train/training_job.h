@@ -1,0 +1,75 @@
+// `fitsum train` and `fitsum plan` as library calls, minus the printing: the typed request the command line parses
+// into (TrainingJob), and the steps from it to a trainer that is ready to run: the model loaded, the data read, the
+// memory plan made and applied. Every policy of those steps lives here (which records are dropped, what an output
+// folder that already holds a run means, when a budget is planned for and which knobs the planner may change); the
+// front end only formats what comes back.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fitsum/data/dataset.h"
+#include "fitsum/io/model_loader.h"
+#include "fitsum/memory/fit.h"
+#include "fitsum/train/trainer.h"
+#include "fitsum/train/training_arguments.h"
+#include "fitsum/util/runtime.h"
+
+namespace fitsum::train {
+
+// Which of the planner's knobs the user set explicitly; the others it may choose under a budget.
+struct FixedKnobs {
+  bool micro_batch = false;    // per_device_train_batch_size and gradient_accumulation_steps stay as given
+  bool optimizer = false;      // optim (unless it is "auto")
+  bool checkpointing = false;  // gradient_checkpointing (and gradient_checkpointing_layers)
+};
+
+struct TrainingJob {
+  io::ModelSource model;
+  data::DataOptions data;
+  TrainingArguments args;
+  std::string train_file;
+  std::string validation_file;
+  bool keep_empty_examples = false;  // run_summarization.py drops records with an empty text or summary
+  std::string max_memory;            // a size ("6GiB"), "auto" (free memory), or empty: no budget
+  FixedKnobs fixed;
+};
+
+// Where progress lines ("train_file data/train.jsonl: 14732 examples, ...") and warnings go, one line per call.
+struct Report {
+  std::function<void(const std::string& line)> info;
+  std::function<void(const std::string& line)> warning;
+};
+
+struct PreparedTraining {
+  TrainingArguments args;  // with the memory plan applied
+  TrainerInputs inputs;
+  std::string model_description;
+  std::string tokenizer_description;
+  std::uint64_t budget = 0;              // 0: no budget
+  std::optional<memory::FitResult> fit;  // with a budget: the plan that was applied
+};
+
+// The longest source and target the examples can produce after truncation (rounded up to pad_to_multiple_of), or
+// max_source_length / max_target_length when there are none. Its batch is 1.
+memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data);
+
+// The planner request for `args`: the effective batch is kept; the knobs in `fixed` stay as given.
+memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKnobs& fixed,
+                                    const memory::BatchShape& worst, std::uint64_t budget);
+
+// Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the knobs'.
+void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, std::int64_t layers);
+
+// Everything before the first step. Throws std::invalid_argument for inconsistent arguments, std::runtime_error
+// for bad files, memory::PlanDoesNotFit when a budget is given and no plan fits it.
+PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report);
+
+// `fitsum plan`: the same model and data, the plan alone (nothing is trained or written). Without max_memory the
+// budget is the device's free memory.
+memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, const Report& report);
+
+}  // namespace fitsum::train

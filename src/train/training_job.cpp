@@ -1,0 +1,221 @@
+// Implements include/fitsum/train/training_job.h: from the parsed arguments to a trainer ready to run.
+#include "fitsum/train/training_job.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <stdexcept>
+
+#include "fitsum/generate/options.h"
+#include "fitsum/memory/device_memory.h"
+#include "fitsum/memory/planner.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/util/files.h"
+
+namespace fitsum::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void say(const Report& report, const std::string& line) {
+  if (report.info) report.info(line);
+}
+
+void warn(const Report& report, const std::string& line) {
+  if (report.warning) report.warning(line);
+}
+
+bool holds_a_run(const fs::path& dir) {
+  if (!fs::exists(dir)) return false;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const auto name = entry.path().filename().string();
+    if (name == "model.safetensors" || name == "trainer_state.json" || name.rfind("checkpoint-", 0) == 0) return true;
+  }
+  return false;
+}
+
+// The arguments' consistency, before anything is loaded.
+void check_job(TrainingJob& job) {
+  auto& args = job.args;
+  args.group_by_length = args.group_by_length || job.data.group_by_length;
+  if (!args.optim && job.max_memory.empty()) {
+    throw std::invalid_argument("optim auto needs max_memory: the memory planner chooses the optimizer");
+  }
+  args.validate();
+  if (job.train_file.empty()) throw std::invalid_argument("train_file is required");
+  if (args.eval_strategy != IntervalStrategy::no && job.validation_file.empty()) {
+    throw std::invalid_argument(std::string("eval_strategy ") + to_string(args.eval_strategy) +
+                                " needs validation_file");
+  }
+  if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
+    throw std::invalid_argument("output_dir '" + args.output_dir +
+                                "' already holds a training run; set overwrite_output_dir to write over it or "
+                                "resume_from_checkpoint latest to continue it");
+  }
+}
+
+struct ModelAndTokenizer {
+  io::LoadedModel loaded;
+  std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
+};
+
+// Loads the model and its tokenizer; lowers the maximum lengths to the model's positions (with a warning each).
+ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& report) {
+  ModelAndTokenizer m{io::load_model(job.model, static_cast<std::uint64_t>(job.args.seed)), nullptr};
+  const auto& config = m.loaded.model->config();
+  for (const auto& warning : data::clamp_lengths_to_model(job.data, config.max_position_embeddings)) {
+    warn(report, warning);
+  }
+  job.data.validate();
+  if (!m.loaded.tokenizer_dir.empty()) {
+    m.tokenizer =
+        std::make_shared<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(m.loaded.tokenizer_dir));
+  }
+  return m;
+}
+
+std::vector<data::Example> read_split(const std::string& file, const ModelAndTokenizer& m,
+                                      const data::DataOptions& options, std::optional<std::int64_t> max_samples,
+                                      bool drop_empty, const char* what, const Report& report) {
+  data::ReadStats stats;
+  auto examples =
+      data::read_examples(file, m.tokenizer.get(), m.loaded.model->config().vocab_size, options, max_samples, &stats);
+  say(report, std::string(what) + " " + file + ": " + stats.summary(options));
+  if (drop_empty) {
+    const auto dropped = data::drop_empty_examples(examples);
+    if (dropped > 0) {
+      say(report, std::string(what) + ": dropped " + std::to_string(dropped) +
+                      " examples with an empty text or summary (keep_empty_examples keeps them)");
+    }
+  }
+  return examples;
+}
+
+// With a budget: calibrates, chooses and applies the plan, or throws memory::PlanDoesNotFit.
+memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const torch::Device& device) {
+  auto& model = *p.inputs.model;
+  model.to(device);
+  const auto request =
+      make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget);
+  auto fit = memory::fit_training(model, request);
+  if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
+  apply_plan(p.args, fit.chosen->knobs, fit.layers);
+  p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(fit.chosen->prediction.peak);
+  memory::apply_memory_budget(device, p.budget);
+  return fit;
+}
+
+}  // namespace
+
+memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data) {
+  memory::BatchShape worst{1, data.max_source_length, data.max_target_length};
+  if (!examples.empty()) {
+    worst.source = 1;
+    worst.target = 1;
+    for (const auto& e : examples) {
+      worst.source = std::max<std::int64_t>(worst.source, static_cast<std::int64_t>(e.input_ids.size()));
+      if (e.labels) worst.target = std::max<std::int64_t>(worst.target, static_cast<std::int64_t>(e.labels->size()));
+    }
+  }
+  if (data.pad_to_multiple_of && *data.pad_to_multiple_of > 1) {
+    const auto m = *data.pad_to_multiple_of;
+    worst.source = (worst.source + m - 1) / m * m;
+    worst.target = (worst.target + m - 1) / m * m;
+  }
+  return worst;
+}
+
+memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKnobs& fixed,
+                                    const memory::BatchShape& worst, std::uint64_t budget) {
+  memory::FitRequest request;
+  request.budget = budget;
+  request.worst = worst;
+  request.effective_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps;
+  if (fixed.micro_batch) request.micro_batch = args.per_device_train_batch_size;
+  if (fixed.optimizer && args.optim) request.optimizer = *args.optim;
+  if (fixed.checkpointing) {  // gradient_checkpointing_layers counts only with gradient_checkpointing on
+    request.checkpointed_layers =
+        args.gradient_checkpointing
+            ? args.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max())
+            : 0;
+  }
+  request.bf16 = args.bf16;
+  request.label_smoothing = args.label_smoothing_factor;
+  return request;
+}
+
+void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, std::int64_t layers) {
+  args.per_device_train_batch_size = knobs.micro_batch;
+  args.gradient_accumulation_steps = knobs.accumulation;
+  args.gradient_checkpointing = knobs.checkpointed_layers > 0;
+  args.gradient_checkpointing_layers.reset();
+  if (knobs.checkpointed_layers > 0 && knobs.checkpointed_layers < layers) {
+    args.gradient_checkpointing_layers = knobs.checkpointed_layers;
+  }
+  args.optim = knobs.optimizer;
+  args.bf16 = knobs.bf16;
+}
+
+PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
+  check_job(job);
+  PreparedTraining p;
+  if (!job.max_memory.empty()) {
+    memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
+    p.budget = memory::resolve_memory_budget(job.max_memory, runtime.device);
+  }
+  auto m = load_model_and_tokenizer(job, report);
+  p.model_description = m.loaded.description;
+  p.tokenizer_description =
+      m.loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)" : m.loaded.tokenizer_dir.string();
+  auto& in = p.inputs;
+  in.train_examples = read_split(job.train_file, m, job.data, job.data.max_train_samples, !job.keep_empty_examples,
+                                 "train_file", report);
+  if (job.args.eval_strategy != IntervalStrategy::no) {
+    in.eval_examples =
+        read_split(job.validation_file, m, job.data, job.data.max_eval_samples, false, "validation_file", report);
+  }
+  const auto& config = m.loaded.model->config();
+  in.model = m.loaded.model;
+  in.config_json = m.loaded.config_json;
+  in.tokenizer_dir = m.loaded.tokenizer_dir;
+  in.collator.pad_token_id = config.pad_token_id;
+  in.collator.pad_to_multiple_of = job.data.pad_to_multiple_of;
+  in.device = runtime.device;
+  in.tokenizer = m.tokenizer;
+  in.update_threads = runtime.threads.update;
+  const auto& folder = job.model.model_name_or_path;
+  const fs::path generation_file = fs::path(folder) / "generation_config.json";
+  in.generation = generate::generation_options_from_hf(
+      m.loaded.config_json,
+      !folder.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
+      folder.empty() ? job.model.config_name : folder);
+  if (job.args.predict_with_generate && !m.tokenizer) {
+    warn(report, "predict_with_generate without a tokenizer: generation runs, ROUGE is skipped");
+  }
+  p.args = job.args;
+  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime.device);
+  return p;
+}
+
+memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
+  if (job.args.output_dir.empty()) job.args.output_dir = ".";  // nothing is written
+  job.args.validate();
+  memory::start_tracking(runtime.device);
+  const auto budget = memory::resolve_memory_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device);
+  auto m = load_model_and_tokenizer(job, report);
+  std::vector<data::Example> examples;
+  if (!job.train_file.empty()) {
+    examples = read_split(job.train_file, m, job.data, job.data.max_train_samples, !job.keep_empty_examples,
+                          "train_file", report);
+  }
+  const auto worst = worst_batch_shape(examples, job.data);
+  say(report, m.loaded.description + "; worst batch " + std::to_string(worst.source) + " source x " +
+                  std::to_string(worst.target) + " target tokens per example" +
+                  (examples.empty() ? " (from the max lengths)" : " (from the data)"));
+  auto& model = *m.loaded.model;
+  model.to(runtime.device);
+  return memory::fit_training(model, make_fit_request(job.args, job.fixed, worst, budget));
+}
+
+}  // namespace fitsum::train

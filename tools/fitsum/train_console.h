@@ -1,0 +1,33 @@
+// What `fitsum train` shows while it runs and how it stops: log entries and messages as lines on stdout, a progress
+// bar redrawn in place between them on a terminal, and SIGINT / SIGTERM turned into a stop request (the trainer
+// saves a checkpoint of the last completed step).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <signal.h>
+
+#include "fitsum/train/trainer.h"
+#include "memory_report.h"
+
+namespace fitsum::cli {
+
+// Every log entry with a measured peak is also appended to `measured` (for --memory_report).
+train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured);
+
+// While it lives, SIGINT and SIGTERM ask the trainer to stop after the current micro-batch; the previous handlers
+// come back when it goes.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction previous_int_ {};
+  struct sigaction previous_term_ {};
+};
+
+}  // namespace fitsum::cli
