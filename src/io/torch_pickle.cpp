@@ -153,6 +153,7 @@ class Unpickler {
   void op_memo_get(std::uint32_t index);
   ValuePtr rebuild_tensor(const Value& args);
   bool step();
+  bool push_scalar(unsigned char op);
   std::vector<PickledTensor> result();
 
   const unsigned char* data_;
@@ -365,6 +366,30 @@ bool Unpickler::step() {
       make_tuple(std::move(items));
       break;
     }
+    case 'q':
+      op_memo_put(static_cast<std::uint32_t>(read_le(1)));
+      break;
+    case 'r':
+      op_memo_put(static_cast<std::uint32_t>(read_le(4)));
+      break;
+    case 'h':
+      op_memo_get(static_cast<std::uint32_t>(read_le(1)));
+      break;
+    case 'j':
+      op_memo_get(static_cast<std::uint32_t>(read_le(4)));
+      break;
+    default:
+      if (!push_scalar(op)) {
+        static const char* hex = "0123456789abcdef";
+        fail(std::string("opcode 0x") + hex[op >> 4] + hex[op & 15] + ", which torch.save does not write");
+      }
+  }
+  return true;
+}
+
+// The opcodes that push one scalar (a string, an integer, a bool, None); false for any other opcode.
+bool Unpickler::push_scalar(unsigned char op) {
+  switch (op) {
     case 'X': {
       const std::uint64_t length = read_le(4);
       if (length > size_ - position_) fail("a string runs past the end of the pickle");
@@ -401,22 +426,8 @@ bool Unpickler::step() {
     case 'N':
       push(make(Kind::none));
       break;
-    case 'q':
-      op_memo_put(static_cast<std::uint32_t>(read_le(1)));
-      break;
-    case 'r':
-      op_memo_put(static_cast<std::uint32_t>(read_le(4)));
-      break;
-    case 'h':
-      op_memo_get(static_cast<std::uint32_t>(read_le(1)));
-      break;
-    case 'j':
-      op_memo_get(static_cast<std::uint32_t>(read_le(4)));
-      break;
-    default: {
-      static const char* hex = "0123456789abcdef";
-      fail(std::string("opcode 0x") + hex[op >> 4] + hex[op & 15] + ", which torch.save does not write");
-    }
+    default:
+      return false;
   }
   return true;
 }

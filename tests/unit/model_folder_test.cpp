@@ -74,8 +74,9 @@ TEST(ModelFolder, ShardNamesMustStayInsideTheFolder) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = sharded_copy("confined");
   EXPECT_NO_THROW(io::open_model_folder(dir));
-  const std::vector<std::string> shards = {"../../etc/passwd", "/etc/shadow", "sub/../../x.safetensors",
-                                           "./model.safetensors", "a//b", std::string("x\0y", 3), "dir\\..\\x"};
+  const std::vector<std::string> shards = {"../../etc/passwd",    "/etc/shadow", "sub/../../x.safetensors",
+                                           "./model.safetensors", "a//b",        std::string("x\0y", 3),
+                                           "dir\\..\\x"};
   for (const auto& shard : shards) {
     name_shard(dir, shard);
     const auto message = error_of([&] { io::open_model_folder(dir); });

@@ -1,6 +1,6 @@
 // How fitsum reports a failure: one line on stderr, "fitsum: error: <message>", and an exit status (1 for a bad file
-// or state, 2 for bad usage, 3 when no plan fits the memory budget, what a command asked for otherwise). LibTorch's c10::Error carries a stack trace in
-// what(); only its message is shown unless FITSUM_DEBUG=1 asks for everything.
+// or state, 2 for bad usage, 3 when no plan fits the memory budget, what a command asked for otherwise). LibTorch's
+// c10::Error carries a stack trace in what(); only its message is shown unless FITSUM_DEBUG=1 asks for everything.
 #pragma once
 
 #include <exception>
