@@ -65,6 +65,7 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
   torch::NoGradGuard no_grad;
   double weighted = 0.0;
   for (const auto& batch_indices : batches_of(labelled, options.batch_size)) {
+    if (options.should_stop && options.should_stop()) break;
     auto batch = data::collate(examples, batch_indices, options.collator);
     auto ids = batch.input_ids.to(device);
     auto mask = batch.attention_mask.to(device);
@@ -84,7 +85,9 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
                                 const c10::Device& device) {
   const auto start = std::chrono::steady_clock::now();
   EvaluationResult result;
+  const auto stopped = [&] { return options.should_stop && options.should_stop(); };
   if (options.compute_loss) result.eval_loss = evaluation_loss(model, examples, options, device);
+  result.interrupted = stopped();
   if (options.generate && !examples.empty()) {
     EvalMode eval_mode(model);
     std::vector<std::size_t> all(examples.size());
@@ -92,6 +95,10 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
     std::vector<eval::RougeScores> scores;
     double generated_tokens = 0.0;
     for (const auto& batch_indices : batches_of(all, options.batch_size)) {
+      if (result.interrupted || stopped()) {
+        result.interrupted = true;
+        break;
+      }
       // Generation needs no labels: collate the sources alone.
       std::vector<data::Example> sources;
       for (auto i : batch_indices) {

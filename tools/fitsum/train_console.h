@@ -1,6 +1,6 @@
 // What `fitsum train` shows while it runs and how it stops: log entries and messages as lines on stdout, a progress
-// bar redrawn in place between them on a terminal, and SIGINT / SIGTERM turned into a stop request (the trainer
-// saves a checkpoint of the last completed step).
+// bar redrawn in place between them on a terminal, and SIGINT / SIGTERM / SIGHUP turned into a stop request (the
+// trainer saves a checkpoint of the last completed step).
 #pragma once
 
 #include <memory>
@@ -16,8 +16,8 @@ namespace fitsum::cli {
 // Every log entry with a measured peak is also appended to `measured` (for --memory_report).
 train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured);
 
-// While it lives, SIGINT and SIGTERM ask the trainer to stop after the current micro-batch; the previous handlers
-// come back when it goes.
+// While it lives, SIGINT, SIGTERM and SIGHUP ask the trainer to stop after the current micro-batch (a second one
+// exits at once); the previous handlers come back when it goes.
 class StopSignals {
  public:
   StopSignals();
@@ -28,6 +28,7 @@ class StopSignals {
  private:
   struct sigaction previous_int_ {};
   struct sigaction previous_term_ {};
+  struct sigaction previous_hup_ {};
 };
 
 }  // namespace fitsum::cli

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@ struct EvaluationOptions {
   double label_smoothing = 0.0;
   bool bf16 = false;
   data::CollatorOptions collator;
+  std::function<bool()> should_stop;  // checked before each batch: a stop request ends the evaluation early
 };
 
 struct Prediction {
@@ -52,6 +54,7 @@ struct EvaluationResult {
   double samples_per_second = 0.0;
   double runtime_seconds = 0.0;
   std::vector<Prediction> predictions;
+  bool interrupted = false;  // should_stop() ended it early: the numbers cover only part of the examples
 };
 
 // The loss HF's evaluation loop reports. Examples without labels are skipped; nullopt when none has any.
