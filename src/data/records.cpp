@@ -210,8 +210,10 @@ class JsonArraySource : public RecordReader::Source {
         return false;
       }
       stream_.skip_whitespace();
-      nlohmann::json key = nlohmann::json::parse(key_text, nullptr, false);
-      if (key.is_string() && key.get<std::string>() == "data") {
+      // A key is a JSON string; anything else (even nested a million deep) is simply not "data".
+      const bool is_data =
+          key_text.size() >= 2 && key_text.front() == '"' && nlohmann::json::parse(key_text, nullptr, false) == "data";
+      if (is_data) {
         if (stream_.peek() != '[') {
           throw std::runtime_error(where(stream_.file(), stream_.line()) +
                                    ": the \"data\" field must be an array of records");

@@ -158,6 +158,27 @@ nlohmann::json read_json_file(const fs::path& path, std::uint64_t max_bytes) {
   return parse_json(read_file(path, max_bytes), "'" + path.string() + "'");
 }
 
+void require_writable_folder(const fs::path& dir, std::string_view what, bool create) {
+  const auto refuse = [&](const std::string& why, const std::string& hint) {
+    throw std::runtime_error(std::string(what) + " '" + dir.string() + "' " + why + "; " + hint);
+  };
+  std::error_code error;
+  if (create) fs::create_directories(dir, error);
+  if (error) refuse("cannot be created (" + error.message() + ")", "choose a folder you can write to");
+  if (!fs::is_directory(dir, error)) {
+    refuse(fs::exists(dir, error) ? "is not a folder" : "does not exist", "create it or choose another folder");
+  }
+  // An unnamed file (never visible, gone with the descriptor); a named one where the file system has none.
+  int fd = ::open(dir.c_str(), O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    const fs::path probe = dir / (".fitsum-write-test-" + std::to_string(::getpid()));
+    fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::unlink(probe.c_str());
+  }
+  if (fd < 0) refuse("is not writable (" + errno_text() + ")", "choose a folder you can write to");
+  ::close(fd);
+}
+
 void fsync_directory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
@@ -194,7 +215,8 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
       if (errno == EINTR) {
         continue;
       }
-      throw std::runtime_error("cannot write '" + temp_path_.string() + "': " + errno_text());
+      throw std::runtime_error("cannot write '" + temp_path_.string() + "': " + errno_text() +
+                               "; check the disk (full, read-only or failing)");
     }
     bytes += n;
     size -= static_cast<std::size_t>(n);
@@ -203,7 +225,8 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
 
 void AtomicFileWriter::commit() {
   if (::fsync(fd_) != 0) {
-    throw std::runtime_error("cannot flush '" + temp_path_.string() + "': " + errno_text());
+    throw std::runtime_error("cannot flush '" + temp_path_.string() + "' to disk: " + errno_text() +
+                             "; check the disk (full or failing)");
   }
   ::close(fd_);
   fd_ = -1;

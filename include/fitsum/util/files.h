@@ -103,6 +103,11 @@ void write_file_atomic(const fs::path& path, std::string_view data);
 // Serialises JSON with a 2-space indent and a trailing newline, as Hugging Face writes config files.
 void write_json_file_atomic(const fs::path& path, const nlohmann::json& value);
 
+// Checks, before any long work, that files can be created in `dir` (`what` names it in the error, e.g. "output_dir"):
+// with `create`, a missing folder is created first; otherwise it must exist. Creates and removes a probe file, which
+// also catches read-only mounts and full disks that permission bits do not show. Throws std::runtime_error.
+void require_writable_folder(const fs::path& dir, std::string_view what, bool create);
+
 // Flushes a folder's entries (after renames inside it) to stable storage.
 void fsync_directory(const fs::path& dir);
 
