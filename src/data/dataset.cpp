@@ -213,8 +213,12 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     }
     // Bounded by the maximum lengths: a 100 MB record costs what its first max_source_length tokens cost.
     bool cut = false;
-    example.input_ids = tokenizer->encode(text, static_cast<std::size_t>(options.max_source_length), &cut);
-    counts.empty_text = example.input_ids.size() == 1 ? 1 : 0;
+    example.input_ids =
+        tokenizer->encode(options.source_prefix + text, static_cast<std::size_t>(options.max_source_length), &cut);
+    // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix.
+    const bool empty = options.source_prefix.empty() ? example.input_ids.size() == 1
+                                                     : text.find_first_not_of(" \t\r\n") == std::string::npos;
+    counts.empty_text = empty ? 1 : 0;
     counts.truncated_sources = cut ? 1 : 0;
     if (record.fields.contains(options.summary_column)) {
       const std::string& summary = context.text(options.summary_column, "summary_column");

@@ -340,6 +340,7 @@ void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tens
       {"total_loss", total_loss_},
       {"last_grad_norm", last_grad_norm_},
       {"seed", args_.seed},
+      {"data_seed", args_.data_seed.value_or(args_.seed)},
       {"train_examples", in_.train_examples.size()},
       {"examples_per_step", args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
   util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
@@ -352,7 +353,9 @@ void Trainer::resume(const fs::path& checkpoint) {
 
   const auto position = util::read_json_file(checkpoint / "fitsum_state.json");
   const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
+  const auto data_seed = args_.data_seed.value_or(args_.seed);
   if (position.at("seed").get<std::int64_t>() != args_.seed ||
+      position.value("data_seed", position.at("seed").get<std::int64_t>()) != data_seed ||
       position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
       position.at("examples_per_step").get<std::int64_t>() != per_step) {
     throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with seed " +
@@ -458,7 +461,7 @@ void Trainer::log_training(double epoch_value) {
 void Trainer::after_step(bool end_of_epoch, double epoch_value) {
   const bool last = global_step_ == max_steps_;
   if (due(args_.logging_strategy, logging_steps_, end_of_epoch) ||
-      (last && args_.logging_strategy != IntervalStrategy::no)) {
+      (last && args_.logging_strategy != IntervalStrategy::no) || (args_.logging_first_step && global_step_ == 1)) {
     log_training(epoch_value);
   }
   if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
@@ -537,7 +540,7 @@ TrainResult Trainer::train() {
   begin_run();
   const auto lengths = data::input_lengths(in_.train_examples);
   data::SamplerOptions sampler;
-  sampler.seed = static_cast<std::uint64_t>(args_.seed);
+  sampler.seed = static_cast<std::uint64_t>(args_.data_seed.value_or(args_.seed));
   sampler.group_by_length = args_.group_by_length;
   sampler.examples_per_step =
       static_cast<std::size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps);

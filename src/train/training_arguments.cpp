@@ -127,12 +127,14 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["fp16"] = fp16;
   j["logging_strategy"] = to_string(logging_strategy);
   j["logging_steps"] = logging_steps;
+  j["logging_first_step"] = logging_first_step;
   j["eval_strategy"] = to_string(eval_strategy);
   j["eval_steps"] = eval_steps ? nlohmann::ordered_json(*eval_steps) : nullptr;
   j["save_strategy"] = to_string(save_strategy);
   j["save_steps"] = save_steps;
   j["save_total_limit"] = save_total_limit ? nlohmann::ordered_json(*save_total_limit) : nullptr;
   j["seed"] = seed;
+  j["data_seed"] = data_seed ? nlohmann::ordered_json(*data_seed) : nullptr;
   j["resume_from_checkpoint"] =
       resume_from_checkpoint.empty() ? nullptr : nlohmann::ordered_json(resume_from_checkpoint);
   j["group_by_length"] = group_by_length;

@@ -3,6 +3,7 @@
 // max_position_embeddings clamp, option validation and the JSON-line round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "fitsum/data/dataset.h"
@@ -60,6 +61,16 @@ TEST(Dataset, TokenizesTextAndSummary) {
   const Example empty = make_example(record({{"dialogue", ""}, {"summary", ""}}), "f", pegasus(), {});
   EXPECT_EQ(empty.input_ids, (Ids{1}));
   EXPECT_EQ(*empty.labels, (Ids{1}));
+}
+
+TEST(Dataset, SourcePrefixIsTokenizedWithTheText) {
+  DataOptions options;
+  options.source_prefix = kEric + " ";  // run_summarization.py: inputs = [prefix + inp for inp in inputs]
+  const Example example = make_example(record({{"dialogue", kHannah}, {"summary", kEric}}), "f", pegasus(), options);
+  EXPECT_EQ(example.input_ids, pegasus().encode(kEric + " " + kHannah));
+  ASSERT_GT(example.input_ids.size(), kHannahIds.size());
+  EXPECT_TRUE(std::equal(kHannahIds.begin(), kHannahIds.end(), example.input_ids.end() - kHannahIds.size()));
+  EXPECT_EQ(*example.labels, kEricIds);  // the summary has no prefix
 }
 
 TEST(Dataset, TruncatesLikeHuggingFaceKeepingEosLast) {

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "argument_text.h"
 #include "commands.h"
 #include "errors.h"
 #include "train_flags.h"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
         args.insert(args.end(), rest.begin(), rest.end());
       }
     }
+    args = fitsum::cli::normalize_arguments(app, args);
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
     app.parse(args);
   } catch (...) {

@@ -6,8 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "argument_text.h"
 #include "data_flags.h"
 #include "fitsum/util/files.h"
+#include "hf_arguments.h"
 #include "runtime_flags.h"
 
 namespace fitsum::cli {
@@ -38,6 +40,7 @@ void add_data_flags(CLI::App& g, train::TrainingJob& job) {
   add_tokenization_flags(g, job.data);
   add_sample_limit_flags(g, job.data);
   add_batching_flags(g, job.data);
+  g.add_option("--source_prefix", job.data.source_prefix, "text put before every input, e.g. \"summarize: \" for T5");
   g.add_flag("--keep_empty_examples", job.keep_empty_examples,
              "train on records whose text or summary is empty (run_summarization.py drops them)");
 }
@@ -69,6 +72,8 @@ void add_optimization_flags(CLI::App& g, train::TrainingArguments& t) {
              "adamw_torch");
   g.add_option("--label_smoothing_factor", t.label_smoothing_factor, "label smoothing epsilon")->capture_default_str();
   g.add_option("--seed", t.seed, "seed of data order, dropout and random init")->capture_default_str();
+  g.add_option_function<std::int64_t>(
+      "--data_seed", [&t](const std::int64_t& n) { t.data_seed = n; }, "seed of the data order alone (default: seed)");
   g.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
 }
 
@@ -103,7 +108,7 @@ void add_evaluation_flags(CLI::App& g, train::TrainingArguments& t) {
   g.add_flag("--predict_with_generate", t.predict_with_generate,
              "generate at evaluation and report ROUGE next to eval_loss");
   g.add_option_function<std::int64_t>(
-      "--generation_num_beams", [&t](const std::int64_t& n) { t.generation_num_beams = n; },
+      "--generation_num_beams,--num_beams", [&t](const std::int64_t& n) { t.generation_num_beams = n; },
       "beams for --predict_with_generate (default: the model's generation config)");
   g.add_option_function<std::int64_t>(
       "--generation_max_length", [&t](const std::int64_t& n) { t.generation_max_length = n; },
@@ -117,6 +122,7 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t) {
       "steps");
   g.add_option("--logging_steps", t.logging_steps, "log every N steps (< 1: a fraction of the run)")
       ->capture_default_str();
+  g.add_flag("--logging_first_step", t.logging_first_step, "also log after the first optimizer step");
   add_parsed(
       g, "--save_strategy", t.save_strategy,
       [](const std::string& s) { return train::parse_interval_strategy(s, "save_strategy"); }, "no, steps or epoch",
@@ -125,6 +131,40 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t) {
   g.add_option_function<std::int64_t>(
       "--save_total_limit", [&t](const std::int64_t& n) { t.save_total_limit = n; },
       "keep only the newest N checkpoints");
+}
+
+// HF accepts both spellings; a file that gives them different values is ambiguous.
+void check_strategy_spellings(const std::string& file, const nlohmann::json& config) {
+  const auto a = config.find("eval_strategy");
+  const auto b = config.find("evaluation_strategy");
+  if (a != config.end() && b != config.end() && !a->is_null() && !b->is_null() && *a != *b) {
+    throw UsageError("'" + file + "': eval_strategy " + a->dump() + " and evaluation_strategy " + b->dump() +
+                     " disagree; keep one of them");
+  }
+}
+
+// One JSON entry as command-line words: booleans as --flag=true|false, lists as one word per element, objects as
+// their JSON text; null entries are left out (HF's default).
+void append_json_value(std::vector<std::string>& out, const std::string& flag, const nlohmann::json& value,
+                       const std::string& where) {
+  if (value.is_null()) return;
+  if (value.is_boolean()) {
+    out.push_back(flag + "=" + (value.get<bool>() ? "true" : "false"));
+    return;
+  }
+  out.push_back(flag);
+  if (value.is_string()) {
+    out.push_back(value.get<std::string>());
+  } else if (value.is_number() || value.is_object()) {
+    out.push_back(value.dump());
+  } else if (value.is_array()) {
+    for (const auto& element : value) {
+      if (!element.is_string() && !element.is_number()) throw UsageError(where + " must list strings or numbers");
+      out.push_back(element.is_string() ? element.get<std::string>() : element.dump());
+    }
+  } else {
+    throw UsageError(where + " must be a string, number, boolean, list or object");
+  }
 }
 
 }  // namespace
@@ -142,6 +182,7 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   add_evaluation_flags(*cmd.add_option_group("Evaluation", "evaluation during training"), o.job.args);
   add_logging_flags(*cmd.add_option_group("Logging", "logs and checkpoints"), o.job.args);
   add_runtime_flags(*cmd.add_option_group("Runtime", "device and threads"), o.runtime);
+  add_hf_compatibility_arguments(cmd);
 }
 
 train::TrainingJob training_job(const CLI::App& command, const TrainCommandOptions& options) {
@@ -163,26 +204,17 @@ std::vector<std::string> expand_json_arguments(const CLI::App& command, const st
   if (!config.is_object()) {
     throw std::invalid_argument("'" + first + "' must hold a JSON object of training arguments");
   }
+  check_strategy_spellings(first, config);
   std::vector<std::string> expanded;
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string flag = "--" + it.key();
     if (command.get_option_no_throw(flag) == nullptr) {
-      throw std::invalid_argument("'" + first + "': unknown key '" + it.key() + "' (see fitsum " + command.get_name() +
-                                  " --help for the names)");
+      const auto suggestion = nearest_name(flag, long_option_names(command));
+      throw UsageError("'" + first + "': unknown key '" + it.key() + "'" +
+                       (suggestion.empty() ? " (see fitsum " + command.get_name() + " --help for the names)"
+                                           : "; did you mean '" + suggestion.substr(2) + "'?"));
     }
-    const auto& value = it.value();
-    if (value.is_null()) continue;
-    if (value.is_boolean()) {
-      expanded.push_back(flag + "=" + (value.get<bool>() ? "true" : "false"));
-    } else if (value.is_string()) {
-      expanded.push_back(flag);
-      expanded.push_back(value.get<std::string>());
-    } else if (value.is_number()) {
-      expanded.push_back(flag);
-      expanded.push_back(value.dump());
-    } else {
-      throw std::invalid_argument("'" + first + "': key '" + it.key() + "' must be a string, number or boolean");
-    }
+    append_json_value(expanded, flag, it.value(), "'" + first + "': key '" + it.key() + "'");
   }
   expanded.insert(expanded.end(), args.begin() + 1, args.end());
   return expanded;

@@ -25,6 +25,7 @@ using tokenizer::TokenId;
 struct DataOptions {
   std::string text_column = "dialogue";
   std::string summary_column = "summary";
+  std::string source_prefix;  // put before every text (run_summarization.py's source_prefix, e.g. for T5)
   std::int64_t max_source_length = 1024;
   std::int64_t max_target_length = 128;
   std::optional<std::int64_t> max_train_samples;

@@ -54,12 +54,14 @@ struct TrainingArguments {
   bool fp16 = false;
   IntervalStrategy logging_strategy = IntervalStrategy::steps;
   double logging_steps = 500;  // >= 1: every that many steps; < 1: that fraction of the total steps
+  bool logging_first_step = false;  // also log after the first optimizer step
   IntervalStrategy eval_strategy = IntervalStrategy::no;
   std::optional<double> eval_steps;  // defaults to logging_steps
   IntervalStrategy save_strategy = IntervalStrategy::steps;
   double save_steps = 500;  // accepts 1e6
   std::optional<std::int64_t> save_total_limit;
   std::int64_t seed = 42;
+  std::optional<std::int64_t> data_seed;  // the data order's seed; defaults to seed (HF's data_seed)
   std::string resume_from_checkpoint;  // a checkpoint folder, or "latest"
   bool group_by_length = false;
   // Seq2SeqTrainingArguments: generate at evaluation and report ROUGE next to eval_loss.
