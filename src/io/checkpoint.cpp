@@ -77,7 +77,17 @@ class ShardedSource : public TensorSource {
 // component, no control characters. What it resolves to (a link into HF's blob store is fine) must be a file.
 fs::path confined_shard(const fs::path& index_file, const std::string& name) {
   const auto refuse = [&](const std::string& why) {
-    throw std::runtime_error("shard name '" + name + "' in '" + index_file.string() + "': " + why +
+    std::string shown;  // control characters as \xNN: a NUL would end the message (what() is a C string)
+    for (const char c : name.substr(0, 200)) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte >= 0x20 && byte != 0x7f) {
+        shown += c;
+      } else {
+        static const char* hex = "0123456789abcdef";
+        shown += std::string("\\x") + hex[byte >> 4] + hex[byte & 15];
+      }
+    }
+    throw std::runtime_error("shard name '" + shown + "' in '" + index_file.string() + "': " + why +
                              "; an index may only name files inside its own folder (download it again)");
   };
   if (name.empty() || name.size() > 4096) refuse("it is empty or longer than 4096 bytes");

@@ -179,7 +179,7 @@ TEST(SummarizeCommand, AHugeStdinDialogueCostsWhatItsFirstTokensCost) {
   const auto r =
       run_command("(yes 'Amanda: I baked cookies. Do you want some?' | head -c 64000000 | timeout -s KILL 60 " +
                   fitsum_binary().string() + " summarize --model '" + model.string() +
-                  "' --max_source_length 64 --max_length 8 2>/dev/null)");
+                  "' --max_source_length 64 --min_length 1 --max_length 8 2>/dev/null)");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));

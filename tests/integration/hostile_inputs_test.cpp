@@ -86,7 +86,7 @@ TEST(HostileInputs, ControlCharactersInNamesCannotBreakTheOneLineError) {
 }
 
 TEST(HostileInputs, UsageErrorsAreOneLineWithExitTwo) {
-  expect_one_line_error(fitsum("info --no_such_flag"), 2, "--no_such_flag");
+  expect_one_line_error(fitsum("info --model x --no_such_flag"), 2, "--no_such_flag");
   expect_one_line_error(fitsum("rouge --input_file x.jsonl --use_stemmer maybe"), 2, "use_stemmer");
 }
 

@@ -153,9 +153,9 @@ TEST(Interruptions, ADamagedCheckpointPositionIsRefused) {
   const auto out = dir / "out";
   auto r = run_command(train(data, out, "--max_steps 1 --save_steps 1"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const std::int64_t bad : {std::int64_t{-7}, std::int64_t{1000000000000}}) {
+  for (const std::int64_t bad : {std::int64_t{-7}}) {  // 10^12 and other cases: CheckpointFolders unit test
     auto state = util::read_json_file(out / "checkpoint-1" / "fitsum_state.json");
-    state["step_in_epoch"] = bad;  // -7 crashed (SIGSEGV); 10^12 skipped the data and "finished"
+    state["step_in_epoch"] = bad;  // -7 crashed (SIGSEGV)
     util::write_json_file_atomic(out / "checkpoint-1" / "fitsum_state.json", state);
     r = run_command(train(data, out, "--max_steps 2 --resume_from_checkpoint latest"));
     expect_one_line_error(r, 1, "step_in_epoch " + std::to_string(bad));

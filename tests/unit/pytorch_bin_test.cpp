@@ -113,8 +113,11 @@ TEST(PytorchBin, GlobalsAStateDictNeverNeedsAreRefusedByName) {
 
 TEST(PytorchBin, StructuresThatCouldRecurseOrLoopAreRefused) {
   // A dict that contains itself; tuples nested past the bound; values that are not tensors.
-  EXPECT_NE(open_error(torch_archive("\x80\x02}q\x00(" + pickle_string("a") + "h\x00u.", {})).find("itself"),
-            std::string::npos);
+  // (String literals with \x00 are spelled with their lengths: a bare literal would end at the NUL.)
+  EXPECT_NE(
+      open_error(torch_archive(std::string("\x80\x02}q\x00(", 6) + pickle_string("a") + std::string("h\x00u.", 4), {}))
+          .find("itself"),
+      std::string::npos);
   EXPECT_NE(open_error(torch_archive("\x80\x02)" + std::string(100, '\x85') + ".", {})).find("nest deeper"),
             std::string::npos);
   EXPECT_NE(open_error(torch_archive(pickle_state_dict({{"n", pickle_int(3)}}), {})).find("'n' is not a tensor"),
