@@ -4,7 +4,11 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: deps build test test-haswell test-all test-hf demo bench clean build-cuda test-torch2
+SANITIZE_DIR ?= build-sanitize
+FUZZ_SECONDS ?= 60
+
+.PHONY: deps build build-sanitize test test-haswell test-all test-hf test-sanitize fuzz demo bench clean build-cuda \
+  test-torch2
 
 deps:
 	bash scripts/install-deps.sh
@@ -22,9 +26,12 @@ test: deps
 
 # The default run again with OpenBLAS forced onto its Haswell (AVX2) kernels: tolerances must not depend on the
 # kernels a CPU happens to pick.
+# The numerical comparisons (unit and model labels, and the training trajectories) on OpenBLAS's Haswell kernels:
+# results must not depend on the kernels a CPU gets. The rest of the suite checks processes and files, not numbers.
 test-haswell: deps
 	$(MAKE) build
-	cd $(BUILD_DIR) && OPENBLAS_CORETYPE=Haswell ctest --output-on-failure -LE "slow|gpu|hf" -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD_DIR) && OPENBLAS_CORETYPE=Haswell ctest --output-on-failure -L "unit|model" -LE "slow|gpu|hf" -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD_DIR) && OPENBLAS_CORETYPE=Haswell ctest --output-on-failure -R "^Train\." -LE "slow|gpu|hf" -j $(JOBS) $(CTEST_FLAGS)
 
 test-all: deps
 	$(MAKE) build
@@ -38,6 +45,24 @@ test-hf: deps
 	python=$$(bash scripts/hf-venv.sh $(abspath $(BUILD_DIR)) $(HF_TORCH) | tail -n 1) && \
 	  cd $(BUILD_DIR) && FITSUM_HF_PYTHON=$$python FITSUM_HF_TORCH=$(HF_TORCH) ctest --output-on-failure -L hf $(CTEST_FLAGS)
 
+# ASan + UBSan + LeakSanitizer (clang) over the default suite, and libFuzzer targets: one instrumented build folder
+# serves both (cmake/sanitizers.cmake).
+$(SANITIZE_DIR)/CMakeCache.txt:
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(SANITIZE_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DFITSUM_FUZZ=ON -DFITSUM_BUILD_BENCH=OFF
+
+build-sanitize:
+	FITSUM_WITH_SANITIZERS=1 bash scripts/install-deps.sh
+	$(MAKE) $(SANITIZE_DIR)/CMakeCache.txt
+	cmake --build $(SANITIZE_DIR) -j $(JOBS)
+
+test-sanitize: build-sanitize
+	bash scripts/test-sanitize.sh $(SANITIZE_DIR)
+
+# FUZZ_SECONDS per target (60 by default; CI runs a short pass).
+fuzz: build-sanitize
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(SANITIZE_DIR)
+
 demo: deps
 	$(MAKE) build
 	bash scripts/demo.sh $(BUILD_DIR)
@@ -47,7 +72,7 @@ bench: deps
 	bash scripts/bench.sh $(BUILD_DIR)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(SANITIZE_DIR)
 
 # PyTorch 2.x from PyPI (a CUDA build) in $(TORCH2_BUILD_DIR)/venv, fitsum configured against its LibTorch in
 # $(TORCH2_BUILD_DIR): the CUDA configuration compiles and links without a GPU, and the default suite runs on the

@@ -13,6 +13,10 @@ packages=(
   libgtest-dev
   libbenchmark-dev
 )
+# make test-sanitize and make fuzz build with clang and its sanitizer and libFuzzer runtimes.
+if [[ "${FITSUM_WITH_SANITIZERS:-0}" == 1 ]]; then
+  packages+=(clang-14 libclang-rt-14-dev)
+fi
 # The eager-PyTorch baseline of the benchmarks (bench/) runs on Debian's python3-torch.
 if [[ "${FITSUM_WITH_PYTHON_BASELINE:-0}" == 1 ]]; then
   packages+=(python3-torch python3-numpy)

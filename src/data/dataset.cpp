@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "fitsum/util/files.h"
+
 namespace fitsum::data {
 
 namespace {
@@ -48,8 +50,14 @@ class RecordContext {
   // A list of token ids: a JSON array of integers, or a csv cell holding one ("[1, 2, 3]").
   std::vector<TokenId> ids(const std::string& field, TokenId vocab_size, bool allow_label_padding) const {
     const nlohmann::json& value = record_.fields.at(field);
-    const nlohmann::json parsed =
-        value.is_string() ? nlohmann::json::parse(value.get<std::string>(), nullptr, false) : nlohmann::json();
+    nlohmann::json parsed;
+    if (value.is_string()) {
+      try {
+        parsed = util::parse_json(value.get_ref<const std::string&>(), field);
+      } catch (const util::JsonError&) {
+        // not a list: reported below with the field's type
+      }
+    }
     const nlohmann::json& list = value.is_string() ? parsed : value;
     if (!list.is_array()) {
       throw bad(field, std::string("expected a list of token ids, found ") + value.type_name());
@@ -203,18 +211,19 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
                         "is text, but no tokenizer was found (the model folder has no "
                         "spiece.model): pass tokenizer_name DIR, or pre-tokenized records");
     }
-    example.input_ids = tokenizer->encode(options.source_prefix + text);
+    // Bounded by the maximum lengths: a 100 MB record costs what its first max_source_length tokens cost.
+    bool cut = false;
+    example.input_ids =
+        tokenizer->encode(options.source_prefix + text, static_cast<std::size_t>(options.max_source_length), &cut);
     // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix.
     const bool empty = options.source_prefix.empty() ? example.input_ids.size() == 1
                                                      : text.find_first_not_of(" \t\r\n") == std::string::npos;
     counts.empty_text = empty ? 1 : 0;
-    counts.truncated_sources =
-        tokenizer::truncate_keeping_eos(example.input_ids, static_cast<std::size_t>(options.max_source_length));
+    counts.truncated_sources = cut ? 1 : 0;
     if (record.fields.contains(options.summary_column)) {
       const std::string& summary = context.text(options.summary_column, "summary_column");
-      example.labels = tokenizer->encode(summary);
-      counts.truncated_targets =
-          tokenizer::truncate_keeping_eos(*example.labels, static_cast<std::size_t>(options.max_target_length));
+      example.labels = tokenizer->encode(summary, static_cast<std::size_t>(options.max_target_length), &cut);
+      counts.truncated_targets = cut ? 1 : 0;
     }
   }
   if (stats != nullptr) {

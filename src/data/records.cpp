@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cstring>
+
+#include "fitsum/util/files.h"
 
 namespace fitsum::data {
 
@@ -25,13 +27,21 @@ std::string lowercase_extension(const fs::path& file) {
 
 std::string where(const fs::path& file, std::size_t line) { return file.string() + ":" + std::to_string(line); }
 
-// Reads a file in 1 MiB blocks and hands out characters, counting lines ('\n').
+// A record longer than this (a jsonl line, a json array element, a csv row) is a BadRecord: it is consumed without
+// being held, so one huge record costs neither memory nor the rest of the file. 256 MiB is ~50,000 times a long
+// news article.
+constexpr std::size_t kMaxRecordBytes = std::size_t{256} << 20;
+constexpr std::size_t kMaxCsvColumns = 10000;
+
+std::string too_long(const fs::path& file, std::size_t line) {
+  return where(file, line) + ": the record is longer than " + std::to_string(kMaxRecordBytes) +
+         " bytes; split or shorten it (or pass --skip_bad_records)";
+}
+
+// Reads a regular file in 1 MiB blocks and hands out characters and lines, counting lines ('\n').
 class CharStream {
  public:
-  explicit CharStream(const fs::path& file) : file_(file), in_(file, std::ios::binary), buffer_(1 << 20) {
-    if (!in_) {
-      throw std::runtime_error("cannot open '" + file.string() + "'");
-    }
+  explicit CharStream(const fs::path& file) : file_(file, "the data file"), buffer_(1 << 20) {
     // A UTF-8 byte order mark (as some Windows tools write) is not part of the data.
     if (peek() == 0xEF) {
       const std::size_t saved = position_;
@@ -62,6 +72,32 @@ class CharStream {
     return c;
   }
 
+  // The rest of the current line without its '\n'; false at the end of the file. A line longer than `max` bytes
+  // is consumed whole but not kept: `overlong` says so.
+  bool read_line(std::string& line, std::size_t max, bool& overlong) {
+    line.clear();
+    overlong = false;
+    if (peek() == kEnd) return false;
+    for (;;) {
+      if (position_ == size_ && !fill()) return true;
+      const char* begin = buffer_.data() + position_;
+      const void* newline = std::memchr(begin, '\n', size_ - position_);
+      const std::size_t length = newline ? static_cast<const char*>(newline) - begin : size_ - position_;
+      if (!overlong && line.size() + length <= max) {
+        line.append(begin, length);
+      } else if (!overlong) {
+        overlong = true;
+        line.clear();
+      }
+      position_ += length;
+      if (newline) {
+        ++position_;
+        ++line_;
+        return true;
+      }
+    }
+  }
+
   void skip_whitespace() {
     for (int c = peek(); c == ' ' || c == '\t' || c == '\n' || c == '\r'; c = peek()) {
       get();
@@ -69,21 +105,16 @@ class CharStream {
   }
 
   std::size_t line() const { return line_; }
-  const fs::path& file() const { return file_; }
+  const fs::path& file() const { return file_.path(); }
 
  private:
   bool fill() {
-    in_.read(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
-    size_ = static_cast<std::size_t>(in_.gcount());
+    size_ = file_.read_some(buffer_.data(), buffer_.size());
     position_ = 0;
-    if (in_.bad()) {
-      throw std::runtime_error("cannot read '" + file_.string() + "'");
-    }
     return size_ > 0;
   }
 
-  fs::path file_;
-  std::ifstream in_;
+  util::ReadableFile file_;
   std::vector<char> buffer_;
   std::size_t position_ = 0;
   std::size_t size_ = 0;
@@ -94,9 +125,9 @@ class CharStream {
 nlohmann::json parse_record(const std::string& text, const fs::path& file, std::size_t line) {
   nlohmann::json value;
   try {
-    value = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw BadRecord(where(file, line) + ": not valid JSON (" + e.what() + ")");
+    value = util::parse_json(text, where(file, line));
+  } catch (const util::JsonError& e) {
+    throw BadRecord(where(file, line) + ": not valid JSON (" + e.reason() + ")");
   }
   if (!value.is_object()) {
     throw BadRecord(where(file, line) + ": a record must be a JSON object with named fields, found " +
@@ -107,36 +138,30 @@ nlohmann::json parse_record(const std::string& text, const fs::path& file, std::
 
 class JsonLinesSource : public RecordReader::Source {
  public:
-  explicit JsonLinesSource(const fs::path& file) : file_(file), in_(file, std::ios::binary) {
-    if (!in_) {
-      throw std::runtime_error("cannot open '" + file.string() + "'");
-    }
-  }
+  explicit JsonLinesSource(const fs::path& file) : stream_(file) {}
 
   bool next(Record& record) override {
     std::string line;
-    while (std::getline(in_, line)) {
-      ++line_number_;
-      if (line_number_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) {
-        line.erase(0, 3);
+    bool overlong = false;
+    for (;;) {
+      const std::size_t number = stream_.line();
+      if (!stream_.read_line(line, kMaxRecordBytes, overlong)) {
+        return false;
+      }
+      if (overlong) {
+        throw BadRecord(too_long(stream_.file(), number));
       }
       if (line.find_first_not_of(" \t\r") == std::string::npos) {
         continue;
       }
-      record.line = line_number_;
-      record.fields = parse_record(line, file_, line_number_);
+      record.line = number;
+      record.fields = parse_record(line, stream_.file(), number);
       return true;
     }
-    if (in_.bad()) {
-      throw std::runtime_error("cannot read '" + file_.string() + "' after line " + std::to_string(line_number_));
-    }
-    return false;
   }
 
  private:
-  fs::path file_;
-  std::ifstream in_;
-  std::size_t line_number_ = 0;
+  CharStream stream_;
 };
 
 // Streams the elements of a top-level JSON array (or of the "data" array of a top-level object): each element's
@@ -177,14 +202,18 @@ class JsonArraySource : public RecordReader::Source {
       }
       stream_.skip_whitespace();
       std::string key_text;
-      capture_value(key_text);
+      if (!capture_value(&key_text, kMaxRecordBytes)) {
+        return false;
+      }
       stream_.skip_whitespace();
       if (!expect(':')) {
         return false;
       }
       stream_.skip_whitespace();
-      nlohmann::json key = nlohmann::json::parse(key_text, nullptr, false);
-      if (key.is_string() && key.get<std::string>() == "data") {
+      // A key is a JSON string; anything else (even nested a million deep) is simply not "data".
+      const bool is_data =
+          key_text.size() >= 2 && key_text.front() == '"' && nlohmann::json::parse(key_text, nullptr, false) == "data";
+      if (is_data) {
         if (stream_.peek() != '[') {
           throw std::runtime_error(where(stream_.file(), stream_.line()) +
                                    ": the \"data\" field must be an array of records");
@@ -192,8 +221,7 @@ class JsonArraySource : public RecordReader::Source {
         stream_.get();
         return true;
       }
-      std::string ignored;
-      capture_value(ignored);
+      capture_value(nullptr, 0);
     }
   }
 
@@ -217,7 +245,9 @@ class JsonArraySource : public RecordReader::Source {
     after_record_ = true;
     record.line = stream_.line();
     std::string text;
-    capture_value(text);
+    if (!capture_value(&text, kMaxRecordBytes)) {
+      throw BadRecord(too_long(stream_.file(), record.line));
+    }
     record.fields = parse_record(text, stream_.file(), record.line);
     return true;
   }
@@ -231,48 +261,53 @@ class JsonArraySource : public RecordReader::Source {
     return true;
   }
 
-  // Appends the raw text of the value at the stream's position: a string, a bracketed value, or a scalar.
-  void capture_value(std::string& text) {
+  // Reads the value at the stream's position (a string, a bracketed value, or a scalar) and appends its raw text
+  // to `*text` (when given) up to `limit` bytes; false when the value was longer and only skipped past.
+  bool capture_value(std::string* text, std::size_t limit) {
     const std::size_t start_line = stream_.line();
-    int depth = 0;
+    std::uint64_t depth = 0;
+    std::size_t length = 0;
     bool in_string = false;
     const int first = stream_.peek();
     const bool scalar = first != '{' && first != '[' && first != '"';
+    const auto keep = [&](int c) {
+      if (text != nullptr && ++length <= limit) text->push_back(static_cast<char>(c));
+    };
     for (;;) {
       const int c = stream_.peek();
       if (c == CharStream::kEnd) {
-        if (scalar && depth == 0 && !text.empty()) {
-          return;
+        if (scalar && depth == 0 && length > 0) {
+          break;
         }
         throw std::runtime_error(stream_.file().string() + ": the file ends inside the value that starts at line " +
                                  std::to_string(start_line) + " (truncated file?)");
       }
       if (scalar && (c == ',' || c == ']' || c == '}' || c == ' ' || c == '\t' || c == '\n' || c == '\r')) {
-        return;
+        break;
       }
-      text.push_back(static_cast<char>(stream_.get()));
+      keep(stream_.get());
+      length += text == nullptr ? 1 : 0;
       if (in_string) {
         if (c == '\\') {
           const int escaped = stream_.get();
           if (escaped != CharStream::kEnd) {
-            text.push_back(static_cast<char>(escaped));
+            keep(escaped);
           }
         } else if (c == '"') {
           in_string = false;
           if (depth == 0) {
-            return;
+            break;
           }
         }
       } else if (c == '"') {
         in_string = true;
       } else if (c == '{' || c == '[') {
         ++depth;
-      } else if (c == '}' || c == ']') {
-        if (--depth == 0) {
-          return;
-        }
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        break;
       }
     }
+    return text == nullptr || length <= limit;
   }
 
   CharStream stream_;
@@ -287,8 +322,13 @@ class CsvSource : public RecordReader::Source {
   explicit CsvSource(const fs::path& file) : stream_(file) {
     std::vector<std::string> header;
     std::size_t line = 0;
-    if (!read_row(header, line)) {
+    std::size_t fields = 0;
+    if (!read_row(header, line, fields, kMaxCsvColumns)) {
       throw std::runtime_error(file.string() + ": the csv file is empty; it needs a header row naming the columns");
+    }
+    if (fields > kMaxCsvColumns) {
+      throw std::runtime_error(where(file, line) + ": the header has more than " + std::to_string(kMaxCsvColumns) +
+                               " columns (or is longer than " + std::to_string(kMaxRecordBytes) + " bytes)");
     }
     for (std::size_t i = 0; i < header.size(); ++i) {
       if (std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(i), header[i]) !=
@@ -301,11 +341,15 @@ class CsvSource : public RecordReader::Source {
 
   bool next(Record& record) override {
     std::vector<std::string> cells;
-    if (!read_row(cells, record.line)) {
+    std::size_t fields = 0;
+    if (!read_row(cells, record.line, fields, columns_.size())) {
       return false;
     }
-    if (cells.size() != columns_.size()) {
-      throw BadRecord(where(stream_.file(), record.line) + ": the row has " + std::to_string(cells.size()) +
+    if (fields > columns_.size() && cells.empty()) {
+      throw BadRecord(too_long(stream_.file(), record.line));
+    }
+    if (fields != columns_.size()) {
+      throw BadRecord(where(stream_.file(), record.line) + ": the row has " + std::to_string(fields) +
                       " fields, the header " + std::to_string(columns_.size()) +
                       " (an unquoted comma or line break inside a field?)");
     }
@@ -317,8 +361,9 @@ class CsvSource : public RecordReader::Source {
   }
 
  private:
-  // Reads one row of cells; false at the end of the file.
-  bool read_row(std::vector<std::string>& cells, std::size_t& line) {
+  // Reads one row; false at the end of the file. `fields` counts its cells; at most `max_cells` cells and
+  // kMaxRecordBytes bytes are kept (past either, the row is read to its end and `cells` is left short or empty).
+  bool read_row(std::vector<std::string>& cells, std::size_t& line, std::size_t& fields, std::size_t max_cells) {
     // Skip blank lines.
     for (int c = stream_.peek(); c == '\n' || c == '\r'; c = stream_.peek()) {
       stream_.get();
@@ -328,6 +373,17 @@ class CsvSource : public RecordReader::Source {
     }
     line = stream_.line();
     cells.assign(1, std::string());
+    fields = 1;
+    std::size_t bytes = 0;
+    bool keep = true;
+    const auto append = [&](int c) {
+      if (keep && ++bytes > kMaxRecordBytes) {
+        keep = false;
+        fields = std::max(fields, max_cells + 1);
+        cells.clear();
+      }
+      if (keep) cells.back().push_back(static_cast<char>(c));
+    };
     bool quoted = false;
     for (;;) {
       const int c = stream_.get();
@@ -337,29 +393,31 @@ class CsvSource : public RecordReader::Source {
         }
         return true;
       }
-      std::string& cell = cells.back();
       if (quoted) {
-        if (c == '"') {
-          if (stream_.peek() == '"') {
-            stream_.get();
-            cell.push_back('"');
-          } else {
-            quoted = false;
-          }
+        if (c != '"') {
+          append(c);
+        } else if (stream_.peek() == '"') {
+          stream_.get();
+          append('"');
         } else {
-          cell.push_back(static_cast<char>(c));
+          quoted = false;
         }
       } else if (c == '"') {
         quoted = true;  // also after other characters, as Python's csv module does
       } else if (c == ',') {
-        cells.emplace_back();
+        ++fields;
+        if (keep && fields <= max_cells) {
+          cells.emplace_back();
+        } else if (keep) {
+          keep = false;  // more cells than wanted: count them, keep none
+        }
       } else if (c == '\n') {
         return true;
       } else if (c == '\r' && stream_.peek() == '\n') {
         stream_.get();
         return true;
       } else {
-        cell.push_back(static_cast<char>(c));
+        append(c);
       }
     }
   }
@@ -398,10 +456,7 @@ const char* to_string(FileFormat format) {
 }
 
 RecordReader::RecordReader(const fs::path& file) : file_(file), format_(format_of(file)) {
-  std::error_code error;
-  if (!fs::is_regular_file(file, error)) {
-    throw std::runtime_error("data file '" + file.string() + "' does not exist");
-  }
+  util::require_regular_file(file, "the data file");  // also checked on the opened file, by CharStream
   switch (format_) {
     case FileFormat::kJsonLines:
       source_ = std::make_unique<JsonLinesSource>(file);

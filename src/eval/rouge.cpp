@@ -10,14 +10,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "fitsum/eval/lcs.h"
 #include "fitsum/eval/rouge_tokenizer.h"
 #include "fitsum/eval/sentence_splitter.h"
+#include "fitsum/util/checked_math.h"
 
 namespace fitsum::eval {
 
 namespace {
-
-using TokenIds = std::vector<int>;
 
 // Gives each distinct token of one pair a dense id (0, 1, 2, ...).
 class TokenVocabulary {
@@ -73,19 +73,6 @@ RougeScore score_ngrams(const TokenIds& reference, const TokenIds& prediction, s
                            std::max<std::size_t>(reference_total, 1));
 }
 
-// Length of the longest common subsequence, with two rows of the DP table.
-std::size_t lcs_length(const TokenIds& a, const TokenIds& b) {
-  std::vector<std::size_t> previous(b.size() + 1, 0);
-  std::vector<std::size_t> current(b.size() + 1, 0);
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      current[j] = a[i - 1] == b[j - 1] ? previous[j - 1] + 1 : std::max(previous[j], current[j - 1]);
-    }
-    std::swap(previous, current);
-  }
-  return previous[b.size()];
-}
-
 // rougeL over the whole token sequences.
 RougeScore score_lcs(const TokenIds& reference, const TokenIds& prediction) {
   if (reference.empty() || prediction.empty()) {
@@ -94,36 +81,18 @@ RougeScore score_lcs(const TokenIds& reference, const TokenIds& prediction) {
   return score_from_counts(lcs_length(reference, prediction), prediction.size(), reference.size());
 }
 
-// Positions in `reference` of one longest common subsequence with `candidate`, in increasing order. Read out from
-// the end as rouge_score does: take a match whenever the last tokens agree, otherwise move along the candidate
-// only when that keeps a strictly longer LCS, else along the reference.
-std::vector<std::size_t> lcs_reference_positions(const TokenIds& reference, const TokenIds& candidate) {
-  const std::size_t rows = reference.size();
-  const std::size_t cols = candidate.size();
-  std::vector<std::size_t> table((rows + 1) * (cols + 1), 0);  // (rows + 1, cols + 1), row-major
-  const auto at = [cols](std::size_t i, std::size_t j) { return i * (cols + 1) + j; };
-  for (std::size_t i = 1; i <= rows; ++i) {
-    for (std::size_t j = 1; j <= cols; ++j) {
-      table[at(i, j)] = reference[i - 1] == candidate[j - 1] ? table[at(i - 1, j - 1)] + 1
-                                                             : std::max(table[at(i - 1, j)], table[at(i, j - 1)]);
-    }
+// rouge_score's cost is one table cell per pair of tokens (for rougeL, and summed over sentence pairs for
+// rougeLsum, which comes to the same); past the bound, a pair is refused instead of computed for minutes.
+void check_lcs_size(std::size_t reference_tokens, std::size_t prediction_tokens) {
+  std::uint64_t cells = 0;
+  if (util::multiply_overflows(static_cast<std::uint64_t>(reference_tokens),
+                               static_cast<std::uint64_t>(prediction_tokens), cells) ||
+      cells > kMaxRougeLcsCells) {
+    throw std::invalid_argument("ROUGE-L of a reference of " + std::to_string(reference_tokens) +
+                                " tokens and a prediction of " + std::to_string(prediction_tokens) +
+                                " tokens needs more than " + std::to_string(kMaxRougeLcsCells) +
+                                " table cells (fitsum's bound on one pair); shorten or split the texts");
   }
-  std::vector<std::size_t> positions;
-  std::size_t i = rows;
-  std::size_t j = cols;
-  while (i > 0 && j > 0) {
-    if (reference[i - 1] == candidate[j - 1]) {
-      positions.push_back(i - 1);
-      --i;
-      --j;
-    } else if (table[at(i, j - 1)] > table[at(i - 1, j)]) {
-      --j;
-    } else {
-      --i;
-    }
-  }
-  std::reverse(positions.begin(), positions.end());
-  return positions;
 }
 
 // rougeLsum: union LCS of each reference sentence against all prediction sentences, hits clipped by the token
@@ -227,6 +196,7 @@ RougeScores score_rouge(std::string_view reference, std::string_view prediction,
   TokenVocabulary vocabulary;
   const TokenIds reference_tokens = vocabulary.ids_of(rouge_tokenize(reference, options.use_stemmer));
   const TokenIds prediction_tokens = vocabulary.ids_of(rouge_tokenize(prediction, options.use_stemmer));
+  check_lcs_size(reference_tokens.size(), prediction_tokens.size());
 
   std::vector<TokenIds> reference_sentences;
   std::vector<TokenIds> prediction_sentences;

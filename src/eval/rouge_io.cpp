@@ -51,9 +51,9 @@ std::vector<SummaryPair> read_summary_pairs(const std::filesystem::path& path, c
     const std::string where = "'" + path.string() + "' line " + std::to_string(line_number);
     nlohmann::json record;
     try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw std::runtime_error(where + " is not valid JSON (one object per line expected): " + e.what());
+      record = util::parse_json(line, where);
+    } catch (const util::JsonError& e) {
+      throw std::runtime_error(where + " is not valid JSON (one object per line expected): " + e.reason());
     }
     if (!record.is_object()) {
       throw std::runtime_error(where + " is a JSON " + std::string(record.type_name()) +

@@ -3,16 +3,14 @@
 
 #include <algorithm>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 
-#include <torch/script.h>
-#include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include "fitsum/io/hf_config.h"
+#include "fitsum/io/pytorch_bin.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/files.h"
@@ -20,6 +18,9 @@
 namespace fitsum::io {
 
 namespace {
+
+// More shards than any published checkpoint has (pegasus-large has none, the largest models a few hundred).
+constexpr std::size_t kMaxShards = 10000;
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::ostringstream out;
@@ -33,21 +34,31 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// ---- safetensors, single or sharded ----
+// ---- safetensors or pytorch_model.bin, single or sharded ----
 
-class SafetensorsSource : public TensorSource {
+TensorSource::Info info_of(const SafetensorsEntry& e, const fs::path& file) {
+  return {e.name, e.shape, e.dtype, file.string()};
+}
+TensorSource::Info info_of(const PickledTensor& t, const fs::path& file) {
+  return {t.name, t.sizes, safetensors_dtype(t.dtype), file.string()};
+}
+const std::vector<SafetensorsEntry>& entries_of(const SafetensorsReader& reader) { return reader.entries(); }
+const std::vector<PickledTensor>& entries_of(const PytorchBinReader& reader) { return reader.tensors(); }
+
+// One reader per file; a tensor name may appear in one file only.
+template <typename Reader>
+class ShardedSource : public TensorSource {
  public:
-  explicit SafetensorsSource(const std::vector<fs::path>& files) {
+  explicit ShardedSource(const std::vector<fs::path>& files) {
     for (const auto& file : files) {
-      readers_.push_back(std::make_unique<SafetensorsReader>(file));
-      const auto& reader = *readers_.back();
-      for (const auto& e : reader.entries()) {
-        if (owner_.count(e.name)) {
-          throw std::runtime_error("tensor '" + e.name + "' is stored twice: in '" +
-                                   infos_[owner_[e.name].second].file + "' and '" + file.string() + "'");
+      readers_.push_back(std::make_unique<Reader>(file));
+      for (const auto& e : entries_of(*readers_.back())) {
+        const auto [it, inserted] = owner_.emplace(e.name, std::make_pair(readers_.size() - 1, infos_.size()));
+        if (!inserted) {
+          throw std::runtime_error("tensor '" + e.name + "' is stored twice: in '" + infos_[it->second.second].file +
+                                   "' and '" + file.string() + "'; the shards overlap (download them again)");
         }
-        owner_[e.name] = {readers_.size() - 1, infos_.size()};
-        infos_.push_back({e.name, e.shape, e.dtype, file.string()});
+        infos_.push_back(info_of(e, file));
       }
     }
   }
@@ -57,64 +68,55 @@ class SafetensorsSource : public TensorSource {
   }
 
  private:
-  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
+  std::vector<std::unique_ptr<Reader>> readers_;
   std::map<std::string, std::pair<std::size_t, std::size_t>> owner_;  // name -> (reader, info)
   std::vector<Info> infos_;
 };
 
-// ---- pytorch_model.bin (torch.save zip), single or sharded ----
-
-class PickleSource : public TensorSource {
- public:
-  explicit PickleSource(const std::vector<fs::path>& files) {
-    for (const auto& file : files) {
-      const std::string bytes = util::read_file(file);
-      c10::IValue value;
-      try {
-        value = torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
-      } catch (const std::exception& e) {
-        throw std::runtime_error("cannot read '" + file.string() +
-                                 "' as a torch.save checkpoint (it is corrupted, or not a state dict): " +
-                                 std::string(e.what()).substr(0, 300));
-      }
-      if (!value.isGenericDict()) {
-        throw std::runtime_error("'" + file.string() + "' does not hold a state dict (a name -> tensor mapping)");
-      }
-      for (const auto& item : value.toGenericDict()) {
-        if (!item.key().isString() || !item.value().isTensor()) {
-          throw std::runtime_error("'" + file.string() + "' holds an entry that is not a name -> tensor pair");
-        }
-        const std::string name = item.key().toStringRef();
-        if (tensors_.count(name)) {
-          throw std::runtime_error("tensor '" + name + "' is stored twice (second time in '" + file.string() + "')");
-        }
-        const auto tensor = item.value().toTensor();
-        tensors_[name] = tensor;
-        std::string dtype;
-        try {
-          dtype = safetensors_dtype(tensor.scalar_type());
-        } catch (const std::exception&) {
-          dtype = c10::toString(tensor.scalar_type());
-        }
-        infos_.push_back({name, tensor.sizes().vec(), dtype, file.string()});
+// A shard name from an index must stay inside the model folder: relative, no "." or ".." component, no empty
+// component, no control characters. What it resolves to (a link into HF's blob store is fine) must be a file.
+fs::path confined_shard(const fs::path& index_file, const std::string& name) {
+  const auto refuse = [&](const std::string& why) {
+    std::string shown;  // control characters as \xNN: a NUL would end the message (what() is a C string)
+    for (const char c : name.substr(0, 200)) {
+      const auto byte = static_cast<unsigned char>(c);
+      if (byte >= 0x20 && byte != 0x7f) {
+        shown += c;
+      } else {
+        static const char* hex = "0123456789abcdef";
+        shown += std::string("\\x") + hex[byte >> 4] + hex[byte & 15];
       }
     }
+    throw std::runtime_error("shard name '" + shown + "' in '" + index_file.string() + "': " + why +
+                             "; an index may only name files inside its own folder (download it again)");
+  };
+  if (name.empty() || name.size() > 4096) refuse("it is empty or longer than 4096 bytes");
+  for (const char c : name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f || c == '\\')
+      refuse("it contains a control character or '\\'");
   }
-  const std::vector<Info>& tensors() const override { return infos_; }
-  at::Tensor read(const std::string& name, at::ScalarType dtype) const override {
-    return tensors_.at(name).to(dtype).contiguous();
+  if (name.front() == '/') refuse("it is an absolute path");
+  std::size_t start = 0;
+  while (start <= name.size()) {
+    const std::size_t end = std::min(name.find('/', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") refuse("it has an empty, '.' or '..' component");
+    start = end + 1;
   }
-
- private:
-  std::map<std::string, at::Tensor> tensors_;
-  std::vector<Info> infos_;
-};
+  const fs::path file = index_file.parent_path() / name;
+  const std::string problem = util::file_kind_problem(file);
+  if (!problem.empty()) {
+    throw std::runtime_error("'" + index_file.string() + "' names shard '" + name + "': " + problem +
+                             "; download the missing shards (or the whole folder) again");
+  }
+  return file;
+}
 
 std::vector<fs::path> shards_from_index(const fs::path& index_file) {
   const auto index = util::read_json_file(index_file);
-  const auto map = index.find("weight_map");
+  const auto map = index.is_object() ? index.find("weight_map") : index.end();
   if (map == index.end() || !map->is_object()) {
-    throw std::runtime_error("'" + index_file.string() + "' has no \"weight_map\" object");
+    throw std::runtime_error("'" + index_file.string() + "' has no \"weight_map\" object; download it again");
   }
   std::set<std::string> names;
   for (auto it = map->begin(); it != map->end(); ++it) {
@@ -122,16 +124,22 @@ std::vector<fs::path> shards_from_index(const fs::path& index_file) {
       throw std::runtime_error("'" + index_file.string() + "': the shard of '" + it.key() + "' is not a file name");
     }
     names.insert(it.value().get<std::string>());
+    if (names.size() > kMaxShards) {
+      throw std::runtime_error("'" + index_file.string() + "' names more than " + std::to_string(kMaxShards) +
+                               " shards; download it again");
+    }
   }
   std::vector<fs::path> files;
-  for (const auto& name : names) {
-    const auto file = index_file.parent_path() / name;
-    if (!fs::exists(file)) {
-      throw std::runtime_error("'" + index_file.string() + "' names shard '" + name + "', which is missing");
-    }
-    files.push_back(file);
-  }
+  for (const auto& name : names) files.push_back(confined_shard(index_file, name));
   return files;
+}
+
+// Whether `path` names something (even a broken link); a name that exists must resolve to a regular file.
+bool names_a_file(const fs::path& path, std::string_view what) {
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(path, error))) return false;
+  util::require_regular_file(path, what);
+  return true;
 }
 
 }  // namespace
@@ -151,33 +159,34 @@ std::string ModelFolder::describe_weights() const {
 }
 
 ModelFolder open_model_folder(const fs::path& dir) {
-  if (!fs::exists(dir)) {
-    throw std::runtime_error("model folder '" + dir.string() + "' does not exist");
+  std::error_code error;
+  if (!fs::exists(dir, error)) {
+    throw std::runtime_error("model folder '" + dir.string() + "' does not exist; pass a Hugging Face model folder");
   }
   ModelFolder folder;
   folder.dir = dir;
-  if (!fs::is_directory(dir)) {
-    throw std::runtime_error("'" + dir.string() + "' is not a folder: pass a Hugging Face model folder");
+  if (!fs::is_directory(dir, error)) {
+    throw std::runtime_error("'" + dir.string() + "' is not a folder; pass a Hugging Face model folder");
   }
   const auto config_file = dir / "config.json";
-  if (!fs::exists(config_file)) {
+  if (!names_a_file(config_file, "config.json")) {
     throw std::runtime_error("no config.json in '" + dir.string() +
-                             "': pass a Hugging Face model folder (config.json plus weights)");
+                             "'; pass a Hugging Face model folder (config.json plus weights)");
   }
   folder.config_json = util::read_json_file(config_file);
   folder.config = model_config_from_hf(folder.config_json, config_file.string());
 
-  if (fs::exists(dir / "model.safetensors")) {
+  if (names_a_file(dir / "model.safetensors", "the weights file")) {
     folder.format = WeightFormat::safetensors;
     folder.weight_files = {dir / "model.safetensors"};
-  } else if (fs::exists(dir / "model.safetensors.index.json")) {
+  } else if (names_a_file(dir / "model.safetensors.index.json", "the shard index")) {
     folder.format = WeightFormat::safetensors;
     folder.index_file = dir / "model.safetensors.index.json";
     folder.weight_files = shards_from_index(folder.index_file);
-  } else if (fs::exists(dir / "pytorch_model.bin")) {
+  } else if (names_a_file(dir / "pytorch_model.bin", "the weights file")) {
     folder.format = WeightFormat::pytorch_bin;
     folder.weight_files = {dir / "pytorch_model.bin"};
-  } else if (fs::exists(dir / "pytorch_model.bin.index.json")) {
+  } else if (names_a_file(dir / "pytorch_model.bin.index.json", "the shard index")) {
     folder.format = WeightFormat::pytorch_bin;
     folder.index_file = dir / "pytorch_model.bin.index.json";
     folder.weight_files = shards_from_index(folder.index_file);
@@ -188,9 +197,9 @@ ModelFolder open_model_folder(const fs::path& dir) {
 std::unique_ptr<TensorSource> open_tensor_source(const ModelFolder& folder) {
   switch (folder.format) {
     case WeightFormat::safetensors:
-      return std::make_unique<SafetensorsSource>(folder.weight_files);
+      return std::make_unique<ShardedSource<SafetensorsReader>>(folder.weight_files);
     case WeightFormat::pytorch_bin:
-      return std::make_unique<PickleSource>(folder.weight_files);
+      return std::make_unique<ShardedSource<PytorchBinReader>>(folder.weight_files);
     case WeightFormat::none:
       break;
   }
@@ -292,7 +301,7 @@ WeightMatch match_weights(model::Seq2SeqLMImpl& model, const TensorSource& sourc
   const std::size_t shown = std::min<std::size_t>(problems.size(), 8);
   for (std::size_t i = 0; i < shown; ++i) message << (i ? "; " : "") << problems[i];
   if (problems.size() > shown) message << "; and " << problems.size() - shown << " more";
-  message << ". Check that config.json belongs to these weights.";
+  message << "; check that config.json belongs to these weights";
   throw std::runtime_error(message.str());
 }
 
@@ -363,30 +372,6 @@ void save_model_folder(model::Seq2SeqLMImpl& model, const fs::path& out_dir, con
       }
     }
   }
-}
-
-namespace {
-
-// "checkpoint-N" -> N, or -1.
-std::int64_t checkpoint_step(const fs::path& dir) {
-  static const std::regex pattern("checkpoint-([0-9]+)");
-  std::smatch match;
-  const std::string name = dir.filename().string();
-  if (std::regex_match(name, match, pattern)) return std::stoll(match[1]);
-  return -1;
-}
-
-}  // namespace
-
-std::vector<fs::path> checkpoint_folders(const fs::path& output_dir) {
-  std::vector<fs::path> found;
-  if (!fs::exists(output_dir)) return found;
-  for (const auto& entry : fs::directory_iterator(output_dir)) {
-    if (entry.is_directory() && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
-  }
-  std::sort(found.begin(), found.end(),
-            [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
-  return found;
 }
 
 }  // namespace fitsum::io

@@ -2,6 +2,10 @@
 // that omits a field means what it means to HF.
 #include "fitsum/io/hf_config.h"
 
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "fitsum/util/files.h"
@@ -45,6 +49,26 @@ std::int64_t token_field(const json& j, const char* name, std::int64_t fallback,
     return (*it)[0].get<std::int64_t>();
   }
   return field<std::int64_t>(j, name, fallback, source);
+}
+
+// A whole string as an integer or a finite number; std::invalid_argument with a sentence otherwise (std::stoll's
+// own exceptions say only "stoll").
+long long parse_integer(const std::string& text) {
+  long long value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error == std::errc::result_out_of_range) throw std::invalid_argument("the integer is out of range");
+  if (error != std::errc() || end != text.data() + text.size()) throw std::invalid_argument("expected an integer");
+  return value;
+}
+
+double parse_number(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || std::isspace(static_cast<unsigned char>(text[0]))) {
+    throw std::invalid_argument("expected a number");
+  }
+  if (!std::isfinite(value)) throw std::invalid_argument("the number is not finite");
+  return value;
 }
 
 }  // namespace
@@ -112,11 +136,13 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
 }
 
 model::ModelConfig read_model_config(const std::filesystem::path& path) {
-  const auto file = std::filesystem::is_directory(path) ? path / "config.json" : path;
-  if (!std::filesystem::exists(file)) {
+  std::error_code error;
+  const auto file = std::filesystem::is_directory(path, error) ? path / "config.json" : path;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(file, error))) {
     throw std::runtime_error("no config.json in '" + path.string() +
-                             "': pass a Hugging Face model folder (config.json plus weights)");
+                             "'; pass a Hugging Face model folder (config.json plus weights)");
   }
+  util::require_regular_file(file, "config.json");
   return model_config_from_hf(util::read_json_file(file), file.string());
 }
 
@@ -174,34 +200,27 @@ void apply_config_overrides(json& config_json, const std::string& overrides) {
     const std::string key = item.substr(0, eq);
     const std::string value = item.substr(eq + 1);
     const auto existing = config_json.find(key);
-    if (key == "embedding_padding_idx") {
-      config_json[key] = (value == "none" || value == "null" || value == "-1") ? json(-1) : json(std::stoll(value));
-      continue;
-    }
-    if (existing == config_json.end()) {
+    if (existing == config_json.end() && key != "embedding_padding_idx") {
       throw std::invalid_argument("config_overrides: config.json has no field '" + key + "'");
     }
     try {
-      if (value == "none" || value == "null") {
+      if (key == "embedding_padding_idx") {
+        config_json[key] = (value == "none" || value == "null") ? json(-1) : json(parse_integer(value));
+      } else if (value == "none" || value == "null") {
         *existing = nullptr;
       } else if (existing->is_boolean()) {
         if (value != "true" && value != "false") throw std::invalid_argument("expected true or false");
         *existing = value == "true";
       } else if (existing->is_number_integer()) {
-        std::size_t used = 0;
-        const long long v = std::stoll(value, &used);
-        if (used != value.size()) throw std::invalid_argument("expected an integer");
-        *existing = v;
+        *existing = parse_integer(value);
       } else if (existing->is_number()) {
-        std::size_t used = 0;
-        const double v = std::stod(value, &used);
-        if (used != value.size()) throw std::invalid_argument("expected a number");
-        *existing = v;
+        *existing = parse_number(value);
       } else {
         *existing = value;
       }
-    } catch (const std::exception& e) {
-      throw std::invalid_argument("config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what());
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument("config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what() +
+                                  "; write key=value pairs separated by commas");
     }
   }
 }

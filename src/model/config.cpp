@@ -3,14 +3,27 @@
 
 #include <stdexcept>
 
+#include "fitsum/util/checked_math.h"
+
 namespace fitsum::model {
 
 namespace {
 
-void require_positive(std::int64_t value, const char* field) {
+// Sizes beyond these describe no model that could be built, and would overflow the parameter arithmetic: token
+// ids are 32-bit, and a (vocab x d_model) table must be countable in 64 bits with room to spare.
+constexpr std::int64_t kMaxVocabSize = 2147483647;
+constexpr std::int64_t kMaxWidth = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxLayers = 10000;
+constexpr std::int64_t kMaxPositions = std::int64_t{1} << 24;
+
+void require_positive(std::int64_t value, const char* field, std::int64_t limit) {
   if (value <= 0) {
     throw std::invalid_argument(std::string("config field '") + field + "' must be positive, found " +
                                 std::to_string(value));
+  }
+  if (value > limit) {
+    throw std::invalid_argument(std::string("config field '") + field + "' is " + std::to_string(value) +
+                                ", more than the " + std::to_string(limit) + " any buildable model has");
   }
 }
 
@@ -24,15 +37,15 @@ void require_probability(double value, const char* field) {
 }  // namespace
 
 void ModelConfig::validate() const {
-  require_positive(vocab_size, "vocab_size");
-  require_positive(d_model, "d_model");
-  require_positive(encoder_layers, "encoder_layers");
-  require_positive(decoder_layers, "decoder_layers");
-  require_positive(encoder_attention_heads, "encoder_attention_heads");
-  require_positive(decoder_attention_heads, "decoder_attention_heads");
-  require_positive(encoder_ffn_dim, "encoder_ffn_dim");
-  require_positive(decoder_ffn_dim, "decoder_ffn_dim");
-  require_positive(max_position_embeddings, "max_position_embeddings");
+  require_positive(vocab_size, "vocab_size", kMaxVocabSize);
+  require_positive(d_model, "d_model", kMaxWidth);
+  require_positive(encoder_layers, "encoder_layers", kMaxLayers);
+  require_positive(decoder_layers, "decoder_layers", kMaxLayers);
+  require_positive(encoder_attention_heads, "encoder_attention_heads", kMaxWidth);
+  require_positive(decoder_attention_heads, "decoder_attention_heads", kMaxWidth);
+  require_positive(encoder_ffn_dim, "encoder_ffn_dim", kMaxWidth);
+  require_positive(decoder_ffn_dim, "decoder_ffn_dim", kMaxWidth);
+  require_positive(max_position_embeddings, "max_position_embeddings", kMaxPositions);
   if (d_model % encoder_attention_heads != 0) {
     throw std::invalid_argument("config field 'd_model' (" + std::to_string(d_model) +
                                 ") must be divisible by 'encoder_attention_heads' (" +
@@ -90,14 +103,23 @@ Activation activation_from_string(const std::string& name) {
 ParameterCounts count_parameters(const ModelConfig& c) {
   ParameterCounts counts;
   const std::int64_t d = c.d_model;
+  // Checked: a config is user input, and a count that wraps would be printed as a negative parameter count.
+  const auto add = [](std::int64_t& total, std::int64_t n) {
+    if (util::add_overflows(total, n, total)) {
+      throw std::invalid_argument("the config describes more parameters than a 64-bit count holds");
+    }
+  };
+  const auto product = [](std::int64_t a, std::int64_t b) {
+    return util::checked_multiply(a, b, std::string("the parameter count of the config"));
+  };
   const auto add_matrix = [&](std::int64_t rows, std::int64_t cols) {
-    counts.trainable += rows * cols;
-    counts.matrix_elements += rows * cols;
-    counts.matrix_rows_plus_cols += rows + cols;
+    add(counts.trainable, product(rows, cols));
+    add(counts.matrix_elements, product(rows, cols));
+    add(counts.matrix_rows_plus_cols, rows + cols);
   };
   const auto add_vector = [&](std::int64_t n) {
-    counts.trainable += n;
-    counts.vector_elements += n;
+    add(counts.trainable, n);
+    add(counts.vector_elements, n);
   };
   const auto add_linear = [&](std::int64_t out, std::int64_t in) {
     add_matrix(out, in);
@@ -114,13 +136,13 @@ ParameterCounts count_parameters(const ModelConfig& c) {
 
   add_matrix(c.vocab_size, d);                              // model.shared
   if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);  // lm_head
-  counts.frozen += c.vocab_size;                            // final_logits_bias
+  add(counts.frozen, c.vocab_size);                         // final_logits_bias
   for (int side = 0; side < 2; ++side) {
     const bool decoder = side == 1;
     const std::int64_t layers = decoder ? c.decoder_layers : c.encoder_layers;
     const std::int64_t ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
     if (c.position_embedding == PositionEmbedding::sinusoidal) {
-      counts.frozen += c.max_position_embeddings * d;
+      add(counts.frozen, product(c.max_position_embeddings, d));
     } else {
       add_matrix(c.max_position_embeddings + c.learned_position_offset, d);
     }

@@ -7,6 +7,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "fitsum/util/cpu_dispatch.h"
+
 namespace fitsum::model {
 
 namespace {
@@ -36,9 +38,8 @@ inline std::uint32_t uniform32(std::uint32_t i, MaskKeys k) {
 // Element i is kept when its uniform is at least `threshold` (= p * 2^32). The loops are compiled twice, for AVX2
 // and for plain x86-64, and the loader picks the one the processor runs.
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(const T* in, T* out, std::uint8_t* mask,
-                                                                              std::int64_t n, MaskKeys keys,
-                                                                              std::uint32_t threshold, float scale) {
+FITSUM_TEMPLATE_CLONES void dropout_forward_kernel(const T* in, T* out, std::uint8_t* mask, std::int64_t n,
+                                                   MaskKeys keys, std::uint32_t threshold, float scale) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::uint8_t keep = uniform32(static_cast<std::uint32_t>(i), keys) >= threshold;
     mask[i] = keep;
@@ -47,9 +48,8 @@ __attribute__((target_clones("avx2", "default"))) void dropout_forward_kernel(co
 }
 
 template <typename T>
-__attribute__((target_clones("avx2", "default"))) void dropout_backward_kernel(const T* grad, T* out,
-                                                                               const std::uint8_t* mask, std::int64_t n,
-                                                                               float scale) {
+FITSUM_TEMPLATE_CLONES void dropout_backward_kernel(const T* grad, T* out, const std::uint8_t* mask, std::int64_t n,
+                                                    float scale) {
   for (std::int64_t i = 0; i < n; ++i) {
     out[i] = static_cast<T>(static_cast<float>(grad[i]) * (scale * static_cast<float>(mask[i])));
   }

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "fitsum/util/files.h"
+
 namespace fitsum::tokenizer {
 
 namespace {
@@ -150,7 +152,9 @@ bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length) {
 PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
   const fs::path file = dir / "spiece.model";
   std::error_code error;
-  if (!fs::is_regular_file(file, error)) {
+  if (fs::exists(fs::symlink_status(file, error))) {
+    util::require_regular_file(file, "the SentencePiece model");  // present but a FIFO, folder, device: say so
+  } else {
     throw std::runtime_error("no spiece.model in '" + dir.string() +
                              "': fitsum needs the SentencePiece model of a PEGASUS checkpoint; copy it there or "
                              "pass tokenizer_name with a folder that has one");
@@ -202,13 +206,46 @@ void PegasusTokenizer::encode_without_eos(std::string_view text, std::vector<Tok
   encode_plain(text.substr(chunk_start));
 }
 
-std::vector<TokenId> PegasusTokenizer::encode(std::string_view text, std::optional<std::size_t> max_length) const {
-  std::vector<TokenId> ids;
-  encode_without_eos(text, ids);
-  ids.push_back(kEosId);
-  if (max_length) {
-    truncate_keeping_eos(ids, *max_length);
+// The ids of a prefix of `text` that holds at least `wanted` ids, or of all of it. Each try ends at a space, so its
+// ids are those the whole text starts with; the prefix doubles until it has enough.
+void PegasusTokenizer::encode_prefix(std::string_view text, std::size_t wanted, std::vector<TokenId>& ids) const {
+  constexpr std::size_t kFirstTry = 4096;
+  std::size_t window = wanted > kFirstTry / 8 ? (wanted > text.size() / 8 ? text.size() : wanted * 8) : kFirstTry;
+  for (;;) {
+    ids.clear();
+    if (window >= text.size()) {
+      encode_without_eos(text, ids);
+      return;
+    }
+    std::size_t cut = text.rfind(' ', window);
+    if (cut == std::string_view::npos || cut == 0) {
+      if (window < kLongestWordBytes) {
+        window = std::min(text.size(), window * 2);
+        continue;
+      }
+      cut = window;  // one endless run: cut it at a character boundary
+      while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+    }
+    encode_without_eos(text.substr(0, cut), ids);
+    if (ids.size() >= wanted) return;
+    window = window > text.size() / 2 ? text.size() : window * 2;
   }
+}
+
+std::vector<TokenId> PegasusTokenizer::encode(std::string_view text, std::optional<std::size_t> max_length,
+                                              bool* truncated) const {
+  std::vector<TokenId> ids;
+  if (max_length) {
+    if (*max_length == 0) {
+      throw std::invalid_argument("a maximum length of 0 leaves no room for </s>; use at least 1");
+    }
+    encode_prefix(text, *max_length, ids);  // max_length ids without </s>: enough to know whether it is cut
+  } else {
+    encode_without_eos(text, ids);
+  }
+  ids.push_back(kEosId);
+  const bool cut = max_length && truncate_keeping_eos(ids, *max_length);
+  if (truncated != nullptr) *truncated = cut;
   return ids;
 }
 

@@ -8,7 +8,19 @@
 #include <stdexcept>
 #include <utility>
 
+#include "fitsum/util/files.h"
 #include "spm_shim/spm_shim.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FITSUM_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FITSUM_SANITIZED 1
+#endif
+#endif
+#ifndef FITSUM_SANITIZED
+#define FITSUM_SANITIZED 0
+#endif
 
 namespace fitsum::tokenizer {
 
@@ -58,6 +70,18 @@ void resolve(void* handle, const fs::path& path, const char* name, Function& fun
   }
 }
 
+// RTLD_LOCAL keeps the shim's symbols (and SentencePiece's protobuf) out of the global namespace; RTLD_DEEPBIND
+// makes them resolve against each other before anything LibTorch has loaded. Sanitizer runtimes refuse
+// RTLD_DEEPBIND, so a sanitized build loads the shim into a link namespace of its own, which isolates its protobuf
+// as well and keeps the uninstrumented shim away from the sanitizer runtime.
+void* open_isolated(const fs::path& path) {
+#if FITSUM_SANITIZED
+  return ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
+  return ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
+}
+
 ShimApi open_shim() {
   const std::vector<fs::path> candidates = candidate_paths();
   std::string searched;
@@ -67,9 +91,7 @@ ShimApi open_shim() {
     if (!fs::is_regular_file(path, error)) {
       continue;
     }
-    // RTLD_LOCAL keeps the shim's symbols (and SentencePiece's protobuf) out of the global namespace;
-    // RTLD_DEEPBIND makes them resolve against each other before anything LibTorch has loaded.
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* handle = open_isolated(path);
     if (handle == nullptr) {
       const char* reason = ::dlerror();
       throw std::runtime_error("cannot load '" + path.string() + "': " + (reason ? reason : "unknown reason") +
@@ -128,10 +150,7 @@ std::vector<T> read_sized(std::size_t first_guess, const char* what, Fill fill) 
 fs::path sentencepiece_library_path() { return shim().path; }
 
 SentencePieceModel::SentencePieceModel(const fs::path& model_file) : file_(model_file) {
-  std::error_code error;
-  if (!fs::is_regular_file(model_file, error)) {
-    throw std::runtime_error("SentencePiece model '" + model_file.string() + "' does not exist");
-  }
+  util::require_regular_file(model_file, "the SentencePiece model");  // a FIFO would block SentencePiece's read
   model_ = shim().load(model_file.c_str());
   if (model_ == nullptr) {
     throw std::runtime_error("cannot load SentencePiece model '" + model_file.string() + "': " + shim().last_error());

@@ -69,6 +69,7 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
   const auto batches = batches_of(labelled, options.batch_size);
   std::size_t done = 0;
   for (const auto& batch_indices : batches) {
+    if (options.should_stop && options.should_stop()) break;
     auto batch = data::collate(examples, batch_indices, options.collator);
     auto ids = batch.input_ids.to(device);
     auto mask = batch.attention_mask.to(device);
@@ -78,9 +79,10 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
     // The fused head + loss: without gradients it walks the vocabulary in chunks, never holding (B, T, V) logits.
     const auto loss = model.token_loss(hidden, labels, options.label_smoothing);
     sum_of_means += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens));
-    if (options.on_progress) options.on_progress("eval loss", ++done, batches.size());
+    ++done;
+    if (options.on_progress) options.on_progress("eval loss", done, batches.size());
   }
-  return sum_of_means / static_cast<double>(batches.size());
+  return sum_of_means / static_cast<double>(std::max<std::size_t>(1, done));
 }
 
 EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
@@ -88,7 +90,9 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
                                 const c10::Device& device) {
   const auto start = std::chrono::steady_clock::now();
   EvaluationResult result;
+  const auto stopped = [&] { return options.should_stop && options.should_stop(); };
   if (options.compute_loss) result.eval_loss = evaluation_loss(model, examples, options, device);
+  result.interrupted = stopped();
   if (options.generate && !examples.empty()) {
     EvalMode eval_mode(model);
     std::vector<std::size_t> all(examples.size());
@@ -98,6 +102,10 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
     const auto batches = batches_of(all, options.batch_size);
     std::size_t done = 0;
     for (const auto& batch_indices : batches) {
+      if (result.interrupted || stopped()) {
+        result.interrupted = true;
+        break;
+      }
       // Generation needs no labels: collate the sources alone.
       std::vector<data::Example> sources;
       for (auto i : batch_indices) {
@@ -128,7 +136,8 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
         }
         result.predictions.push_back(std::move(p));
       }
-      if (options.on_progress) options.on_progress("generate", ++done, batches.size());
+      ++done;
+      if (options.on_progress) options.on_progress("generate", done, batches.size());
     }
     result.gen_len = generated_tokens / static_cast<double>(examples.size());
     if (!scores.empty()) result.rouge = eval::mean_rouge(scores);

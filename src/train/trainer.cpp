@@ -15,12 +15,14 @@
 
 #include "fitsum/data/sampler.h"
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/micro_step.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/train/diagnostics.h"
 #include "fitsum/train/evaluation.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
@@ -42,42 +44,13 @@ std::int64_t label_tokens(const data::Example& e) {
   return static_cast<std::int64_t>(e.labels->size());  // unpadded labels: every one counts
 }
 
-// Explains an out-of-memory error with what held the memory and which knobs would help.
-std::string out_of_memory_advice(const std::string& what, const model::ModelConfig& config,
-                                 const TrainingArguments& args, const memory::MemorySnapshot& memory) {
-  const auto counts = model::count_parameters(config);
-  const auto kind = args.optimizer();
-  const auto fixed = memory::static_training_memory(counts, kind, memory::StorageDtype::fp32);
-  const auto peak = static_cast<std::uint64_t>(std::max<std::int64_t>(memory.peak_bytes, 0));
-  const auto rest = peak > fixed.total() ? peak - fixed.total() : 0;
-  std::ostringstream out;
-  out << "out of memory while training: " << what << "\n"
-      << "  what held the memory (peak " << util::format_bytes(peak) << "):\n"
-      << "    weights          " << util::format_bytes(fixed.weights) << "\n"
-      << "    gradients        " << util::format_bytes(fixed.gradients) << "\n"
-      << "    optimizer state  " << util::format_bytes(fixed.optimizer_state) << " (" << optim::to_string(kind) << ")\n"
-      << "    the rest         " << util::format_bytes(rest)
-      << " (activations, logits, temporary buffers of the micro-batch)\n"
-      << "  knobs that would help:";
-  if (!args.gradient_checkpointing) out << "\n    gradient_checkpointing (recompute activations in backward)";
-  if (args.per_device_train_batch_size > 1) {
-    out << "\n    per_device_train_batch_size " << args.per_device_train_batch_size / 2
-        << " gradient_accumulation_steps " << args.gradient_accumulation_steps * 2 << " (same effective batch)";
-  }
-  if (kind == optim::OptimizerType::adamw_torch)
-    out << "\n    optim adafactor (factored second moments, no first moment)";
-  if (!args.bf16) out << "\n    bf16 (smaller activations)";
-  out << "\n    a shorter max_source_length";
-  return out.str();
-}
-
 }  // namespace
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
 fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir) {
   if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
-    const auto found = io::checkpoint_folders(output_dir);
+    const auto found = io::list_checkpoints(output_dir);
     if (found.empty()) {
       throw std::runtime_error("resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
                                "'");
@@ -291,7 +264,9 @@ nlohmann::ordered_json Trainer::evaluate() {
   options.bf16 = args_.bf16;
   options.collator = in_.collator;
   options.on_progress = callbacks_.on_evaluation;
+  options.should_stop = [] { return g_stop_signal.load() != 0; };
   const auto result = evaluate_model(*in_.model, in_.eval_examples, in_.tokenizer.get(), options, in_.device);
+  if (result.interrupted) return nullptr;  // a stop request: the step's checkpoint is saved next, not partial metrics
   return evaluation_metrics(result, args_.predict_with_generate);
 }
 
@@ -320,11 +295,29 @@ nlohmann::ordered_json Trainer::trainer_state_json() const {
 
 void Trainer::save_checkpoint(const torch::Tensor& rng) {
   const fs::path output_dir(args_.output_dir);
-  const auto final_dir = output_dir / ("checkpoint-" + std::to_string(global_step_));
-  const auto temp_dir =
-      output_dir / (".checkpoint-" + std::to_string(global_step_) + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(temp_dir);
-  fs::create_directories(temp_dir);
+  const auto temp_dir = io::begin_checkpoint(output_dir, global_step_);
+  fs::path final_dir;
+  try {
+    write_checkpoint_files(temp_dir, rng);
+    final_dir = io::commit_checkpoint(temp_dir, global_step_);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp_dir, ignored);  // a full or failing disk leaves no folder behind
+    throw;
+  }
+  saved_step_ = global_step_;
+  if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
+  if (args_.save_total_limit) {
+    auto all = io::list_checkpoints(output_dir);
+    while (static_cast<std::int64_t>(all.size()) > *args_.save_total_limit) {
+      io::remove_checkpoint(all.front());
+      if (callbacks_.on_message) callbacks_.on_message("removed " + all.front().string() + " (save_total_limit)");
+      all.erase(all.begin());
+    }
+  }
+}
+
+void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tensor& rng) {
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;
@@ -353,21 +346,6 @@ void Trainer::save_checkpoint(const torch::Tensor& rng) {
       {"train_examples", in_.train_examples.size()},
       {"examples_per_step", args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
   util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
-  util::fsync_directory(temp_dir);
-  // The rename is the commit point: before it there is only a temporary folder, after it a complete checkpoint.
-  fs::remove_all(final_dir);
-  fs::rename(temp_dir, final_dir);
-  util::fsync_directory(output_dir);
-  if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
-
-  if (args_.save_total_limit) {
-    auto all = io::checkpoint_folders(output_dir);
-    while (static_cast<std::int64_t>(all.size()) > *args_.save_total_limit) {
-      fs::remove_all(all.front());
-      if (callbacks_.on_message) callbacks_.on_message("removed " + all.front().string() + " (save_total_limit)");
-      all.erase(all.begin());
-    }
-  }
 }
 
 void Trainer::resume(const fs::path& checkpoint) {
@@ -395,6 +373,8 @@ void Trainer::resume(const fs::path& checkpoint) {
   steps_since_log_ = position.at("steps_since_log");
   total_loss_ = position.at("total_loss");
   last_grad_norm_ = position.at("last_grad_norm");
+  io::check_checkpoint_position(checkpoint / "fitsum_state.json", epoch_, step_in_epoch_, global_step_,
+                                steps_per_epoch_);
   const auto state = util::read_json_file(checkpoint / "trainer_state.json");
   log_history_ = nlohmann::ordered_json::parse(state.at("log_history").dump());
 
@@ -419,7 +399,8 @@ void Trainer::save_final_model() {
 }
 
 void Trainer::begin_run() {
-  fs::create_directories(args_.output_dir);
+  io::prepare_output_folder(args_.output_dir, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
+                            callbacks_.on_message);
   g_stop_signal.store(0);
   memory::start_tracking(in_.device);
   torch::manual_seed(static_cast<std::uint64_t>(args_.seed));  // HF set_seed: dropout draws start here
@@ -488,6 +469,7 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
   }
   if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
     auto entry = evaluate();
+    if (entry.is_null()) return;
     const double seconds = entry["eval_runtime"].get<double>();
     entry["epoch"] = epoch_value;
     entry["step"] = global_step_;
@@ -505,6 +487,10 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
   auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
                                 static_cast<std::size_t>(args_.gradient_accumulation_steps));
   while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
+    if (g_stop_signal.load() != 0) {  // a stop request between steps (during evaluation or a save)
+      if (saved_step_ != global_step_) save_checkpoint(util::random_state(in_.device));
+      return false;
+    }
     // The random state at the start of the step: an interrupted step is redone from it on resume.
     const auto step_rng = util::random_state(in_.device);
     const auto outcome = run_step(steps[static_cast<std::size_t>(step_in_epoch_)]);
@@ -513,6 +499,9 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
       util::set_random_state(in_.device, step_rng);
       save_checkpoint(step_rng);
       return false;
+    }
+    if (!std::isfinite(outcome.loss) || !std::isfinite(outcome.grad_norm)) {
+      stop_on_non_finite(global_step_ + 1, outcome.loss, outcome.grad_norm, *in_.model);
     }
     record_step(outcome);
     if (oom_steps_in_a_row_ >= 2 && replan_after_repeated_oom()) {

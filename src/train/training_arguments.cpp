@@ -2,6 +2,7 @@
 #include "fitsum/train/training_arguments.h"
 
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 namespace fitsum::train {
@@ -44,13 +45,32 @@ void TrainingArguments::validate() const {
   const auto positive = [](std::int64_t v, const char* field) {
     if (v < 1) throw std::invalid_argument(std::string(field) + " must be at least 1, got " + std::to_string(v));
   };
-  positive(per_device_train_batch_size, "per_device_train_batch_size");
-  positive(per_device_eval_batch_size, "per_device_eval_batch_size");
-  positive(gradient_accumulation_steps, "gradient_accumulation_steps");
-  if (max_steps <= 0 && !(num_train_epochs > 0)) {
-    throw std::invalid_argument("num_train_epochs must be positive when max_steps is not set");
+  // Batch sizes past 2^24 describe no batch that fits any machine; their product (examples per optimizer step) is
+  // bounded too, so that it cannot wrap to 0 (a division by zero) or overflow the sampler's arithmetic.
+  const auto bounded = [&](std::int64_t v, const char* field) {
+    positive(v, field);
+    if (v > kMaxBatchSize) {
+      throw std::invalid_argument(std::string(field) + " is " + std::to_string(v) + ", more than the " +
+                                  std::to_string(kMaxBatchSize) + " fitsum accepts");
+    }
+  };
+  bounded(per_device_train_batch_size, "per_device_train_batch_size");
+  bounded(per_device_eval_batch_size, "per_device_eval_batch_size");
+  bounded(gradient_accumulation_steps, "gradient_accumulation_steps");
+  if (per_device_train_batch_size * gradient_accumulation_steps > kMaxBatchSize) {
+    throw std::invalid_argument("per_device_train_batch_size x gradient_accumulation_steps is " +
+                                std::to_string(per_device_train_batch_size * gradient_accumulation_steps) +
+                                " examples per optimizer step, more than the " + std::to_string(kMaxBatchSize) +
+                                " fitsum accepts");
   }
-  if (!(learning_rate >= 0)) throw std::invalid_argument("learning_rate must not be negative");
+  if (max_steps <= 0 && !(num_train_epochs > 0 && num_train_epochs <= kMaxEpochs)) {
+    std::ostringstream got;
+    got << num_train_epochs;
+    throw std::invalid_argument("num_train_epochs must be in (0, 1e6] when max_steps is not set, got " + got.str());
+  }
+  if (!(learning_rate >= 0 && std::isfinite(learning_rate))) {
+    throw std::invalid_argument("learning_rate must be a finite number, not negative");
+  }
   if (!(weight_decay >= 0)) throw std::invalid_argument("weight_decay must not be negative");
   if (!(max_grad_norm >= 0)) throw std::invalid_argument("max_grad_norm must not be negative (0 disables clipping)");
   if (warmup_steps < 0) throw std::invalid_argument("warmup_steps must not be negative");
@@ -58,9 +78,16 @@ void TrainingArguments::validate() const {
   if (!(label_smoothing_factor >= 0 && label_smoothing_factor < 1)) {
     throw std::invalid_argument("label_smoothing_factor must be in [0, 1)");
   }
-  if (!(logging_steps > 0)) throw std::invalid_argument("logging_steps must be positive");
-  if (eval_steps && !(*eval_steps > 0)) throw std::invalid_argument("eval_steps must be positive");
-  if (!(save_steps > 0)) throw std::invalid_argument("save_steps must be positive");
+  const auto interval = [](double v, const char* field) {
+    if (!(v > 0 && v <= kMaxIntervalSteps)) {
+      std::ostringstream got;
+      got << v;
+      throw std::invalid_argument(std::string(field) + " must be positive and at most 1e15, got " + got.str());
+    }
+  };
+  interval(logging_steps, "logging_steps");
+  if (eval_steps) interval(*eval_steps, "eval_steps");
+  interval(save_steps, "save_steps");
   if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
   if (gradient_checkpointing_layers && *gradient_checkpointing_layers < 0) {
     throw std::invalid_argument("gradient_checkpointing_layers must not be negative");

@@ -53,6 +53,7 @@ void check_job(TrainingJob& job) {
                                 "' already holds a training run; set overwrite_output_dir to write over it or "
                                 "resume_from_checkpoint latest to continue it");
   }
+  util::require_writable_folder(args.output_dir, "output_dir", /*create=*/true);  // not after hours of training
 }
 
 struct ModelAndTokenizer {

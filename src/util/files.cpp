@@ -1,13 +1,14 @@
-// Implements include/fitsum/util/files.h with POSIX calls where durability matters (fsync, rename).
+// Implements include/fitsum/util/files.h with POSIX calls where it matters: stat before open and fstat after it
+// (the file type), O_NONBLOCK (a FIFO never blocks the open), fsync and rename (durability).
 #include "fitsum/util/files.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -18,33 +19,168 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
-}  // namespace
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw std::runtime_error("cannot open '" + path.string() + "': " + errno_text());
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    throw std::runtime_error("cannot read '" + path.string() + "': " + errno_text());
-  }
-  return buffer.str();
+std::string kind_of_mode(mode_t mode) {
+  if (S_ISREG(mode)) return "";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
-nlohmann::json read_json_file(const fs::path& path) {
-  const std::string text = read_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error("'" + path.string() + "' is not valid JSON (byte " + std::to_string(e.byte) +
-                             "): " + e.what());
+[[noreturn]] void refuse(const fs::path& path, std::string_view what, const std::string& why) {
+  throw std::runtime_error("cannot read " + std::string(what) + " '" + path.string() + "': " + why +
+                           "; pass a regular file (a symbolic link to one is fine)");
+}
+
+// Thrown from the JSON parser callback; turned into a message naming the source.
+struct JsonTooDeep {};
+
+}  // namespace
+
+std::string file_kind_problem(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return "it does not exist";
+    if (errno == ELOOP) return "its symbolic links form a loop";
+    return "it cannot be examined (" + errno_text() + ")";
   }
+  const std::string kind = kind_of_mode(st.st_mode);
+  return kind.empty() ? "" : "it is " + kind + ", not a regular file";
+}
+
+void require_regular_file(const fs::path& path, std::string_view what) {
+  const std::string problem = file_kind_problem(path);
+  if (!problem.empty()) refuse(path, what, problem);
+}
+
+ReadableFile::ReadableFile(const fs::path& path, std::string_view what) : path_(path), what_(what) {
+  require_regular_file(path_, what_);
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd_ < 0) refuse(path_, what_, "it cannot be opened (" + errno_text() + ")");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = kind_of_mode(st.st_mode);
+    ::close(fd_);
+    fd_ = -1;
+    refuse(path_, what_, "it is " + (kind.empty() ? std::string("not readable") : kind) + ", not a regular file");
+  }
+  // Regular files ignore O_NONBLOCK; clear it anyway so that reads mean what they say.
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  size_ = static_cast<std::uint64_t>(st.st_size);
+}
+
+ReadableFile::~ReadableFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::size_t ReadableFile::read_some(void* buffer, std::size_t size) {
+  for (;;) {
+    const ssize_t n = ::read(fd_, buffer, size);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno != EINTR) {
+      throw std::runtime_error("cannot read " + what_ + " '" + path_.string() + "': " + errno_text());
+    }
+  }
+}
+
+MappedFile::MappedFile(const fs::path& path, std::string_view what) : path_(path) {
+  ReadableFile file(path, what);
+  size_ = static_cast<std::size_t>(file.size());
+  if (size_ == 0) return;  // mmap refuses empty ranges; an empty file is simply no bytes
+  void* mapped = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, file.descriptor(), 0);
+  if (mapped == MAP_FAILED) {
+    throw std::runtime_error("cannot map " + std::string(what) + " '" + path.string() + "': " + errno_text());
+  }
+  data_ = static_cast<const unsigned char*>(mapped);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), size_);
+}
+
+std::string read_file(const fs::path& path, std::uint64_t max_bytes) {
+  ReadableFile file(path, "the file");
+  const auto too_large = [&](std::uint64_t size) {
+    return std::runtime_error("cannot read '" + path.string() + "': it has " + std::to_string(size) +
+                              " bytes, more than the " + std::to_string(max_bytes) +
+                              "-byte limit for this kind of file; check that it is the file you meant");
+  };
+  if (file.size() > max_bytes) throw too_large(file.size());
+  std::string text(static_cast<std::size_t>(file.size()), '\0');
+  std::size_t filled = 0;
+  for (;;) {
+    if (filled == text.size()) {
+      if (text.size() >= max_bytes) {  // the file grew while being read: see whether it really goes on
+        char probe = 0;
+        if (file.read_some(&probe, 1) == 0) break;
+        throw too_large(text.size() + 1);
+      }
+      text.resize(std::min<std::uint64_t>(max_bytes, text.size() * 2 + 4096));
+    }
+    const std::size_t n = file.read_some(text.data() + filled, text.size() - filled);
+    if (n == 0) break;
+    filled += n;
+  }
+  text.resize(filled);
+  return text;
+}
+
+JsonError::JsonError(const std::string& source, std::string reason)
+    : std::runtime_error(source + " is not valid JSON (" + reason + "); fix the file or write it again"),
+      reason_(std::move(reason)) {}
+
+nlohmann::json parse_json(std::string_view text, const std::string& source, int max_depth) {
+  using nlohmann::json;
+  const json::parser_callback_t bound = [max_depth](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= max_depth) {
+      throw JsonTooDeep{};
+    }
+    return true;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), bound);
+  } catch (const json::parse_error& e) {
+    std::string why = e.what();
+    if (const auto end = why.find("] "); why.rfind("[json.exception", 0) == 0 && end != std::string::npos) {
+      why.erase(0, end + 2);  // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
+    }
+    throw JsonError(source, "byte " + std::to_string(e.byte) + ": " + why);
+  } catch (const JsonTooDeep&) {
+    throw JsonError(source, "arrays and objects nest more than " + std::to_string(max_depth) +
+                                " levels deep, far more than any file fitsum reads needs");
+  }
+}
+
+nlohmann::json read_json_file(const fs::path& path, std::uint64_t max_bytes) {
+  return parse_json(read_file(path, max_bytes), "'" + path.string() + "'");
+}
+
+void require_writable_folder(const fs::path& dir, std::string_view what, bool create) {
+  const auto refuse = [&](const std::string& why, const std::string& hint) {
+    throw std::runtime_error(std::string(what) + " '" + dir.string() + "' " + why + "; " + hint);
+  };
+  std::error_code error;
+  if (create) fs::create_directories(dir, error);
+  if (error) refuse("cannot be created (" + error.message() + ")", "choose a folder you can write to");
+  if (!fs::is_directory(dir, error)) {
+    refuse(fs::exists(dir, error) ? "is not a folder" : "does not exist", "create it or choose another folder");
+  }
+  // An unnamed file (never visible, gone with the descriptor); a named one where the file system has none.
+  int fd = ::open(dir.c_str(), O_WRONLY | O_TMPFILE | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    const fs::path probe = dir / (".fitsum-write-test-" + std::to_string(::getpid()));
+    fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::unlink(probe.c_str());
+  }
+  if (fd < 0) refuse("is not writable (" + errno_text() + ")", "choose a folder you can write to");
+  ::close(fd);
 }
 
 void fsync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     return;  // Some file systems do not allow opening folders; the rename itself has happened.
   }
@@ -79,7 +215,8 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
       if (errno == EINTR) {
         continue;
       }
-      throw std::runtime_error("cannot write '" + temp_path_.string() + "': " + errno_text());
+      throw std::runtime_error("cannot write '" + temp_path_.string() + "': " + errno_text() +
+                               "; check the disk (full, read-only or failing)");
     }
     bytes += n;
     size -= static_cast<std::size_t>(n);
@@ -88,7 +225,8 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
 
 void AtomicFileWriter::commit() {
   if (::fsync(fd_) != 0) {
-    throw std::runtime_error("cannot flush '" + temp_path_.string() + "': " + errno_text());
+    throw std::runtime_error("cannot flush '" + temp_path_.string() + "' to disk: " + errno_text() +
+                             "; check the disk (full or failing)");
   }
   ::close(fd_);
   fd_ = -1;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -38,6 +40,16 @@ ThreadSettings default_thread_settings() {
 }
 
 ThreadSettings resolve_thread_settings(const ThreadSettings& requested) {
+  // 0 is "fitsum's default"; a negative count was silently ignored, and 100,000 threads never finished starting.
+  const auto check = [](int threads, const char* field) {
+    if (threads < 0 || threads > kMaxThreads) {
+      throw std::invalid_argument(std::string(field) + " must be between 0 (fitsum's default) and " +
+                                  std::to_string(kMaxThreads) + ", got " + std::to_string(threads));
+    }
+  };
+  check(requested.intra_op, "num_threads");
+  check(requested.blas, "blas_threads");
+  check(requested.update, "update_threads");
   auto s = default_thread_settings();
   if (requested.intra_op > 0) s.intra_op = requested.intra_op;
   if (requested.blas > 0) s.blas = requested.blas;

@@ -1,5 +1,7 @@
 // `fitsum eval` and `fitsum summarize` as users run them: the fixture's greedy and beam outputs exactly, the
 // evaluation loss, ROUGE that agrees with `fitsum rouge` on the same predictions, and stdin dialogues.
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -167,6 +169,20 @@ TEST(SummarizeCommand, OneSummaryPerStdinDialogueEqualToEval) {
   ASSERT_EQ(from_file.exit_code, 0) << from_file.output;
   EXPECT_EQ(std::count(from_stdin.output.begin(), from_stdin.output.end(), '\n'), 2) << from_stdin.output;
   EXPECT_EQ(from_stdin.output, from_file.output);
+}
+
+TEST(SummarizeCommand, AHugeStdinDialogueCostsWhatItsFirstTokensCost) {
+  FITSUM_REQUIRE_SHARED();
+  // 64 MB of one dialogue without a blank line: before, all of it was held and encoded whole (gigabytes, minutes).
+  const auto model = shared_dir() / "data" / "pegasus-tiny";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r =
+      run_command("(yes 'Amanda: I baked cookies. Do you want some?' | head -c 64000000 | timeout -s KILL 60 " +
+                  fitsum_binary().string() + " summarize --model '" + model.string() +
+                  "' --max_source_length 64 --min_length 1 --max_length 8 2>/dev/null)");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
 }
 
 }  // namespace

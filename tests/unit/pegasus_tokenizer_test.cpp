@@ -183,5 +183,54 @@ TEST(PegasusTokenizer, RefusesAFolderWithoutSpieceModel) {
   }
 }
 
+// The ids HF gives: encode the whole text, then keep max_length - 1 ids and </s>.
+Ids encode_whole_then_truncate(const PegasusTokenizer& tokenizer, std::string_view text, std::size_t max_length,
+                               bool& truncated) {
+  Ids ids = tokenizer.encode(text);
+  truncated = truncate_keeping_eos(ids, max_length);
+  return ids;
+}
+
+TEST(PegasusTokenizer, BoundedEncodingGivesTheIdsOfWholeTextEncoding) {
+  const PegasusTokenizer& tokenizer = pegasus();
+  // Long texts made of real dialogues (CRLF turns, punctuation, emoticons, non-ASCII quotes), so that the bounded
+  // encoder cuts them at many different places; plus literal special tokens and a long run without spaces.
+  std::ifstream in(test::source_dir() / "data" / "samsum" / "train.jsonl");
+  std::vector<std::string> texts(1);
+  for (std::string line; std::getline(in, line) && texts.size() < 12;) {
+    texts.back() += nlohmann::json::parse(line)["dialogue"].get<std::string>() + " <mask_1> ";
+    if (texts.back().size() > 8000) texts.emplace_back();
+  }
+  texts.push_back(std::string(10000, 'x') + " tail of the text " + std::string(5000, 'y'));
+  std::size_t compared = 0;
+  for (const auto& text : texts) {
+    for (const std::size_t max_length : {1, 2, 7, 64, 511, 513, 1024, 3000, 100000}) {
+      bool whole_cut = false, bounded_cut = false;
+      const Ids whole = encode_whole_then_truncate(tokenizer, text, max_length, whole_cut);
+      const Ids bounded = tokenizer.encode(text, max_length, &bounded_cut);
+      ASSERT_EQ(bounded, whole) << "max_length " << max_length << " text of " << text.size() << " bytes";
+      EXPECT_EQ(bounded_cut, whole_cut);
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 90u);
+}
+
+TEST(PegasusTokenizer, AHundredMegabyteRecordCostsWhatItsFirstTokensCost) {
+  // Before, the whole text was encoded and then truncated: 7 GB and minutes for 100 MB. Now the first 4 KiB
+  // suffice for 128 ids, and the ids are those of that prefix.
+  const PegasusTokenizer& tokenizer = pegasus();
+  std::string text;
+  text.reserve(100u << 20);
+  while (text.size() < (100u << 20)) text += "Amanda: I baked cookies. Do you want some?\r\nJerry: Sure! ";
+  bool cut = false;
+  const Ids ids = tokenizer.encode(text, 128, &cut);
+  EXPECT_TRUE(cut);
+  ASSERT_EQ(ids.size(), 128u);
+  EXPECT_EQ(ids.back(), PegasusTokenizer::kEosId);
+  bool prefix_cut = false;
+  EXPECT_EQ(encode_whole_then_truncate(tokenizer, std::string_view(text).substr(0, 4096), 128, prefix_cut), ids);
+}
+
 }  // namespace
 }  // namespace fitsum::tokenizer

@@ -2,6 +2,7 @@
 // predict_with_generate and run_summarization's compute_metrics report them; optionally writes every prediction
 // and the metrics to files.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +45,12 @@ struct EvalArgs {
 
 void run_eval(EvalArgs a) {
   if (a.batch_size < 1) throw std::invalid_argument("--per_device_eval_batch_size must be at least 1");
+  // Where the results go must take them, checked before the model loads and the evaluation runs.
+  for (const auto& file : {a.predictions_file, a.metrics_file}) {
+    if (file.empty()) continue;
+    const auto folder = std::filesystem::path(file).parent_path();
+    util::require_writable_folder(folder.empty() ? std::filesystem::path(".") : folder, "the folder of " + file, /*create=*/false);
+  }
   const auto runtime = start_runtime(a.runtime);
   io::ModelSource source;
   source.model_name_or_path = a.model_dir;

@@ -1,6 +1,6 @@
 // fitsum: fine-tune encoder-decoder summarizers in the memory you have.
 // One thin front end over the library: subcommands register themselves (commands.h), errors from the library
-// arrive as exceptions and leave with a message and a non-zero status.
+// arrive as exceptions and leave as one line and a non-zero status (errors.h).
 #include <algorithm>
 #include <iostream>
 #include <stdexcept>
@@ -9,7 +9,7 @@
 
 #include "argument_text.h"
 #include "commands.h"
-#include "fitsum/memory/fit.h"
+#include "errors.h"
 #include "train_flags.h"
 
 int main(int argc, char** argv) {
@@ -40,23 +40,8 @@ int main(int argc, char** argv) {
     args = fitsum::cli::normalize_arguments(app, args);
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
     app.parse(args);
-  } catch (const fitsum::cli::ExitStatus& status) {
-    return status.code;
-  } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    const auto* command = app.get_subcommands().empty() ? &app : app.get_subcommands().front();
-    std::cerr << "fitsum: error: " << e.what() << "; see fitsum " << command->get_name() << (command == &app ? "" : " ")
-              << "--help\n";
-    return 2;
-  } catch (const fitsum::memory::PlanDoesNotFit& e) {
-    std::cerr << "fitsum: error: " << e.what() << "\n";
-    return 3;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "fitsum: error: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "fitsum: error: " << e.what() << "\n";
-    return 1;
+  } catch (...) {
+    return fitsum::cli::report_exception(std::current_exception(), app);
   }
   return 0;
 }

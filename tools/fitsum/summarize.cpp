@@ -1,5 +1,6 @@
 // `fitsum summarize`: one summary per input, from a dataset file (jsonl/json/csv, the text column) or from plain
 // text on stdin, where a blank line separates dialogues. Summaries go to stdout, one per line, in input order.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -28,24 +29,33 @@ struct SummarizeArgs {
   util::RuntimeOptions runtime;
 };
 
-// Dialogues on stdin: blocks of lines separated by blank lines.
-std::vector<std::string> read_stdin_dialogues() {
-  std::vector<std::string> dialogues;
+// Text kept of one stdin dialogue: the encoder needs only the start of it (max_source_length ids), so the rest of a
+// dialogue longer than this is read past, not held.
+constexpr std::size_t kMaxDialogueBytes = std::size_t{16} << 20;
+
+// Dialogues on stdin (blocks of lines separated by blank lines), each encoded as soon as it ends: what is held is
+// token ids, at most max_source_length per dialogue, and one dialogue's first kMaxDialogueBytes.
+std::vector<data::Example> read_stdin_examples(const tokenizer::PegasusTokenizer& tokenizer, std::size_t max_length) {
+  std::vector<data::Example> examples;
   std::string line, current;
   const auto flush = [&]() {
-    if (!current.empty()) dialogues.push_back(current);
+    if (current.empty()) return;
+    data::Example e;
+    e.input_ids = tokenizer.encode(current, max_length);
+    examples.push_back(std::move(e));
     current.clear();
   };
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) {
       flush();
-    } else {
-      current += current.empty() ? line : "\n" + line;
+    } else if (current.size() < kMaxDialogueBytes) {
+      if (!current.empty()) current += '\n';
+      current.append(line, 0, kMaxDialogueBytes - std::min(kMaxDialogueBytes, current.size()));
     }
   }
   flush();
-  return dialogues;
+  return examples;
 }
 
 void run_summarize(SummarizeArgs a) {
@@ -70,12 +80,7 @@ void run_summarize(SummarizeArgs a) {
     examples = data::read_examples(a.input_file, tokenizer, a.data);
     for (auto& e : examples) e.labels.reset();  // summaries only
   } else {
-    for (const auto& text : read_stdin_dialogues()) {
-      data::Example e;
-      e.input_ids = tokenizer.encode(text);
-      tokenizer::truncate_keeping_eos(e.input_ids, static_cast<std::size_t>(a.data.max_source_length));
-      examples.push_back(std::move(e));
-    }
+    examples = read_stdin_examples(tokenizer, static_cast<std::size_t>(a.data.max_source_length));
   }
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;

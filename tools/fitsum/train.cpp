@@ -2,6 +2,7 @@
 // library prepares the run (train/training_job.h: model, data, memory plan) and trains it (train/trainer.h); this
 // file prints the resolved configuration, a live progress line on a terminal (plain log lines otherwise), and maps
 // SIGINT / SIGTERM to a checkpoint of the last completed step and exit 130 / 143.
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -39,6 +40,8 @@ void print_configuration(const train::PreparedTraining& p, const util::Runtime& 
 }
 
 void run_train(const TrainCommandOptions& o, const CLI::App& command) {
+  // A closed stdout (fitsum train ... | head) fails the log writes with EPIPE instead of killing the run.
+  std::signal(SIGPIPE, SIG_IGN);
   const auto runtime = start_runtime(o.runtime);
   std::printf("data\n");
   train::PreparedTraining prepared;

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -12,11 +14,17 @@ namespace fitsum::cli {
 
 namespace {
 
-void on_stop_signal(int signal_number) { train::request_stop(signal_number); }
+std::atomic<int> g_stop_signals{0};
 
-}  // namespace
-
-namespace {
+// The first SIGINT / SIGTERM / SIGHUP asks the trainer to save and stop after the current micro-batch; a second one
+// (Ctrl-C again) exits at once: checkpoints are only ever renamed into place, so none is left partial.
+void on_stop_signal(int signal_number) {
+  if (g_stop_signals.fetch_add(1) > 0) ::_exit(128 + signal_number);
+  static const char message[] =
+      "\nfitsum: stopping: saving a checkpoint after the current micro-batch (send the signal again to exit at once)\n";
+  (void)!::write(STDERR_FILENO, message, sizeof(message) - 1);
+  train::request_stop(signal_number);
+}
 
 // What the progress line shows besides the counts: the latest logged loss, the step being built.
 struct TrainingProgress {
@@ -80,16 +88,19 @@ train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPe
 }
 
 StopSignals::StopSignals() {
+  g_stop_signals.store(0);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &previous_int_);
   sigaction(SIGTERM, &action, &previous_term_);
+  sigaction(SIGHUP, &action, &previous_hup_);  // the terminal or ssh session closed: save, exit 129
 }
 
 StopSignals::~StopSignals() {
   sigaction(SIGINT, &previous_int_, nullptr);
   sigaction(SIGTERM, &previous_term_, nullptr);
+  sigaction(SIGHUP, &previous_hup_, nullptr);
 }
 
 }  // namespace fitsum::cli

@@ -1,6 +1,7 @@
 // What `fitsum train` shows while it runs and how it stops: log entries and messages as lines on stdout, progress
 // on stderr (training steps, the micro-batches of a step under accumulation, evaluation batches; see progress.h),
-// and SIGINT / SIGTERM turned into a stop request (the trainer saves a checkpoint of the last completed step).
+// and SIGINT / SIGTERM / SIGHUP turned into a stop request (the trainer saves a checkpoint of the last completed
+// step).
 #pragma once
 
 #include <memory>
@@ -17,8 +18,8 @@ namespace fitsum::cli {
 // (disable_tqdm) leaves stderr quiet.
 train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPeak>> measured, bool progress);
 
-// While it lives, SIGINT and SIGTERM ask the trainer to stop after the current micro-batch; the previous handlers
-// come back when it goes.
+// While it lives, SIGINT, SIGTERM and SIGHUP ask the trainer to stop after the current micro-batch (a second one
+// exits at once); the previous handlers come back when it goes.
 class StopSignals {
  public:
   StopSignals();
@@ -29,6 +30,7 @@ class StopSignals {
  private:
   struct sigaction previous_int_ {};
   struct sigaction previous_term_ {};
+  struct sigaction previous_hup_ {};
 };
 
 }  // namespace fitsum::cli

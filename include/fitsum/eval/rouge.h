@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -49,7 +50,13 @@ struct RougeScores {
 // rouge_score's F: 2PR / (P + R), computed in the same order so that the last bit agrees.
 double rouge_fmeasure(double precision, double recall);
 
+// The most LCS table cells (reference tokens x prediction tokens) one pair may need: 2^30, e.g. 32,768 tokens on
+// each side, computed in a few seconds. The LCS read-out of rougeLsum holds only a block of the table (linear space
+// in the prediction's length), so memory stays small up to the bound; rouge_score would hold the whole table.
+inline constexpr std::uint64_t kMaxRougeLcsCells = std::uint64_t{1} << 30;
+
 // All four ROUGE types of `prediction` against `reference` (rouge_score's score(target=reference, prediction)).
+// Throws std::invalid_argument when the pair exceeds kMaxRougeLcsCells.
 RougeScores score_rouge(std::string_view reference, std::string_view prediction, const RougeOptions& options);
 
 }  // namespace fitsum::eval

@@ -42,9 +42,6 @@ struct ModelFolder {
 // naming the folder when there is no config.json, or when an index names shards that do not exist.
 ModelFolder open_model_folder(const fs::path& dir);
 
-// The training checkpoints in an output folder: its "checkpoint-N" sub-folders, by increasing N.
-std::vector<fs::path> checkpoint_folders(const fs::path& output_dir);
-
 // Names, shapes and dtypes of stored tensors, and reading them one at a time (so a 2 GB checkpoint is never held
 // twice in memory).
 class TensorSource {

@@ -11,11 +11,17 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+namespace fitsum::util {
+class MappedFile;
+}
 
 namespace fitsum::io {
 
@@ -31,6 +37,8 @@ class SafetensorsReader {
  public:
   // Maps the file and validates its header; throws std::runtime_error on any defect.
   explicit SafetensorsReader(std::filesystem::path path);
+  // The same over bytes in memory, which must outlive the reader; `source` names them in errors.
+  SafetensorsReader(const unsigned char* data, std::size_t size, std::filesystem::path source);
   ~SafetensorsReader();
   SafetensorsReader(const SafetensorsReader&) = delete;
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
@@ -47,17 +55,24 @@ class SafetensorsReader {
   at::Tensor read(const std::string& name) const;
 
  private:
+  void parse_header();
+  void parse_metadata(const nlohmann::json& value);
+  SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& value, std::uint64_t data_size) const;
+  void check_tiling(std::uint64_t data_size) const;
+
   std::filesystem::path path_;
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::size_t> index_;
   std::map<std::string, std::string> metadata_;
+  std::unique_ptr<util::MappedFile> file_;
   const unsigned char* mapping_ = nullptr;
   std::size_t mapping_size_ = 0;
   std::size_t data_start_ = 0;
 };
 
-// Largest header accepted, as in the reference implementation (100 MB).
+// Largest header accepted, as in the reference implementation (100 MB); most dimensions of one tensor.
 constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+constexpr std::size_t kMaxSafetensorsDims = 16;
 
 // Writes `tensors` (CPU or not; any supported dtype) to `path` atomically.
 void write_safetensors(const std::filesystem::path& path,

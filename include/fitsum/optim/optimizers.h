@@ -57,7 +57,7 @@ struct AdamWParamState : public NamedParamState {
 
 class AdamW : public torch::optim::Optimizer {
  public:
-  AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults = {});
+  AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults = AdamWOptions());
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 
@@ -92,7 +92,7 @@ struct AdafactorParamState : public NamedParamState {
 
 class Adafactor : public torch::optim::Optimizer {
  public:
-  Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults = {});
+  Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults = AdafactorOptions());
   torch::Tensor step(LossClosure closure = nullptr) override;
 };
 

@@ -44,8 +44,14 @@ class PegasusTokenizer {
   const fs::path& model_file() const { return model_.file(); }
 
   // Token ids of `text` followed by </s>. With `max_length`, keeps the first max_length - 1 ids and the </s>, as
-  // HF's truncation=True does; max_length must be at least 1.
-  std::vector<TokenId> encode(std::string_view text, std::optional<std::size_t> max_length = std::nullopt) const;
+  // HF's truncation=True does (max_length must be at least 1), and sets `*truncated` when given. The work is then
+  // bounded by max_length, not by the text: growing prefixes of the text that end at a space are encoded until one
+  // gives max_length ids (SentencePiece segments PEGASUS's text word by word, so those ids are the full text's).
+  // Only a run of more than kLongestWordBytes bytes without a space is cut inside the run, where HF, encoding the
+  // whole text, could segment the last ids differently.
+  std::vector<TokenId> encode(std::string_view text, std::optional<std::size_t> max_length = std::nullopt,
+                              bool* truncated = nullptr) const;
+  static constexpr std::size_t kLongestWordBytes = std::size_t{1} << 20;
   // Appends the token ids of `text` to `ids`, without </s>.
   void encode_without_eos(std::string_view text, std::vector<TokenId>& ids) const;
 
@@ -57,6 +63,8 @@ class PegasusTokenizer {
   std::string id_to_token(TokenId id) const;
 
  private:
+  void encode_prefix(std::string_view text, std::size_t wanted, std::vector<TokenId>& ids) const;
+
   SentencePieceModel model_;
   TokenId vocab_size_ = 0;
 };

@@ -40,6 +40,7 @@ struct EvaluationOptions {
   data::CollatorOptions collator;
   // Called after each batch of a pass: phase ("eval loss" or "generate"), batches done, batches in the pass.
   std::function<void(const char* phase, std::size_t done, std::size_t total)> on_progress;
+  std::function<bool()> should_stop;  // checked before each batch: a stop request ends the evaluation early
 };
 
 struct Prediction {
@@ -55,6 +56,7 @@ struct EvaluationResult {
   double samples_per_second = 0.0;
   double runtime_seconds = 0.0;
   std::vector<Prediction> predictions;
+  bool interrupted = false;  // should_stop() ended it early: the numbers cover only part of the examples
 };
 
 // The loss HF's evaluation loop reports. Examples without labels are skipped; nullopt when none has any.

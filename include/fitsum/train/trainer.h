@@ -15,8 +15,9 @@
 //    exactly the same examples. Two steps in a row that needed splits re-plan the run: full checkpointing first,
 //    then half the micro-batch with twice the accumulation (same effective batch). Only a single example that
 //    does not fit with full checkpointing ends the run, with the out-of-memory advice.
-//  - A stop request (SIGINT / SIGTERM through request_stop) ends the current micro-batch, saves a checkpoint of the
-//    last completed step and returns; the interrupted step is redone on resume.
+//  - A stop request (SIGINT / SIGTERM / SIGHUP through request_stop) ends the current micro-batch, or an evaluation
+//    before its next batch, saves a checkpoint of the last completed step and returns; the interrupted step is redone
+//    on resume.
 #pragma once
 
 #include <atomic>
@@ -117,6 +118,7 @@ class Trainer {
   bool replan_after_repeated_oom();
   bool fully_checkpointed() const;
   void save_checkpoint(const torch::Tensor& rng_state);
+  void write_checkpoint_files(const fs::path& temp_dir, const torch::Tensor& rng_state);
   void resume(const fs::path& checkpoint);
   void log(nlohmann::ordered_json entry);
   // The loop, top-down: begin_run, then run_epoch until max_steps (each step: run_step, record_step, after_step),
@@ -154,6 +156,7 @@ class Trainer {
   std::int64_t steps_since_log_ = 0;
   double total_loss_ = 0.0;  // summed step losses of the whole run
   double last_grad_norm_ = 0.0;
+  std::int64_t saved_step_ = -1;  // the step of the last checkpoint this run saved
   nlohmann::ordered_json log_history_ = nlohmann::ordered_json::array();
 
   // Measurements of this process (not saved).

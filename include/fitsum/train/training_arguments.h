@@ -24,6 +24,11 @@ const char* to_string(IntervalStrategy strategy);
 std::optional<optim::OptimizerType> parse_optim(const std::string& name);
 
 struct TrainingArguments {
+  // Bounds of validate(): batch sizes and examples per optimizer step, epochs, interval lengths (in steps).
+  static constexpr std::int64_t kMaxBatchSize = std::int64_t{1} << 24;
+  static constexpr double kMaxEpochs = 1e6;
+  static constexpr double kMaxIntervalSteps = 1e15;
+
   std::string output_dir;
   bool overwrite_output_dir = false;
   double num_train_epochs = 3.0;

@@ -36,7 +36,9 @@ class IntraOpThreadsGuard {
 ThreadSettings default_thread_settings();
 
 // default_thread_settings(), with the non-zero fields of `requested` taking precedence.
+// Throws std::invalid_argument for a count below 0 or above kMaxThreads (num_threads, blas_threads, update_threads).
 ThreadSettings resolve_thread_settings(const ThreadSettings& requested);
+inline constexpr int kMaxThreads = 1024;
 
 // Applies the non-zero fields.
 void apply_thread_settings(const ThreadSettings& settings);

@@ -1,0 +1,54 @@
+// The checkpoint-N folders of an output folder, kept so that a reader never sees a partial one, whatever moment a
+// process is killed at or a disk fails:
+//   - a checkpoint is written into `.checkpoint-N.tmp-<pid>` and renamed into place (the commit point);
+//   - a re-save of an existing step first moves the old copy aside to `.checkpoint-N.old-<pid>`, renames the new one
+//     into place, and only then removes the old copy; a kill between the two renames is repaired at the next start
+//     by moving the old copy back;
+//   - pruning renames `checkpoint-N` to `.checkpoint-N.trash-<pid>` before removing it, so a half-deleted folder is
+//     never visible under a checkpoint name;
+//   - at start-up, what a dead process left (temporary, old and trash folders) is removed or restored.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fitsum::io {
+
+namespace fs = std::filesystem;
+
+// "checkpoint-N" -> N; -1 for any other name.
+std::int64_t checkpoint_step(const fs::path& dir);
+
+// The checkpoint-N folders of `output_dir`, by increasing N (none when the folder does not exist).
+std::vector<fs::path> list_checkpoints(const fs::path& output_dir);
+
+// Where checkpoint `step` of this process is written before commit_checkpoint (a fresh, empty folder).
+fs::path begin_checkpoint(const fs::path& output_dir, std::int64_t step);
+
+// Makes the folder written by begin_checkpoint visible as `output_dir/checkpoint-<step>`: fsyncs it, renames it into
+// place (an existing copy is replaced only once the new one is in place) and fsyncs `output_dir`. Returns the path.
+fs::path commit_checkpoint(const fs::path& temporary, std::int64_t step);
+
+// Removes a checkpoint folder without it ever being visible half-deleted (rename to a trash name, then remove).
+void remove_checkpoint(const fs::path& checkpoint);
+
+// Removes what dead fitsum processes left in `output_dir` (temporary and trash folders; an old copy whose
+// checkpoint-N is missing is moved back instead). Folders of live processes are left alone. Calls `report` with
+// one line per folder handled.
+void clean_stale_checkpoint_folders(const fs::path& output_dir, const std::function<void(const std::string&)>& report);
+
+// Creates `output_dir` if needed and cleans what dead processes left (above); with `discard_checkpoints` (a new run
+// over an old one: overwrite_output_dir without a resume) also removes the old run's checkpoint-N folders, so that a
+// later "resume latest" cannot continue the old run.
+void prepare_output_folder(const fs::path& output_dir, bool discard_checkpoints,
+                           const std::function<void(const std::string&)>& report);
+
+// Throws std::runtime_error naming `file` unless (epoch, step_in_epoch, global_step) is a position of a run with
+// `steps_per_epoch` optimizer steps per epoch (a damaged fitsum_state.json must not index past an epoch's steps).
+void check_checkpoint_position(const fs::path& file, std::int64_t epoch, std::int64_t step_in_epoch,
+                               std::int64_t global_step, std::int64_t steps_per_epoch);
+
+}  // namespace fitsum::io

@@ -1,0 +1,190 @@
+// Implements include/fitsum/io/checkpoint_folders.h with renames inside one folder (atomic on POSIX file systems)
+// and fsyncs of the files, the checkpoint folder and the output folder around each commit.
+#include "fitsum/io/checkpoint_folders.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <regex>
+#include <stdexcept>
+#include <system_error>
+
+#include "fitsum/util/files.h"
+
+namespace fitsum::io {
+
+namespace {
+
+// A folder this module names while it works: .checkpoint-<step>.<kind>-<pid>.
+struct WorkFolder {
+  std::int64_t step = -1;
+  std::string kind;  // tmp, old or trash
+  long pid = 0;
+};
+
+bool parse_work_folder(const std::string& name, WorkFolder& out) {
+  static const std::regex pattern(R"(\.checkpoint-([0-9]{1,18})\.(tmp|old|trash)-([0-9]{1,9}))");
+  std::smatch match;
+  if (!std::regex_match(name, match, pattern)) return false;
+  out.step = std::stoll(match[1]);
+  out.kind = match[2];
+  out.pid = std::stol(match[3]);
+  return true;
+}
+
+fs::path work_folder(const fs::path& output_dir, std::int64_t step, const char* kind) {
+  return output_dir / (".checkpoint-" + std::to_string(step) + "." + kind + "-" + std::to_string(::getpid()));
+}
+
+bool process_alive(long pid) {
+  if (pid <= 0 || pid == static_cast<long>(::getpid())) return false;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+void fsync_file(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open '" + file.string() + "' to sync it: " + std::strerror(errno));
+  const int result = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (result != 0) {
+    throw std::runtime_error("cannot sync '" + file.string() + "' to disk: " + std::strerror(error) +
+                             "; check the disk (full, read-only or failing)");
+  }
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  std::error_code error;
+  fs::rename(from, to, error);
+  if (error) {
+    throw std::runtime_error("cannot rename '" + from.string() + "' to '" + to.string() + "': " + error.message() +
+                             "; check the output folder's disk (full, read-only or failing)");
+  }
+}
+
+}  // namespace
+
+std::int64_t checkpoint_step(const fs::path& dir) {
+  static const std::regex pattern("checkpoint-([0-9]{1,18})");
+  std::smatch match;
+  const std::string name = dir.filename().string();
+  if (std::regex_match(name, match, pattern)) return std::stoll(match[1]);
+  return -1;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {
+  std::vector<fs::path> found;
+  std::error_code error;
+  if (!fs::is_directory(output_dir, error)) return found;
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    if (entry.is_directory(error) && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
+  }
+  std::sort(found.begin(), found.end(),
+            [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
+  return found;
+}
+
+fs::path begin_checkpoint(const fs::path& output_dir, std::int64_t step) {
+  const auto temporary = work_folder(output_dir, step, "tmp");
+  fs::remove_all(temporary);
+  fs::create_directories(temporary);
+  return temporary;
+}
+
+fs::path commit_checkpoint(const fs::path& temporary, std::int64_t step) {
+  const fs::path output_dir = temporary.parent_path();
+  const fs::path final_dir = output_dir / ("checkpoint-" + std::to_string(step));
+  for (const auto& entry : fs::directory_iterator(temporary)) {
+    if (entry.is_regular_file()) fsync_file(entry.path());
+  }
+  util::fsync_directory(temporary);
+  std::error_code error;
+  if (!fs::exists(fs::symlink_status(final_dir, error))) {
+    rename_or_throw(temporary, final_dir);  // the commit point
+    util::fsync_directory(output_dir);
+    return final_dir;
+  }
+  // A re-save: the old copy stays whole (under another name) until the new one is in place.
+  const auto old = work_folder(output_dir, step, "old");
+  fs::remove_all(old, error);
+  rename_or_throw(final_dir, old);
+  rename_or_throw(temporary, final_dir);
+  util::fsync_directory(output_dir);
+  fs::remove_all(old, error);  // what a failure leaves is removed at the next start
+  return final_dir;
+}
+
+void remove_checkpoint(const fs::path& checkpoint) {
+  const std::int64_t step = checkpoint_step(checkpoint);
+  const fs::path trash = work_folder(checkpoint.parent_path(), std::max<std::int64_t>(step, 0), "trash");
+  std::error_code error;
+  fs::remove_all(trash, error);
+  rename_or_throw(checkpoint, trash);
+  util::fsync_directory(checkpoint.parent_path());
+  fs::remove_all(trash, error);  // what a failure leaves is removed at the next start
+}
+
+void clean_stale_checkpoint_folders(const fs::path& output_dir, const std::function<void(const std::string&)>& report) {
+  std::error_code error;
+  if (!fs::is_directory(output_dir, error)) return;
+  std::vector<std::pair<fs::path, WorkFolder>> stale;
+  for (const auto& entry : fs::directory_iterator(output_dir, error)) {
+    WorkFolder folder;
+    if (parse_work_folder(entry.path().filename().string(), folder) && !process_alive(folder.pid)) {
+      stale.emplace_back(entry.path(), folder);
+    }
+  }
+  // Old copies first: one whose checkpoint-N is missing was moved aside by a re-save killed before its second
+  // rename, and is the complete checkpoint.
+  std::stable_sort(stale.begin(), stale.end(),
+                   [](const auto& a, const auto& b) { return (a.second.kind == "old") > (b.second.kind == "old"); });
+  for (const auto& [path, folder] : stale) {
+    const fs::path final_dir = output_dir / ("checkpoint-" + std::to_string(folder.step));
+    if (folder.kind == "old" && !fs::exists(fs::symlink_status(final_dir, error))) {
+      rename_or_throw(path, final_dir);
+      util::fsync_directory(output_dir);
+      if (report) report("restored " + final_dir.string() + " (a re-save of it was interrupted)");
+      continue;
+    }
+    const auto removed = fs::remove_all(path, error);
+    if (report) {
+      report(error
+                 ? "could not remove " + path.string() + " left by an interrupted save: " + error.message()
+                 : "removed " + path.string() + " left by an interrupted save (" + std::to_string(removed) + " files)");
+    }
+  }
+}
+
+// A checkpoint's position must be one this run can reach: a damaged or edited fitsum_state.json would index past the
+// epoch's steps (a negative step_in_epoch crashed) or silently skip the data (10^12).
+void check_checkpoint_position(const fs::path& file, std::int64_t epoch, std::int64_t step_in_epoch,
+                               std::int64_t global_step, std::int64_t steps_per_epoch) {
+  std::int64_t expected = 0;
+  const bool consistent = epoch >= 0 && step_in_epoch >= 0 && step_in_epoch <= steps_per_epoch &&
+                          !__builtin_mul_overflow(epoch, steps_per_epoch, &expected) &&
+                          !__builtin_add_overflow(expected, step_in_epoch, &expected) && expected == global_step;
+  if (!consistent) {
+    throw std::runtime_error("cannot resume from '" + file.string() + "': epoch " + std::to_string(epoch) +
+                             ", step_in_epoch " + std::to_string(step_in_epoch) + " and global_step " +
+                             std::to_string(global_step) + " are not a position of this run (" +
+                             std::to_string(steps_per_epoch) +
+                             " steps per epoch); the file is damaged, resume from another checkpoint");
+  }
+}
+
+void prepare_output_folder(const fs::path& output_dir, bool discard_checkpoints,
+                           const std::function<void(const std::string&)>& report) {
+  fs::create_directories(output_dir);
+  clean_stale_checkpoint_folders(output_dir, report);
+  if (!discard_checkpoints) return;
+  for (const auto& old : list_checkpoints(output_dir)) {
+    remove_checkpoint(old);
+    if (report) report("removed " + old.string() + " of the earlier run (overwrite_output_dir)");
+  }
+}
+
+}  // namespace fitsum::io

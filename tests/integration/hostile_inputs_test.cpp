@@ -1,0 +1,94 @@
+// The command line under hostile inputs: crafted weight files, FIFOs and devices where files belong, configs past
+// any buildable size, JSON nested a million deep. Every case ends with one line "fitsum: error: ..." and exit status
+// 1 (2 for bad usage), within seconds, never a signal, a hang or a LibTorch stack dump.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fitsum/util/files.h"
+#include "test_support.h"
+#include "torch_archive.h"
+
+namespace fitsum::test {
+namespace {
+
+// Runs fitsum with a 60 s limit (a hang is a failure, not a stuck suite).
+CommandResult fitsum(const std::string& args) {
+  return run_command("timeout -s KILL 60 " + fitsum_binary().string() + " " + args);
+}
+
+void expect_one_line_error(const CommandResult& result, int status, const std::string& needle) {
+  EXPECT_EQ(result.exit_code, status) << result.output;
+  EXPECT_EQ(result.output.rfind("fitsum: error: ", 0), 0u) << result.output;
+  EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << result.output;
+  EXPECT_NE(result.output.find(needle), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("Exception raised from"), std::string::npos) << result.output;  // c10 backtrace
+}
+
+fs::path config_folder(const std::string& name, const std::string& config_text) {
+  const auto dir = temp_dir(name);
+  write_bytes(dir / "config.json", config_text);
+  return dir;
+}
+
+TEST(HostileInputs, ACraftedBinIsRefusedNotValidated) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("bin");
+  fs::copy_file(shared_dir() / "fixtures" / "tiny-pegasus" / "config.json", dir / "config.json");
+  // A storage offset 100 past a 4-element storage: the old reader read heap bytes and said "validated".
+  const auto pickle =
+      pickle_state_dict({{"final_logits_bias", pickle_tensor("FloatStorage", "0", 4, 100, {1, 167}, {167, 1})}});
+  write_bytes(dir / "pytorch_model.bin", torch_archive(pickle, {{"0", float_bytes({1, 2, 3, 4})}}));
+  const auto result = fitsum("info --model '" + dir.string() + "'");
+  expect_one_line_error(result, 1, "pytorch_model.bin");
+  EXPECT_EQ(result.output.find("validated"), std::string::npos) << result.output;
+  // The pickle that crashed LibTorch's unpickler (SIGSEGV) is a one-line error too.
+  write_bytes(dir / "pytorch_model.bin", torch_archive("\x80\x02R.", {}));
+  expect_one_line_error(fitsum("info --model '" + dir.string() + "'"), 1, "empty stack");
+}
+
+TEST(HostileInputs, AFifoAsConfigOrDataFileIsRefusedAtOnce) {
+  const auto dir = temp_dir("fifo");
+  ASSERT_EQ(::mkfifo((dir / "config.json").c_str(), 0600), 0);
+  expect_one_line_error(fitsum("info --model '" + dir.string() + "'"), 1, "FIFO");
+  ASSERT_EQ(::mkfifo((dir / "data.jsonl").c_str(), 0600), 0);
+  expect_one_line_error(fitsum("rouge --input_file '" + (dir / "data.jsonl").string() + "'"), 1, "FIFO");
+  expect_one_line_error(
+      fitsum("tokenize --model '" + (source_dir() / "data" / "pegasus").string() + "' --input_file '" +
+             (dir / "data.jsonl").string() + "' --output_file '" + (dir / "out.jsonl").string() + "'"),
+      1, "FIFO");
+  fs::create_directory(dir / "folder.jsonl");
+  expect_one_line_error(fitsum("rouge --input_file '" + (dir / "folder.jsonl").string() + "'"), 1, "is a folder");
+}
+
+TEST(HostileInputs, ConfigsPastAnyBuildableSizeAreRefusedNotPrintedNegative) {
+  const auto dir = config_folder("vocab", R"({"model_type": "pegasus", "vocab_size": 1000000000000000000})");
+  expect_one_line_error(fitsum("info --model '" + dir.string() + "'"), 2, "'vocab_size' is 1000000000000000000");
+}
+
+TEST(HostileInputs, JsonNestedAMillionDeepIsRefusedWhileParsing) {
+  const auto dir = config_folder("deep", std::string(1000000, '[') + std::string(1000000, ']'));
+  expect_one_line_error(fitsum("info --model '" + dir.string() + "'"), 1, "nest more than 64 levels");
+}
+
+TEST(HostileInputs, ControlCharactersInNamesCannotBreakTheOneLineError) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("names");
+  fs::copy_file(shared_dir() / "fixtures" / "tiny-pegasus" / "config.json", dir / "config.json");
+  const auto pickle = pickle_state_dict({{"evil\nname\x1b[2J", pickle_tensor("FloatStorage", "0", 4, 0, {4}, {1})}});
+  write_bytes(dir / "pytorch_model.bin", torch_archive(pickle, {{"0", float_bytes({1, 2, 3, 4})}}));
+  const auto result = fitsum("info --model '" + dir.string() + "'");
+  expect_one_line_error(result, 1, "evil; name\\x1b[2J");
+}
+
+TEST(HostileInputs, UsageErrorsAreOneLineWithExitTwo) {
+  expect_one_line_error(fitsum("info --model x --no_such_flag"), 2, "--no_such_flag");
+  expect_one_line_error(fitsum("rouge --input_file x.jsonl --use_stemmer maybe"), 2, "use_stemmer");
+}
+
+}  // namespace
+}  // namespace fitsum::test

@@ -1,0 +1,217 @@
+// `fitsum train` when the world misbehaves: a full or failing disk while saving (an LD_PRELOAD shim injects ENOSPC
+// and EIO), a hang-up or a closed stdout, a damaged checkpoint position, a diverging run, and flag values that used
+// to crash (a batch product that wraps to 0), hang (100,000 threads) or run for ever. None may crash, hang, leave a
+// partial checkpoint or a temporary folder where a reader sees it, or exit 0 with a wrong result.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "fitsum/util/files.h"
+#include "test_support.h"
+
+namespace fitsum::test {
+namespace {
+
+fs::path write_records(const fs::path& dir) {
+  std::ofstream out(dir / "eight.jsonl");
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
+    for (int j = 0; j < 3 + (i * 5) % 9; ++j) ids.push_back(103 + (i * 13 + j * 7) % 64);
+    ids.push_back(1);
+    for (int j = 0; j < 2 + (i * 3) % 6; ++j) labels.push_back(103 + (i * 11 + j * 5) % 64);
+    labels.push_back(1);
+    out << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
+  }
+  return dir / "eight.jsonl";
+}
+
+std::string train(const fs::path& data, const fs::path& out, const std::string& flags) {
+  return fitsum_binary().string() + " train --model_name_or_path '" +
+         (shared_dir() / "fixtures" / "tiny-pegasus").string() + "' --train_file '" + data.string() +
+         "' --output_dir '" + out.string() + "' --optim adafactor --per_device_train_batch_size 4 " + flags;
+}
+
+// Names in `dir` that a reader must never see after a run ended: temporary, old and trash folders.
+std::vector<std::string> leftovers(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind(".checkpoint-", 0) == 0) names.push_back(e.path().filename().string());
+  }
+  return names;
+}
+
+void expect_complete_checkpoints(const fs::path& out) {
+  for (const auto& e : fs::directory_iterator(out)) {
+    if (e.path().filename().string().rfind("checkpoint-", 0) != 0) continue;
+    for (const char* file : {"model.safetensors", "config.json", "optimizer.safetensors", "rng_state.safetensors",
+                             "scheduler.json", "trainer_state.json", "fitsum_state.json", "training_args.json"}) {
+      EXPECT_TRUE(fs::exists(e.path() / file)) << e.path() << "/" << file;
+    }
+  }
+}
+
+void expect_one_line_error(const CommandResult& r, int status, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, status) << r.output;
+  const auto line = r.output.find("fitsum: error: ");
+  ASSERT_NE(line, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find('\n', line), r.output.size() - 1) << r.output;  // the error is the last line, and one
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+struct Fault {
+  const char* op;
+  const char* error;
+  const char* under;  // which paths under the output folder fail: the temporary folder or the commit's target
+};
+
+class DiskFault : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(DiskFault, DuringASaveLeavesNoPartialCheckpointAndNoFolderBehind) {
+  FITSUM_REQUIRE_SHARED();
+  const Fault fault = GetParam();
+  const auto dir = temp_dir(std::string("fault-") + fault.op + "-" + fault.error);
+  const auto data = write_records(dir);
+  const auto out = dir / "out";
+  // The first checkpoint saves; then every call of `op` on the paths of the second one fails.
+  const auto first = run_command(train(data, out, "--max_steps 1 --save_steps 1 --logging_steps 1"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string env = std::string("LD_PRELOAD='") + FITSUM_FAULTS_LIBRARY + "' FITSUM_FAULT_OP=" + fault.op +
+                          " FITSUM_FAULT_ERRNO=" + fault.error + " FITSUM_FAULT_UNDER='" +
+                          (out / fault.under).string() + "' ";
+  const auto r = run_command(env + train(data, out,
+                                         "--max_steps 3 --save_steps 1 --logging_steps 1 "
+                                         "--resume_from_checkpoint latest"));
+  EXPECT_NE(r.output.find("fault-injection: " + std::string(fault.op)), std::string::npos) << r.output;
+  expect_one_line_error(r, 1, fault.error == std::string("ENOSPC") ? "No space left on device" : "Input/output error");
+  EXPECT_TRUE(leftovers(out).empty()) << leftovers(out).front();
+  EXPECT_TRUE(fs::exists(out / "checkpoint-1"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-2"));
+  expect_complete_checkpoints(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, DiskFault,
+                         ::testing::Values(Fault{"write", "ENOSPC", ".checkpoint-2"},
+                                           Fault{"write", "EIO", ".checkpoint-2"},
+                                           Fault{"fsync", "EIO", ".checkpoint-2"},
+                                           Fault{"rename", "EIO", "checkpoint-2"}));
+
+// Starts `command`, waits for `ready` to exist, sends `signal_number`; returns the exit status (128 + N if killed).
+int run_and_signal(const std::string& command, const fs::path& ready, int signal_number) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", ("exec " + command + " > /dev/null 2>&1").c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(ready) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ::kill(pid, signal_number);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(Interruptions, AHangUpSavesACheckpointAndExits129) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("sighup");
+  const auto out = dir / "out";
+  const int status =
+      run_and_signal(train(write_records(dir), out, "--max_steps 100000 --save_steps 2 --logging_steps 1"),
+                     out / "checkpoint-2", SIGHUP);
+  EXPECT_EQ(status, 129);  // before: killed by SIGHUP with no checkpoint of the last step
+  EXPECT_TRUE(fs::exists(out / "checkpoint-2"));
+  EXPECT_FALSE(fs::exists(out / "model.safetensors"));
+  expect_complete_checkpoints(out);
+  EXPECT_TRUE(leftovers(out).empty());
+}
+
+TEST(Interruptions, AClosedStdoutDoesNotStopTraining) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("sigpipe");
+  const auto out = dir / "out";
+  // head exits after the first line; every later log line is written to a closed pipe (SIGPIPE killed the run).
+  const auto r = run_command(train(write_records(dir), out, "--max_steps 4 --logging_steps 1 --save_strategy no") +
+                             " | head -n 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out / "model.safetensors")) << r.output;
+  EXPECT_EQ(util::read_json_file(out / "trainer_state.json")["global_step"], 4);
+}
+
+TEST(Interruptions, ADamagedCheckpointPositionIsRefused) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("position");
+  const auto data = write_records(dir);
+  const auto out = dir / "out";
+  auto r = run_command(train(data, out, "--max_steps 1 --save_steps 1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::int64_t bad : {std::int64_t{-7}}) {  // 10^12 and other cases: CheckpointFolders unit test
+    auto state = util::read_json_file(out / "checkpoint-1" / "fitsum_state.json");
+    state["step_in_epoch"] = bad;  // -7 crashed (SIGSEGV)
+    util::write_json_file_atomic(out / "checkpoint-1" / "fitsum_state.json", state);
+    r = run_command(train(data, out, "--max_steps 2 --resume_from_checkpoint latest"));
+    expect_one_line_error(r, 1, "step_in_epoch " + std::to_string(bad));
+  }
+}
+
+TEST(Interruptions, ADivergingRunStopsNamingTheStep) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("diverge");
+  const auto out = dir / "out";
+  // AdamW's first update moves every weight by about the learning rate: 1e30 overflows the next forward pass.
+  const auto r = run_command(train(write_records(dir), out,
+                                   "--optim adamw_torch --learning_rate 1e30 --max_steps 5 --logging_steps 1 "
+                                   "--save_strategy no"));
+  expect_one_line_error(r, 1, "training diverged at step");
+  EXPECT_FALSE(fs::exists(out / "model.safetensors")) << "a NaN model was saved";
+}
+
+TEST(Interruptions, FlagValuesThatCrashedOrHungAreRefusedBeforeAnyWork) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("flags");
+  const auto data = write_records(dir);
+  const auto out = dir / "out";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // The product wrapped to 0 (SIGFPE).
+      {"--per_device_train_batch_size 4294967296 --gradient_accumulation_steps 4294967296",
+       "per_device_train_batch_size is 4294967296"},
+      {"--per_device_train_batch_size 4096 --gradient_accumulation_steps 8192", "examples per optimizer step"},
+      {"--num_threads 100000", "num_threads must be between 0"},  // never finished starting threads
+      {"--num_threads -4", "num_threads must be between 0"},      // silently ignored
+      {"--learning_rate inf", "learning_rate must be a finite number"},
+      {"--num_train_epochs 1e300", "num_train_epochs must be in"},  // "-9223372036854775808 optimizer steps"
+  };
+  for (const auto& [flags, needle] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = run_command("timeout -s KILL 60 " + train(data, out, flags));
+    expect_one_line_error(r, 2, needle);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << flags;
+  }
+}
+
+TEST(Interruptions, OutputPathsAreCheckedBeforeTheModelLoads) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("output-paths");
+  const auto data = write_records(dir);
+  write_bytes(dir / "a-file", "x");
+  // Before: the run trained, then failed to save (or the predictions were lost after the whole evaluation).
+  auto r = run_command(train(data, dir / "a-file" / "out", "--max_steps 1"));
+  expect_one_line_error(r, 1, "output_dir");
+  EXPECT_EQ(r.output.find("training:"), std::string::npos) << r.output;
+  r = run_command(fitsum_binary().string() + " eval --model_name_or_path '" +
+                  (shared_dir() / "fixtures" / "tiny-pegasus").string() + "' --test_file '" + data.string() +
+                  "' --predictions_file '" + (dir / "missing" / "predictions.jsonl").string() + "'");
+  expect_one_line_error(r, 1, "does not exist");
+  EXPECT_EQ(r.output.find("eval_loss"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace fitsum::test
