@@ -11,34 +11,25 @@
 #include <regex>
 #include <stdexcept>
 
+#include "fitsum/util/checked_math.h"
+
 namespace fitsum::memory {
 
 namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
 
-bool is_power_of_two(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
-int floor_log2(std::uint64_t v) {
-  int log = -1;
-  while (v != 0) {
-    v >>= 1;
-    ++log;
-  }
-  return log;
-}
-
 std::uint64_t divisions_for(std::uint64_t bytes, const CudaAllocConf& conf) {
-  const int index =
-      std::clamp(floor_log2(bytes) - floor_log2(kMiB), 0, static_cast<int>(kCudaRoundUpPowerOfTwoIntervals) - 1);
+  const int index = std::clamp(util::floor_log2(bytes) - util::floor_log2(kMiB), 0,
+                               static_cast<int>(kCudaRoundUpPowerOfTwoIntervals) - 1);
   return conf.roundup_power2_divisions[static_cast<std::size_t>(index)];
 }
 
 // roundup_power2_next_division: the next multiple of (power-of-two floor / divisions).
 std::uint64_t round_to_division(std::uint64_t bytes, std::uint64_t divisions) {
-  if (is_power_of_two(bytes)) return bytes;
-  const std::uint64_t floor = std::uint64_t{1} << floor_log2(bytes);
-  const std::uint64_t step = floor >> floor_log2(divisions);
+  if (util::is_power_of_two(bytes)) return bytes;
+  const std::uint64_t floor = std::uint64_t{1} << util::floor_log2(bytes);
+  const std::uint64_t step = floor >> util::floor_log2(divisions);
   if (step == 0) return floor << 1;
   const std::uint64_t down = bytes & ~(step - 1);
   return down == bytes ? bytes : down + step;

@@ -8,22 +8,13 @@
 #include <utility>
 #include <vector>
 
+#include "fitsum/util/checked_math.h"
+
 namespace fitsum::util {
 
 namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
-
-bool is_power_of_two(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
-int floor_log2(std::uint64_t v) {
-  int log = -1;
-  while (v != 0) {
-    v >>= 1;
-    ++log;
-  }
-  return log;
-}
 
 // The allocator's lexer: ',', ':', '[' and ']' are tokens of their own, spaces are dropped.
 std::vector<std::string> lex(const std::string& text) {

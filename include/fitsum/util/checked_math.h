@@ -3,6 +3,7 @@
 // batch size into a division by zero. The compiler's builtins do the checking; callers say what the number is.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -39,6 +40,18 @@ T checked_add(T a, T b, const std::string& what) {
                                 " does not fit in a " + std::to_string(8 * sizeof(T)) + "-bit integer");
   }
   return out;
+}
+
+// Powers of two, as the CUDA caching allocator's rounding rules use them.
+inline bool is_power_of_two(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+// The position of the highest set bit (floor of log2); -1 for 0.
+inline int floor_log2(std::uint64_t v) {
+  int log = -1;
+  while (v != 0) {
+    v >>= 1;
+    ++log;
+  }
+  return log;
 }
 
 }  // namespace fitsum::util
