@@ -10,7 +10,17 @@ namespace fitsum::io {
 
 namespace fs = std::filesystem;
 
-LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
+namespace {
+
+// The config a source names, after overrides, and where it came from; no weights are read.
+struct SourceConfig {
+  nlohmann::json config_json;
+  fs::path config_file;
+  ModelFolder folder;  // a pretrained source's folder
+  model::ModelConfig config;
+};
+
+SourceConfig read_source_config(const ModelSource& source) {
   const bool pretrained = !source.model_name_or_path.empty();
   const bool from_config = !source.config_name.empty();
   if (pretrained == from_config) {
@@ -18,27 +28,38 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
         "give either model_name_or_path DIR (a Hugging Face model folder) or config_name config.json (random "
         "initialisation, with tokenizer_name DIR)");
   }
-  LoadedModel loaded;
-  fs::path config_file;
-  ModelFolder folder;
+  SourceConfig out;
   if (pretrained) {
-    folder = open_model_folder(source.model_name_or_path);
-    if (!folder.has_weights()) {
+    out.folder = open_model_folder(source.model_name_or_path);
+    if (!out.folder.has_weights()) {
       throw std::runtime_error("'" + source.model_name_or_path +
                                "' holds no weights; to start from random weights pass its config.json as "
                                "config_name instead");
     }
-    loaded.config_json = folder.config_json;
-    config_file = folder.dir / "config.json";
+    out.config_json = out.folder.config_json;
+    out.config_file = out.folder.dir / "config.json";
   } else {
-    config_file = fs::is_directory(source.config_name) ? fs::path(source.config_name) / "config.json"
-                                                       : fs::path(source.config_name);
-    loaded.config_json = util::read_json_file(config_file);
+    out.config_file = fs::is_directory(source.config_name) ? fs::path(source.config_name) / "config.json"
+                                                           : fs::path(source.config_name);
+    out.config_json = util::read_json_file(out.config_file);
   }
-  if (!source.config_overrides.empty()) {
-    apply_config_overrides(loaded.config_json, source.config_overrides);
-  }
-  const auto config = model_config_from_hf(loaded.config_json, config_file.string());
+  if (!source.config_overrides.empty()) apply_config_overrides(out.config_json, source.config_overrides);
+  out.config = model_config_from_hf(out.config_json, out.config_file.string());
+  return out;
+}
+
+}  // namespace
+
+model::ModelConfig read_model_config(const ModelSource& source) { return read_source_config(source).config; }
+
+LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
+  const bool pretrained = !source.model_name_or_path.empty();
+  auto read = read_source_config(source);
+  LoadedModel loaded;
+  loaded.config_json = std::move(read.config_json);
+  const auto& config_file = read.config_file;
+  auto& folder = read.folder;
+  const auto& config = read.config;
   loaded.model = model::Seq2SeqLM(config);
   if (pretrained) {
     folder.config = config;

@@ -27,33 +27,53 @@ std::string describe_static(const StaticMemory& fixed) {
          " optimizer state)";
 }
 
-// Step 1: weights, gradients and optimizer state from parameter counts, before any probe. Returns a result when
-// they alone exceed the budget (for the fixed optimizer, or for both when none is fixed).
-std::optional<FitResult> refuse_on_static_memory(const model::ModelConfig& config, const FitRequest& request) {
-  const auto counts = model::count_parameters(config);
+model::ParameterCounts request_counts(const model::ModelConfig& config, bool freeze_embeds) {
+  return freeze_embeds ? counts_with_frozen_embeddings(config) : model::count_parameters(config);
+}
+
+// "; --freeze_embeds ... needs about N" when freezing the embeddings would make Adafactor's static memory fit and
+// they are not frozen yet.
+std::string freeze_hint(const model::ModelConfig& config, const FitRequest& request) {
+  if (request.freeze_embeds) return "";
+  const auto frozen = counts_with_frozen_embeddings(config);
+  const auto adafactor = static_training_memory(frozen, optim::OptimizerType::adafactor, StorageDtype::fp32);
+  const auto needs = with_margin(adafactor.total(), request.margin);
+  if (needs > request.budget) return "";
+  return "; --freeze_embeds (HF's legacy seq2seq recipe: the shared embedding and the tied LM head stop training) "
+         "with optim adafactor needs about " +
+         util::format_bytes(needs);
+}
+
+}  // namespace
+
+std::optional<FitResult> check_static_memory(const model::ModelConfig& config, const FitRequest& request) {
+  if (request.budget == 0) throw std::invalid_argument("max_memory must be above 0");
+  const auto counts = request_counts(config, request.freeze_embeds);
   const auto needs = [&](optim::OptimizerType type) {
     return static_training_memory(counts, type, StorageDtype::fp32);
   };
   FitResult r;
+  r.worst = request.worst;
+  r.budget = request.budget;
   r.layers = std::max(config.encoder_layers, config.decoder_layers);
   std::ostringstream why;
-  if (request.optimizer) {
-    const auto fixed = needs(*request.optimizer);
+  if (request.optimizer_policy == OptimizerPolicy::fixed) {
+    const auto fixed = needs(request.optimizer);
     if (with_margin(fixed.total(), request.margin) <= request.budget) return std::nullopt;
-    const auto other = other_optimizer(*request.optimizer);
+    const auto other = other_optimizer(request.optimizer);
     const auto alternative = needs(other);
     why << "max_memory " << util::format_bytes(request.budget) << " is too small for optim "
-        << optim::to_string(*request.optimizer) << ": its weights, gradients and optimizer state alone need "
+        << optim::to_string(request.optimizer) << ": its weights, gradients and optimizer state alone need "
         << describe_static(fixed) << ", at least " << util::format_bytes(with_margin(fixed.total(), request.margin))
         << " with the planner's margin, before any activation";
     if (with_margin(alternative.total(), request.margin) < request.budget) {
       r.status = FitStatus::settings_too_large;
       why << ". A plan that fits starts from optim " << optim::to_string(other) << " ("
-          << util::format_bytes(alternative.total()) << " before activations): leave optim unset (or auto) and the "
-          << "planner chooses micro-batch and checkpointing too, or run `fitsum plan` with these arguments for the "
-             "table";
+          << util::format_bytes(alternative.total()) << " before activations): set optim " << optim::to_string(other)
+          << " (or auto, and the planner chooses), or run `fitsum plan` with these arguments for the table";
     } else {
       r.status = FitStatus::nothing_fits;
+      why << freeze_hint(config, request);
     }
     r.minimum_budget = with_margin(std::min(fixed.total(), alternative.total()), request.margin);
   } else {
@@ -65,11 +85,14 @@ std::optional<FitResult> refuse_on_static_memory(const model::ModelConfig& confi
     r.minimum_budget = with_margin(cheapest.total(), request.margin);
     why << "max_memory " << util::format_bytes(request.budget) << " is too small for this model with any optimizer: "
         << "weights, gradients and the smallest optimizer state alone need " << describe_static(cheapest)
-        << ", at least " << util::format_bytes(r.minimum_budget) << " with the planner's margin, before any activation";
+        << ", at least " << util::format_bytes(r.minimum_budget) << " with the planner's margin, before any activation"
+        << freeze_hint(config, request);
   }
   r.explanation = why.str();
   return r;
 }
+
+namespace {
 
 // The model as the CUDA allocator model needs it: trainable parameter shapes, the other weights' sizes, the
 // device's facts.
@@ -103,6 +126,7 @@ PlanRequest plan_request(const FitRequest& request, model::Seq2SeqLMImpl& model)
   p.target_length = request.worst.target;
   p.micro_batch = request.micro_batch;
   p.optimizer = request.optimizer;
+  p.optimizer_policy = request.optimizer_policy;
   p.checkpointed_layers = request.checkpointed_layers;
   p.bf16 = request.bf16;
   p.budget = request.budget;
@@ -114,23 +138,42 @@ PlanRequest plan_request(const FitRequest& request, model::Seq2SeqLMImpl& model)
 void explain_no_fit(FitResult& r, const FitRequest& request, const PlanRequest& planned) {
   auto relaxed = planned;
   relaxed.micro_batch.reset();
-  relaxed.optimizer.reset();
+  relaxed.optimizer_policy = OptimizerPolicy::free;
   relaxed.checkpointed_layers.reset();
   const auto free = choose_plan(*r.calibration, relaxed);
-  const bool something_fixed = request.micro_batch || request.optimizer || request.checkpointed_layers;
+  const bool something_fixed = request.micro_batch || request.optimizer_policy == OptimizerPolicy::fixed ||
+                               request.checkpointed_layers;
   std::ostringstream why;
   why << "max_memory " << util::format_bytes(request.budget)
       << " is too small for these settings: " << r.plan.explanation;
   if (free.chosen && something_fixed) {
     r.status = FitStatus::settings_too_large;
     r.alternative = free.candidates[*free.chosen];
-    why << ". A plan that fits: " << plan_arguments(r.alternative->knobs, r.layers) << " (predicted peak "
+    why << ". A plan that fits: " << plan_arguments(r.alternative->knobs, *r.calibration) << " (predicted peak "
         << util::format_bytes(r.alternative->prediction.peak)
-        << "); leave optim / gradient_checkpointing unset (or optim auto) to let the planner choose";
+        << "); leave gradient_checkpointing unset and set optim auto to let the planner choose";
   } else {
     r.status = FitStatus::nothing_fits;
     why << ". Even micro-batch 1 with full checkpointing and adafactor needs "
         << util::format_bytes(free.minimum_budget);
+    if (!request.freeze_embeds) {
+      // The same plan without the embedding's gradient and state (its activations are not smaller).
+      const auto& c = *r.calibration;
+      const auto frozen = counts_with_frozen_embeddings(c.config);
+      const auto saved = c.counts.trainable - frozen.trainable;
+      if (saved > 0) {
+        const auto adafactor_now = static_training_memory(c.counts, optim::OptimizerType::adafactor, StorageDtype::fp32);
+        const auto adafactor_frozen = static_training_memory(frozen, optim::OptimizerType::adafactor, StorageDtype::fp32);
+        const auto less = (adafactor_now.gradients + adafactor_now.optimizer_state) -
+                          (adafactor_frozen.gradients + adafactor_frozen.optimizer_state);
+        const auto needs = free.minimum_budget > less ? free.minimum_budget - with_margin(less, 0.0) : 0;
+        if (needs <= request.budget) {
+          why << "; with --freeze_embeds (the shared embedding and the tied LM head stop training, HF's legacy seq2seq "
+                 "recipe) about "
+              << util::format_bytes(needs) << " would do";
+        }
+      }
+    }
   }
   r.minimum_budget = std::min(r.plan.minimum_budget, free.minimum_budget);
   r.explanation = why.str();
@@ -139,17 +182,13 @@ void explain_no_fit(FitResult& r, const FitRequest& request, const PlanRequest& 
 }  // namespace
 
 FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
-  if (request.budget == 0) throw std::invalid_argument("max_memory must be above 0");
-  if (auto refused = refuse_on_static_memory(model.config(), request)) {
-    refused->worst = request.worst;
-    refused->budget = request.budget;
-    return *refused;
-  }
+  if (auto refused = check_static_memory(model.config(), request)) return *refused;
   CalibrationOptions options;
   options.max_source_length = request.worst.source;
   options.max_target_length = request.worst.target;
   options.bf16 = request.bf16;
   options.label_smoothing = request.label_smoothing;
+  options.freeze_embeds = request.freeze_embeds;
   FitResult r;
   r.worst = request.worst;
   r.budget = request.budget;
@@ -164,6 +203,20 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
     r.chosen = r.plan.candidates[*r.plan.chosen];
     r.minimum_budget = r.plan.minimum_budget;
     r.explanation = r.plan.explanation;
+    if (r.plan.preferred_optimizer_best && r.chosen->knobs.optimizer != request.optimizer) {
+      const auto& best = *r.plan.preferred_optimizer_best;
+      std::ostringstream warning;
+      warning << "optim " << optim::to_string(request.optimizer) << " (the default) does not fit in "
+              << util::format_bytes(request.budget) << ": its smallest plan ("
+              << plan_arguments(best.knobs, *r.calibration) << ") needs "
+              << util::format_bytes(with_margin(best.prediction.peak, request.margin)) << " with the margin; using optim "
+              << optim::to_string(r.chosen->knobs.optimizer) << " (predicted peak "
+              << util::format_bytes(r.chosen->prediction.peak)
+              << "). The learning rate stays as given, though it was meant for "
+              << optim::to_string(request.optimizer)
+              << ": set optim (and learning_rate) explicitly to silence this, or optim auto to let the planner choose";
+      r.optimizer_warning = warning.str();
+    }
     return r;
   }
   explain_no_fit(r, request, planned);
@@ -172,16 +225,19 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
 
 PlanDoesNotFit::PlanDoesNotFit(FitResult result) : std::runtime_error(result.explanation), result_(std::move(result)) {}
 
-std::string plan_arguments(const PlanKnobs& knobs, std::int64_t layers) {
+std::string plan_arguments(const PlanKnobs& knobs, const Calibration& c) {
   std::ostringstream out;
   out << "--per_device_train_batch_size " << knobs.micro_batch << " --gradient_accumulation_steps "
       << knobs.accumulation;
-  if (knobs.checkpointed_layers > 0) out << " --gradient_checkpointing";
-  if (knobs.checkpointed_layers > 0 && knobs.checkpointed_layers < layers) {
-    out << " --gradient_checkpointing_layers " << knobs.checkpointed_layers;
+  const auto ce = std::min(knobs.encoder_checkpointed, c.encoder_layers);
+  const auto cd = std::min(knobs.decoder_checkpointed, c.decoder_layers);
+  if (ce > 0 || cd > 0) out << " --gradient_checkpointing";
+  if ((ce > 0 || cd > 0) && !(ce == c.encoder_layers && cd == c.decoder_layers)) {
+    out << " --gradient_checkpointing_encoder_layers " << ce << " --gradient_checkpointing_decoder_layers " << cd;
   }
   out << " --optim " << optim::to_string(knobs.optimizer);
   if (knobs.bf16) out << " --bf16";
+  if (c.freeze_embeds) out << " --freeze_embeds";
   return out.str();
 }
 

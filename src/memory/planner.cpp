@@ -1,25 +1,16 @@
-// Implements include/fitsum/memory/planner.h: the budget, the calibration probe and its fits, prediction and the
-// choice of a plan.
+// Implements include/fitsum/memory/planner.h: the budget, prediction and the choice of a plan (the probe is
+// calibration.cpp).
 #include "fitsum/memory/planner.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
 
-#include <torch/torch.h>
-
-#include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/tracking_allocator.h"
-#include "fitsum/model/micro_step.h"
-#include "fitsum/optim/optimizer_step.h"
-#include "fitsum/optim/optimizers.h"
 #include "fitsum/util/bytes.h"
-#include "fitsum/util/random_state.h"
-#include "fitsum/util/torch_compat.h"
 
 #ifdef FITSUM_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -27,167 +18,6 @@
 #endif
 
 namespace fitsum::memory {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Least squares for a small design matrix (rows x columns, row-major), in double precision.
-std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& values) {
-  const auto n = static_cast<std::int64_t>(rows.size());
-  const auto k = static_cast<std::int64_t>(rows.front().size());
-  auto a = torch::empty({n, k}, torch::kFloat64);
-  auto b = torch::empty({n, 1}, torch::kFloat64);
-  for (std::int64_t i = 0; i < n; ++i) {
-    for (std::int64_t j = 0; j < k; ++j) a[i][j] = rows[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
-    b[i][0] = values[static_cast<std::size_t>(i)];
-  }
-  // Columns differ by orders of magnitude (1 vs B S^2): scale them to unit norm for a well-conditioned solve.
-  auto scale = a.norm(2, {0}).clamp_min(1e-30);
-  auto solution =
-      std::get<0>(torch::linalg_lstsq(a / scale, b, c10::nullopt, c10::optional<c10::string_view>("gelsd")));
-  solution = solution.squeeze(1) / scale;
-  std::vector<double> out(static_cast<std::size_t>(k));
-  for (std::int64_t j = 0; j < k; ++j) out[static_cast<std::size_t>(j)] = solution[j].item<double>();
-  return out;
-}
-
-std::vector<double> activation_features(const BatchShape& s) {
-  const double b = static_cast<double>(s.batch), src = static_cast<double>(s.source),
-               tgt = static_cast<double>(s.target);
-  return {1.0, b * src, b * tgt, b * src * src, b * tgt * tgt, b * src * tgt};
-}
-
-std::vector<double> end_features(const BatchShape& s) {
-  const double b = static_cast<double>(s.batch);
-  return {1.0, b * static_cast<double>(s.source), b * static_cast<double>(s.target)};
-}
-
-// Fits the two phases of ActivationFit to measured peaks (a maximum of two forms): probes are assigned to the
-// phase that explains them better and each phase is refitted to its probes until the assignment settles. Starts
-// from the larger half of the probes in the stored-activations phase.
-ActivationFit fit_activations(const std::vector<BatchShape>& shapes, const std::vector<double>& bytes) {
-  const std::size_t n = shapes.size();
-  std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return bytes[a] > bytes[b]; });
-  std::vector<bool> stored(n, false);
-  for (std::size_t k = 0; k < (n + 1) / 2; ++k) stored[order[k]] = true;
-  ActivationFit fit;
-  const auto refit = [&](bool in_stored, std::size_t columns, auto features, double* out) {
-    std::vector<std::vector<double>> rows;
-    std::vector<double> values;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (stored[i] != in_stored) continue;
-      rows.push_back(features(shapes[i]));
-      values.push_back(bytes[i]);
-    }
-    if (rows.size() < columns) return false;
-    const auto x = least_squares(rows, values);
-    std::copy(x.begin(), x.end(), out);
-    return true;
-  };
-  for (int iteration = 0; iteration < 20; ++iteration) {
-    const bool ok_stored = refit(true, 6, activation_features, fit.coefficients.data());
-    const bool ok_end = refit(false, 3, end_features, fit.end_coefficients.data());
-    if (!ok_stored || !ok_end) break;
-    bool changed = false;
-    for (std::size_t i = 0; i < n; ++i) {
-      double a = 0.0, e = 0.0;
-      const auto f = activation_features(shapes[i]);
-      for (std::size_t j = 0; j < f.size(); ++j) a += fit.coefficients[j] * f[j];
-      const auto g = end_features(shapes[i]);
-      for (std::size_t j = 0; j < g.size(); ++j) e += fit.end_coefficients[j] * g[j];
-      const bool now_stored = std::abs(a - bytes[i]) <= std::abs(e - bytes[i]);
-      changed = changed || now_stored != stored[i];
-      stored[i] = now_stored;
-    }
-    if (!changed) return fit;
-  }
-  // No stable split (e.g. every probe in one phase): one form over all probes, as a single phase.
-  std::vector<std::vector<double>> rows;
-  for (const auto& shape : shapes) rows.push_back(activation_features(shape));
-  const auto x = least_squares(rows, bytes);
-  std::copy(x.begin(), x.end(), fit.coefficients.begin());
-  fit.end_coefficients = {};
-  return fit;
-}
-
-std::vector<double> time_features(const BatchShape& s) {
-  const double b = static_cast<double>(s.batch), src = static_cast<double>(s.source),
-               tgt = static_cast<double>(s.target);
-  return {1.0, b * (src + tgt), b * (src * src + tgt * tgt + src * tgt)};
-}
-
-std::uint64_t bytes_of(const torch::Tensor& t) { return static_cast<std::uint64_t>(t.numel() * t.element_size()); }
-
-// Exact bytes allocated by `work` beyond what was live when it started, on the CPU through the tracking allocator
-// and on CUDA through the caching allocator's statistics.
-template <typename Work>
-std::uint64_t measure_transient(const c10::Device& device, Work&& work) {
-  const auto before = read_memory(device).current_bytes;
-  reset_peak_memory(device);
-  work();
-  const auto peak = read_memory(device).peak_bytes;
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, peak - before));
-}
-
-void synchronize(const c10::Device& device) {
-#ifdef FITSUM_WITH_CUDA
-  if (device.is_cuda()) torch::cuda::synchronize();
-#endif
-}
-
-// One micro-step as the trainer runs it: forward, summed token loss, backward.
-void micro_step(model::Seq2SeqLMImpl& model, const BatchShape& shape, const CalibrationOptions& options,
-                const c10::Device& device) {
-  const auto vocab = model.config().vocab_size;
-  // Deterministic token ids that avoid the special ids 0 and 1; every position is a real token (no padding).
-  auto ids = (torch::arange(shape.batch * shape.source, torch::kLong) % (vocab - 2) + 2)
-                 .view({shape.batch, shape.source})
-                 .to(device);
-  auto mask = torch::ones({shape.batch, shape.source}, torch::TensorOptions(torch::kLong).device(device));
-  auto labels = (torch::arange(shape.batch * shape.target, torch::kLong) * 7 % (vocab - 2) + 2)
-                    .view({shape.batch, shape.target})
-                    .to(device);
-  // Exactly the micro-step the trainer runs (model/micro_step.h), so what is measured is what training allocates.
-  model::MicroBatchOptions micro;
-  micro.loss_scale = 1.0 / static_cast<double>(shape.batch * shape.target);
-  micro.label_smoothing = options.label_smoothing;
-  micro.bf16 = options.bf16;
-  model::forward_backward(model, ids, mask, labels, micro);
-}
-
-// The optimizer step (with clipping) on one stand-alone tensor shaped like the model's largest parameter: its
-// temporaries are per parameter, so the largest one sets the transient; the time scales with the elements.
-OptimizerCost measure_optimizer(optim::OptimizerType type, const torch::Tensor& largest, std::int64_t elements,
-                                const c10::Device& device) {
-  struct Holder : torch::nn::Module {};
-  auto holder = std::make_shared<Holder>();  // optimizers walk the module tree, which needs a shared_ptr
-  auto weight = holder->register_parameter("weight", torch::zeros_like(largest).normal_(0.0, 0.02));
-  weight.mutable_grad() = torch::full_like(weight, 1e-3);
-  optim::OptimizerSettings settings;
-  settings.type = type;
-  settings.learning_rate = 1e-4;
-  auto optimizer = optim::make_optimizer(*holder, settings);
-  const std::vector<torch::Tensor> params{weight};
-  optim::clip_grad_norm(params, 1.0);
-  optimizer->step();  // allocates the state
-  synchronize(device);
-  OptimizerCost cost;
-  const auto start = Clock::now();
-  cost.transient_bytes = measure_transient(device, [&] {
-    optim::clip_grad_norm(params, 1.0);
-    optimizer->step();
-  });
-  synchronize(device);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  cost.seconds =
-      seconds * static_cast<double>(elements) / static_cast<double>(std::max<std::int64_t>(1, weight.numel()));
-  return cost;
-}
-
-}  // namespace
 
 // ---- The budget ----
 
@@ -235,158 +65,28 @@ void apply_memory_budget(const c10::Device& device, std::uint64_t bytes) {
   TrackingCpuAllocator::instance().set_limit(static_cast<std::int64_t>(bytes));
 }
 
-// ---- Fits ----
-
-double ActivationFit::predict(const BatchShape& shape) const {
-  const auto f = activation_features(shape);
-  double stored = 0.0;
-  for (std::size_t i = 0; i < f.size(); ++i) stored += coefficients[i] * f[i];
-  const auto g = end_features(shape);
-  double end = 0.0;
-  for (std::size_t i = 0; i < g.size(); ++i) end += end_coefficients[i] * g[i];
-  return std::max({0.0, stored, end});
-}
-
-double TimeFit::predict(const BatchShape& shape) const {
-  const auto f = time_features(shape);
-  double sum = 0.0;
-  for (std::size_t i = 0; i < f.size(); ++i) sum += coefficients[i] * f[i];
-  return std::max(floor_seconds, sum);
-}
-
-// ---- Calibration ----
-
-namespace {
-
-// Probe shapes: small, yet spread in B, S and T so that every term of the fit is seen; capped at the lengths the
-// run will use, so a short-sequence run never probes longer sequences than it trains on. The transient is a
-// maximum over phases (the stored activations at the start of backward grow with B; the dense embedding gradients
-// at its end do not), so the probes reach micro-batch 8 at short lengths to see the regime that large micro-batches
-// are in, and include micro-batches 1, 2 and 4 at the longest lengths.
-std::vector<BatchShape> probe_shapes(const CalibrationOptions& options) {
-  const auto src = [&](std::int64_t s) { return std::max<std::int64_t>(2, std::min(s, options.max_source_length)); };
-  const auto tgt = [&](std::int64_t t) { return std::max<std::int64_t>(2, std::min(t, options.max_target_length)); };
-  const auto s_max = options.max_source_length, t_max = options.max_target_length;
-  return {{1, src(32), tgt(16)},
-          {1, src(128), tgt(16)},
-          {1, src(64), tgt(48)},
-          {2, src(64), tgt(16)},
-          {2, src(32), tgt(64)},
-          {2, src(128), tgt(48)},
-          {4, src(32), tgt(16)},
-          {4, src(64), tgt(32)},
-          {4, src(128), tgt(16)},
-          {4, src(128), tgt(64)},
-          {8, src(32), tgt(16)},
-          {8, src(32), tgt(48)},
-          {8, src(64), tgt(32)},
-          {8, src(128), tgt(32)},
-          {8, src(64), tgt(64)},
-          {1, src(128), tgt(64)},
-          // At the run's own lengths (Marian's --mini-batch-fit idea): with checkpointing, one layer's recomputed
-          // attention (B x heads x S^2) only outgrows the constant phase at long sources, which short probes miss.
-          {1, src(s_max), tgt(t_max)},
-          {2, src(s_max), tgt(t_max)},
-          {1, src(s_max / 2), tgt(t_max)},
-          {2, src(s_max / 2), tgt(t_max / 2)},
-          {4, src(s_max), tgt(t_max)},
-          {4, src(s_max / 2), tgt(t_max)}};
-}
-
-// Every probe shape once, with checkpointing of all layers or none: measured transients and times, and their fits.
-void probe_mode(model::Seq2SeqLMImpl& model, const std::vector<BatchShape>& shapes, bool checkpointed,
-                const CalibrationOptions& options, const c10::Device& device, Calibration& c) {
-  const auto all = std::numeric_limits<std::int64_t>::max();
-  model.set_gradient_checkpointing(checkpointed ? all : 0, checkpointed ? all : 0);
-  micro_step(model, shapes.front(), options, device);  // warm-up of this code path
-  std::vector<std::vector<double>> time_rows;
-  std::vector<double> bytes, seconds;
-  double fastest = std::numeric_limits<double>::max();
-  for (const auto& shape : shapes) {
-    ProbeSample sample;
-    sample.shape = shape;
-    sample.checkpointed = checkpointed;
-    synchronize(device);
-    const auto t0 = Clock::now();
-    sample.transient_bytes = measure_transient(device, [&] { micro_step(model, shape, options, device); });
-    synchronize(device);
-    sample.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    bytes.push_back(static_cast<double>(sample.transient_bytes));
-    time_rows.push_back(time_features(shape));
-    seconds.push_back(sample.seconds);
-    fastest = std::min(fastest, sample.seconds);
-    c.samples.push_back(sample);
-  }
-  const auto t = least_squares(time_rows, seconds);
-  auto& time = checkpointed ? c.time_checkpointed : c.time_plain;
-  (checkpointed ? c.activations_checkpointed : c.activations_plain) = fit_activations(shapes, bytes);
-  std::copy(t.begin(), t.end(), time.coefficients.begin());
-  time.floor_seconds = fastest;
-}
-
-}  // namespace
-
-Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& options) {
-  const auto start = Clock::now();
-  const auto& config = model.config();
-  const auto device = model.parameters().front().device();
-  start_tracking(device);
-  Calibration c;
-  c.counts = model::count_parameters(config);
-  c.encoder_layers = config.encoder_layers;
-  c.decoder_layers = config.decoder_layers;
-  c.bf16 = options.bf16;
-  torch::Tensor largest;
-  for (const auto& p : model.parameters()) {
-    c.weight_bytes += bytes_of(p);
-    if (p.requires_grad()) c.gradient_bytes += bytes_of(p);
-    if (p.requires_grad() && (!largest.defined() || p.numel() > largest.numel())) largest = p;
-  }
-  for (const auto& b : model.buffers()) c.weight_bytes += bytes_of(b);
-
-  // Dropout draws of the probe must not shift the training run's random numbers.
-  util::RandomStateGuard keep_random_state(device);
-  const bool was_training = model.is_training();
-  model.train();
-  const auto shapes = probe_shapes(options);
-  // Warm-up: allocates the gradients (kept between steps, as the trainer's zero_grad keeps them) and first-use
-  // buffers, so each probe sees only its own transient.
-  micro_step(model, shapes.front(), options, device);
-  for (bool checkpointed : {false, true}) probe_mode(model, shapes, checkpointed, options, device, c);
-  model.set_gradient_checkpointing(0, 0);
-  for (auto& p : model.parameters()) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
-  if (!was_training) model.eval();
-
-  c.adamw = measure_optimizer(optim::OptimizerType::adamw_torch, largest.detach(), c.counts.trainable, device);
-  c.adafactor = measure_optimizer(optim::OptimizerType::adafactor, largest.detach(), c.counts.trainable, device);
-  c.probe_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return c;
-}
 
 // ---- Prediction ----
 
 Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShape& worst) {
   const BatchShape shape{knobs.micro_batch, worst.source, worst.target};
-  const auto layers = std::max<std::int64_t>(1, std::max(c.encoder_layers, c.decoder_layers));
-  const double fraction = static_cast<double>(std::min(std::max<std::int64_t>(knobs.checkpointed_layers, 0), layers)) /
-                          static_cast<double>(layers);
+  const auto ce = std::clamp<std::int64_t>(knobs.encoder_checkpointed, 0, c.encoder_layers);
+  const auto cd = std::clamp<std::int64_t>(knobs.decoder_checkpointed, 0, c.decoder_layers);
   Prediction p;
   const auto fixed = static_training_memory(c.counts, knobs.optimizer, StorageDtype::fp32);
   p.weights = c.weight_bytes;
   p.gradients = c.gradient_bytes;
   p.optimizer_state = fixed.optimizer_state;
-  const double plain = c.activations_plain.predict(shape);
-  const double checkpointed = c.activations_checkpointed.predict(shape);
-  p.activations = static_cast<std::uint64_t>(std::llround(plain + fraction * (checkpointed - plain)));
+  p.activations = static_cast<std::uint64_t>(
+      std::llround(c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd)));
   p.optimizer_transient = c.optimizer(knobs.optimizer).transient_bytes;
   p.peak = p.weights + p.gradients + p.optimizer_state + std::max(p.activations, p.optimizer_transient);
-  // Recomputing never makes a step faster: timing noise at the probe's small shapes must not say otherwise.
-  const double plain_seconds = c.time_plain.predict(shape);
-  const double recompute_seconds = std::max(0.0, c.time_checkpointed.predict(shape) - plain_seconds);
-  const double micro_seconds = plain_seconds + fraction * recompute_seconds;
-  p.step_seconds = static_cast<double>(knobs.accumulation) * micro_seconds + c.optimizer(knobs.optimizer).seconds;
+  double recompute = 0.0;
+  const double micro_flops = micro_step_flops(c.config, shape, ce, cd, &recompute);
+  const auto accumulation = static_cast<double>(knobs.accumulation);
+  p.step_flops = accumulation * micro_flops;
+  p.recompute_flops = accumulation * recompute;
+  p.step_seconds = accumulation * c.speed.seconds(micro_flops) + c.optimizer(knobs.optimizer).seconds;
   const double tokens =
       static_cast<double>(knobs.micro_batch * knobs.accumulation) * static_cast<double>(worst.source + worst.target);
   p.tokens_per_second = p.step_seconds > 0 ? tokens / p.step_seconds : 0.0;
@@ -395,80 +95,107 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
 
 // ---- Choosing ----
 
-std::string checkpointing_label(std::int64_t checkpointed_layers, std::int64_t layers) {
-  if (checkpointed_layers <= 0) return "none";
-  if (checkpointed_layers >= layers) return "all";
-  return std::to_string(checkpointed_layers) + " of " + std::to_string(layers);
+std::string checkpointing_label(const PlanKnobs& k, std::int64_t encoder_layers, std::int64_t decoder_layers) {
+  const auto ce = std::clamp<std::int64_t>(k.encoder_checkpointed, 0, encoder_layers);
+  const auto cd = std::clamp<std::int64_t>(k.decoder_checkpointed, 0, decoder_layers);
+  if (ce == 0 && cd == 0) return "none";
+  if (ce == encoder_layers && cd == decoder_layers) return "all";
+  return std::to_string(ce) + "/" + std::to_string(encoder_layers) + " enc + " + std::to_string(cd) + "/" +
+         std::to_string(decoder_layers) + " dec";
 }
 
 namespace {
-
-// The values each knob may take: the fixed one, or every choice that keeps the effective batch.
-struct KnobChoices {
-  std::vector<std::int64_t> micro_batches;
-  std::vector<std::int64_t> checkpointing;
-  std::vector<optim::OptimizerType> optimizers;
-};
-
-KnobChoices knob_choices(const PlanRequest& request, std::int64_t layers) {
-  KnobChoices k;
-  if (request.micro_batch) {
-    k.micro_batches.push_back(*request.micro_batch);
-  } else {
-    for (std::int64_t m = request.effective_batch; m >= 1; --m) {
-      if (request.effective_batch % m == 0) k.micro_batches.push_back(m);
-    }
-  }
-  if (request.checkpointed_layers) {
-    k.checkpointing.push_back(std::min(*request.checkpointed_layers, layers));
-  } else {
-    k.checkpointing = {0, layers / 2, layers};
-    k.checkpointing.erase(std::unique(k.checkpointing.begin(), k.checkpointing.end()), k.checkpointing.end());
-    k.checkpointing.erase(
-        std::remove_if(k.checkpointing.begin() + 1, k.checkpointing.end(), [](std::int64_t n) { return n == 0; }),
-        k.checkpointing.end());
-  }
-  if (request.optimizer) {
-    k.optimizers.push_back(*request.optimizer);
-  } else {
-    k.optimizers = {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor};
-  }
-  return k;
-}
-
-// The fastest candidate that fits; among equally fast ones (within 0.01%), the smallest peak.
-std::optional<std::size_t> fastest_fitting(const std::vector<Candidate>& candidates) {
-  std::optional<std::size_t> chosen;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const auto& candidate = candidates[i];
-    if (!candidate.fits) continue;
-    if (!chosen) {
-      chosen = i;
-      continue;
-    }
-    const auto& best = candidates[*chosen];
-    const bool faster = candidate.prediction.tokens_per_second > best.prediction.tokens_per_second * 1.0001;
-    const bool as_fast_smaller = candidate.prediction.tokens_per_second >= best.prediction.tokens_per_second * 0.9999 &&
-                                 candidate.prediction.peak < best.prediction.peak;
-    if (faster || as_fast_smaller) chosen = i;
-  }
-  return chosen;
-}
-
-std::string describe_knobs(const PlanKnobs& k, std::int64_t layers) {
-  std::ostringstream s;
-  s << "micro-batch " << k.micro_batch << " x " << k.accumulation << " accumulation, checkpointing "
-    << checkpointing_label(k.checkpointed_layers, layers) << ", " << optim::to_string(k.optimizer)
-    << (k.bf16 ? ", bf16" : "");
-  return s.str();
-}
 
 // What the budget caps for a candidate: its predicted peak, or on CUDA the allocator model's reserved bytes.
 std::uint64_t budgeted_bytes(const Candidate& k, const PlanRequest& request) {
   return request.budget_caps_reserved && k.cuda ? k.cuda->reserved : k.prediction.peak;
 }
 
-std::string explain_plan(const Plan& plan, const PlanRequest& request, std::int64_t layers) {
+std::uint64_t needed_bytes(const Candidate& k, const PlanRequest& request) {
+  return static_cast<std::uint64_t>(
+      std::ceil(static_cast<double>(budgeted_bytes(k, request)) * (1.0 + request.margin)));
+}
+
+Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::int64_t micro_batch,
+                         std::int64_t encoder_checkpointed, std::int64_t decoder_checkpointed,
+                         optim::OptimizerType kind) {
+  const BatchShape worst{1, request.source_length, request.target_length};
+  Candidate candidate;
+  candidate.knobs.micro_batch = micro_batch;
+  candidate.knobs.accumulation = request.effective_batch / micro_batch;  // the effective batch is kept
+  candidate.knobs.encoder_checkpointed = encoder_checkpointed;
+  candidate.knobs.decoder_checkpointed = decoder_checkpointed;
+  candidate.knobs.optimizer = kind;
+  candidate.knobs.bf16 = request.bf16;
+  candidate.prediction = predict(c, candidate.knobs, worst);
+  if (request.cuda) {
+    const auto& p = candidate.prediction;
+    candidate.cuda = predict_cuda_memory(*request.cuda, kind, micro_batch, worst.source,
+                                         std::max(p.activations, p.optimizer_transient));
+  }
+  candidate.fits = needed_bytes(candidate, request) <= request.budget;
+  return candidate;
+}
+
+std::vector<std::int64_t> micro_batch_choices(const PlanRequest& request) {
+  if (request.micro_batch) return {*request.micro_batch};
+  std::vector<std::int64_t> out;
+  for (std::int64_t m = request.effective_batch; m >= 1; --m) {
+    if (request.effective_batch % m == 0) out.push_back(m);
+  }
+  return out;
+}
+
+std::vector<optim::OptimizerType> optimizer_choices(const PlanRequest& request) {
+  const auto other = request.optimizer == optim::OptimizerType::adamw_torch ? optim::OptimizerType::adafactor
+                                                                             : optim::OptimizerType::adamw_torch;
+  if (request.optimizer_policy == OptimizerPolicy::fixed) return {request.optimizer};
+  return {request.optimizer, other};
+}
+
+// The fastest fitting candidate among `allowed` optimizers. Ties are judged against the fastest fitting one, so
+// the result does not depend on the order of the candidates.
+std::optional<std::size_t> choose(const std::vector<Candidate>& candidates,
+                                  const std::vector<optim::OptimizerType>& allowed) {
+  const auto permitted = [&](const Candidate& k) {
+    return k.fits && std::find(allowed.begin(), allowed.end(), k.knobs.optimizer) != allowed.end();
+  };
+  double fastest = 0.0;
+  for (const auto& k : candidates) {
+    if (permitted(k)) fastest = std::max(fastest, k.prediction.tokens_per_second);
+  }
+  std::optional<std::size_t> chosen;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const auto& k = candidates[i];
+    if (!permitted(k) || k.prediction.tokens_per_second * (1.0 + kSpeedTie) < fastest) continue;
+    if (!chosen) {
+      chosen = i;
+      continue;
+    }
+    // Within the band of the fastest: the fixed rule alone.
+    const auto& best = candidates[*chosen];
+    bool wins = false;
+    if (k.prediction.recompute_flops != best.prediction.recompute_flops) {
+      wins = k.prediction.recompute_flops < best.prediction.recompute_flops;
+    } else if (k.knobs.micro_batch != best.knobs.micro_batch) {
+      wins = k.knobs.micro_batch > best.knobs.micro_batch;
+    } else {
+      wins = k.prediction.peak < best.prediction.peak;
+    }
+    if (wins) chosen = i;
+  }
+  return chosen;
+}
+
+std::string describe_knobs(const PlanKnobs& k, const Calibration& c) {
+  std::ostringstream s;
+  s << "micro-batch " << k.micro_batch << " x " << k.accumulation << " accumulation, checkpointing "
+    << checkpointing_label(k, c.encoder_layers, c.decoder_layers) << ", " << optim::to_string(k.optimizer)
+    << (k.bf16 ? ", bf16" : "");
+  return s.str();
+}
+
+std::string explain_plan(const Plan& plan, const PlanRequest& request, const Calibration& c) {
   std::ostringstream why;
   const int margin_percent = static_cast<int>(request.margin * 100);
   const char* what = request.budget_caps_reserved ? "predicted reserved" : "predicted peak";
@@ -480,20 +207,21 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, std::int6
   const auto& best = plan.candidates[*plan.chosen];
   std::size_t fitting = 0;
   for (const auto& k : plan.candidates) fitting += k.fits ? 1 : 0;
-  why << "chose " << describe_knobs(best.knobs, layers) << ": " << what << " "
+  why << "chose " << describe_knobs(best.knobs, c) << ": " << what << " "
       << util::format_bytes(budgeted_bytes(best, request)) << " of " << util::format_bytes(request.budget)
       << " (with a " << margin_percent << "% margin), "
       << static_cast<long long>(std::llround(best.prediction.tokens_per_second)) << " tokens/s, the fastest of the "
-      << fitting << " of " << plan.candidates.size() << " candidates that fit";
+      << fitting << " of " << plan.candidates.size() << " candidates that fit (ties within "
+      << static_cast<int>(kSpeedTie * 100) << "% go to the least recomputation, then the largest micro-batch)";
   const Candidate* fastest = nullptr;
   for (const auto& k : plan.candidates) {
     if (!fastest || k.prediction.tokens_per_second > fastest->prediction.tokens_per_second) fastest = &k;
   }
-  if (fastest && !fastest->fits) {
-    why << "; the fastest overall (" << describe_knobs(fastest->knobs, layers) << ", "
+  if (fastest && !fastest->fits &&
+      fastest->prediction.tokens_per_second > best.prediction.tokens_per_second * (1.0 + kSpeedTie)) {
+    why << "; the fastest overall (" << describe_knobs(fastest->knobs, c) << ", "
         << static_cast<long long>(std::llround(fastest->prediction.tokens_per_second)) << " tokens/s) needs "
-        << util::format_bytes(static_cast<std::uint64_t>(
-               std::ceil(static_cast<double>(budgeted_bytes(*fastest, request)) * (1.0 + request.margin))));
+        << util::format_bytes(needed_bytes(*fastest, request));
   }
   return why.str();
 }
@@ -502,37 +230,63 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, std::int6
 
 Plan choose_plan(const Calibration& c, const PlanRequest& request) {
   if (request.effective_batch < 1) throw std::invalid_argument("the effective batch must be at least 1");
-  const auto layers = std::max(c.encoder_layers, c.decoder_layers);
-  const auto choices = knob_choices(request, layers);
-  const BatchShape worst{1, request.source_length, request.target_length};
+  const auto e = c.encoder_layers, d = c.decoder_layers;
+  const auto optimizers = optimizer_choices(request);
   Plan plan;
+  plan.encoder_layers = e;
+  plan.decoder_layers = d;
   plan.minimum_budget = std::numeric_limits<std::uint64_t>::max();
-  for (const auto m : choices.micro_batches) {
-    for (const auto n : choices.checkpointing) {
-      for (const auto kind : choices.optimizers) {
-        Candidate candidate;
-        candidate.knobs.micro_batch = m;
-        candidate.knobs.accumulation = request.effective_batch / m;  // the effective batch is kept
-        candidate.knobs.checkpointed_layers = n;
-        candidate.knobs.optimizer = kind;
-        candidate.knobs.bf16 = request.bf16;
-        candidate.prediction = predict(c, candidate.knobs, worst);
-        if (request.cuda) {
-          const auto& p = candidate.prediction;
-          candidate.cuda =
-              predict_cuda_memory(*request.cuda, kind, m, worst.source, std::max(p.activations, p.optimizer_transient));
+  for (const auto m : micro_batch_choices(request)) {
+    for (const auto kind : optimizers) {
+      if (request.checkpointed_layers) {
+        const auto [ce, cd] = *request.checkpointed_layers;
+        plan.candidates.push_back(make_candidate(c, request, m, std::min(ce, e), std::min(cd, d), kind));
+        plan.minimum_budget = std::min(plan.minimum_budget, needed_bytes(plan.candidates.back(), request));
+        continue;
+      }
+      auto none = make_candidate(c, request, m, 0, 0, kind);
+      auto every = make_candidate(c, request, m, e, d, kind);
+      plan.minimum_budget = std::min({plan.minimum_budget, needed_bytes(none, request), needed_bytes(every, request)});
+      // Between the two, the set with the least recomputation that fits: every (ce, cd) is tried, which is exact
+      // because the bottom layers of a stack are the cheapest to checkpoint (see the top of planner.h).
+      std::optional<Candidate> partial;
+      if (!none.fits && every.fits) {
+        for (std::int64_t ce = 0; ce <= e; ++ce) {
+          for (std::int64_t cd = 0; cd <= d; ++cd) {
+            if ((ce == 0 && cd == 0) || (ce == e && cd == d)) continue;
+            auto k = make_candidate(c, request, m, ce, cd, kind);
+            if (!k.fits) continue;
+            if (!partial || k.prediction.recompute_flops < partial->prediction.recompute_flops ||
+                (k.prediction.recompute_flops == partial->prediction.recompute_flops &&
+                 k.prediction.peak < partial->prediction.peak)) {
+              partial = k;
+            }
+          }
         }
-        const auto budgeted = budgeted_bytes(candidate, request);
-        const auto needed =
-            static_cast<std::uint64_t>(std::ceil(static_cast<double>(budgeted) * (1.0 + request.margin)));
-        candidate.fits = needed <= request.budget;
-        plan.minimum_budget = std::min(plan.minimum_budget, needed);
-        plan.candidates.push_back(candidate);
+      }
+      plan.candidates.push_back(none);
+      if (partial) plan.candidates.push_back(*partial);
+      plan.candidates.push_back(every);
+    }
+  }
+  if (request.optimizer_policy == OptimizerPolicy::free) {
+    plan.chosen = choose(plan.candidates, optimizers);
+  } else {
+    plan.chosen = choose(plan.candidates, {request.optimizer});
+    if (!plan.chosen && request.optimizer_policy == OptimizerPolicy::preferred) {
+      plan.chosen = choose(plan.candidates, optimizers);
+      if (plan.chosen) {
+        // What the preferred optimizer would need at the least: for the warning.
+        for (const auto& k : plan.candidates) {
+          if (k.knobs.optimizer != request.optimizer) continue;
+          if (!plan.preferred_optimizer_best || needed_bytes(k, request) < needed_bytes(*plan.preferred_optimizer_best, request)) {
+            plan.preferred_optimizer_best = k;
+          }
+        }
       }
     }
   }
-  plan.chosen = fastest_fitting(plan.candidates);
-  plan.explanation = explain_plan(plan, request, layers);
+  plan.explanation = explain_plan(plan, request, c);
   return plan;
 }
 

@@ -159,25 +159,31 @@ ParameterCounts count_parameters(const ModelConfig& c) {
   return counts;
 }
 
-double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int64_t source_length,
-                             std::int64_t target_length) {
+ForwardFlops forward_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int64_t source_length,
+                                  std::int64_t target_length) {
   const double b = static_cast<double>(batch);
   const double s = static_cast<double>(source_length);
   const double t = static_cast<double>(target_length);
   const double d = static_cast<double>(c.d_model);
   // One (m x k) x (k x n) product costs 2mkn.
   const auto product = [](double m, double k, double n) { return 2.0 * m * k * n; };
-  double forward = 0.0;
+  ForwardFlops f;
   // Encoder layer: q, k, v, out projections; scores and weighted values; the two feed-forward products.
-  const double encoder_layer = 4.0 * product(b * s, d, d) + 2.0 * product(b * s, d, s) +
-                               2.0 * product(b * s, d, static_cast<double>(c.encoder_ffn_dim));
+  f.encoder_layer = 4.0 * product(b * s, d, d) + 2.0 * product(b * s, d, s) +
+                    2.0 * product(b * s, d, static_cast<double>(c.encoder_ffn_dim));
   // Decoder layer: causal self-attention over t, cross-attention (k and v projected from the s encoder states).
-  const double decoder_layer = 4.0 * product(b * t, d, d) + 2.0 * product(b * t, d, t) + 2.0 * product(b * t, d, d) +
-                               2.0 * product(b * s, d, d) + 2.0 * product(b * t, d, s) +
-                               2.0 * product(b * t, d, static_cast<double>(c.decoder_ffn_dim));
-  forward += static_cast<double>(c.encoder_layers) * encoder_layer;
-  forward += static_cast<double>(c.decoder_layers) * decoder_layer;
-  forward += product(b * t, d, static_cast<double>(c.vocab_size));  // LM head
+  f.decoder_layer = 4.0 * product(b * t, d, d) + 2.0 * product(b * t, d, t) + 2.0 * product(b * t, d, d) +
+                    2.0 * product(b * s, d, d) + 2.0 * product(b * t, d, s) +
+                    2.0 * product(b * t, d, static_cast<double>(c.decoder_ffn_dim));
+  f.lm_head = product(b * t, d, static_cast<double>(c.vocab_size));
+  return f;
+}
+
+double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int64_t source_length,
+                             std::int64_t target_length) {
+  const auto f = forward_matmul_flops(c, batch, source_length, target_length);
+  const double forward = static_cast<double>(c.encoder_layers) * f.encoder_layer +
+                         static_cast<double>(c.decoder_layers) * f.decoder_layer + f.lm_head;
   return 3.0 * forward;  // backward: the gradients of both operands of every product
 }
 

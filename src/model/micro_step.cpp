@@ -10,7 +10,8 @@ namespace fitsum::model {
 TokenLoss micro_batch_loss(Seq2SeqLMImpl& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                            const torch::Tensor& labels, const MicroBatchOptions& options) {
   util::AutocastGuard autocast(input_ids.device().type(), torch::kBFloat16, options.bf16);
-  auto encoded = model.encode(input_ids, attention_mask);                                 // (B, S, D)
+  auto encoded = model.encode(input_ids, attention_mask);  // (B, S, D)
+  if (options.on_encoder_output) options.on_encoder_output(encoded);
   auto hidden = model.decode(model.shift_tokens_right(labels), encoded, attention_mask);  // (B, T, D)
   return options.fused_loss ? model.token_loss(hidden, labels, options.label_smoothing)
                             : label_loss_sum(model.lm_logits(hidden), labels, options.label_smoothing);

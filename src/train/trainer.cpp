@@ -79,9 +79,11 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   auto& model = *in_.model;
   model.to(in_.device);
   if (args_.gradient_checkpointing) {
-    const auto layers = args_.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max());
-    model.set_gradient_checkpointing(layers, layers);
+    const auto [encoder_layers, decoder_layers] = args_.checkpointed_layers();
+    model.set_gradient_checkpointing(encoder_layers, decoder_layers);
   }
+  // Before the optimizer is made: a frozen embedding gets no gradient and no optimizer state.
+  if (args_.freeze_embeds) model.model->shared->weight.set_requires_grad(false);
 
   const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
   const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
@@ -190,8 +192,8 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
 bool Trainer::fully_checkpointed() const {
   if (!args_.gradient_checkpointing) return false;
   const auto& config = in_.model->config();
-  return args_.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max()) >=
-         std::max(config.encoder_layers, config.decoder_layers);
+  const auto [encoder_layers, decoder_layers] = args_.checkpointed_layers();
+  return encoder_layers >= config.encoder_layers && decoder_layers >= config.decoder_layers;
 }
 
 void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batches, std::size_t index,
@@ -207,8 +209,7 @@ void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batch
                        ": even one example with gradient checkpointing of all layers does not fit; ",
                        error.what_without_backtrace());
     }
-    args_.gradient_checkpointing = true;
-    args_.gradient_checkpointing_layers.reset();
+    args_.set_checkpointed_layers(std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max());
     in_.model->set_gradient_checkpointing(std::numeric_limits<std::int64_t>::max(),
                                           std::numeric_limits<std::int64_t>::max());
     if (callbacks_.on_message)
@@ -231,8 +232,7 @@ void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batch
 bool Trainer::replan_after_repeated_oom() {
   std::string change;
   if (!fully_checkpointed()) {
-    args_.gradient_checkpointing = true;
-    args_.gradient_checkpointing_layers.reset();
+    args_.set_checkpointed_layers(std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::max());
     in_.model->set_gradient_checkpointing(std::numeric_limits<std::int64_t>::max(),
                                           std::numeric_limits<std::int64_t>::max());
     change = "gradient checkpointing of all layers";

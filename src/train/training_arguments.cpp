@@ -2,6 +2,7 @@
 #include "fitsum/train/training_arguments.h"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -17,6 +18,25 @@ IntervalStrategy parse_interval_strategy(const std::string& name, const char* fi
 std::optional<optim::OptimizerType> parse_optim(const std::string& name) {
   if (name == "auto") return std::nullopt;
   return optim::parse_optimizer_type(name, "optim");
+}
+
+std::pair<std::int64_t, std::int64_t> TrainingArguments::checkpointed_layers() const {
+  if (!gradient_checkpointing) return {0, 0};
+  const auto both = gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max());
+  return {gradient_checkpointing_encoder_layers.value_or(both), gradient_checkpointing_decoder_layers.value_or(both)};
+}
+
+void TrainingArguments::set_checkpointed_layers(std::int64_t encoder_layers, std::int64_t decoder_layers) {
+  gradient_checkpointing = encoder_layers > 0 || decoder_layers > 0;
+  gradient_checkpointing_layers.reset();
+  gradient_checkpointing_encoder_layers.reset();
+  gradient_checkpointing_decoder_layers.reset();
+  if (gradient_checkpointing && encoder_layers != std::numeric_limits<std::int64_t>::max()) {
+    gradient_checkpointing_encoder_layers = encoder_layers;
+  }
+  if (gradient_checkpointing && decoder_layers != std::numeric_limits<std::int64_t>::max()) {
+    gradient_checkpointing_decoder_layers = decoder_layers;
+  }
 }
 
 optim::OptimizerType TrainingArguments::optimizer() const {
@@ -89,8 +109,11 @@ void TrainingArguments::validate() const {
   if (eval_steps) interval(*eval_steps, "eval_steps");
   interval(save_steps, "save_steps");
   if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
-  if (gradient_checkpointing_layers && *gradient_checkpointing_layers < 0) {
-    throw std::invalid_argument("gradient_checkpointing_layers must not be negative");
+  for (const auto& [field, value] :
+       {std::pair{"gradient_checkpointing_layers", gradient_checkpointing_layers},
+        std::pair{"gradient_checkpointing_encoder_layers", gradient_checkpointing_encoder_layers},
+        std::pair{"gradient_checkpointing_decoder_layers", gradient_checkpointing_decoder_layers}}) {
+    if (value && *value < 0) throw std::invalid_argument(std::string(field) + " must not be negative");
   }
   if (fp16) {
     throw std::invalid_argument(
@@ -123,6 +146,13 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["gradient_checkpointing"] = gradient_checkpointing;
   j["gradient_checkpointing_layers"] =
       gradient_checkpointing_layers ? nlohmann::ordered_json(*gradient_checkpointing_layers) : nullptr;
+  j["gradient_checkpointing_encoder_layers"] = gradient_checkpointing_encoder_layers
+                                                   ? nlohmann::ordered_json(*gradient_checkpointing_encoder_layers)
+                                                   : nullptr;
+  j["gradient_checkpointing_decoder_layers"] = gradient_checkpointing_decoder_layers
+                                                   ? nlohmann::ordered_json(*gradient_checkpointing_decoder_layers)
+                                                   : nullptr;
+  j["freeze_embeds"] = freeze_embeds;
   j["bf16"] = bf16;
   j["fp16"] = fp16;
   j["logging_strategy"] = to_string(logging_strategy);

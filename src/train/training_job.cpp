@@ -93,8 +93,17 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
   return examples;
 }
 
+// With a budget, before the model is loaded: weights, gradients and optimizer state from the config alone; throws
+// the refusal when they exceed it (a 568M-parameter model refused in milliseconds, not after loading it).
+std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, std::uint64_t budget) {
+  const auto request =
+      make_fit_request(job.args, job.fixed, {1, job.data.max_source_length, job.data.max_target_length}, budget);
+  return memory::check_static_memory(io::read_model_config(job.model), request);
+}
+
 // With a budget: calibrates, chooses and applies the plan, or throws memory::PlanDoesNotFit.
-memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const util::Runtime& runtime) {
+memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const util::Runtime& runtime,
+                                 const Report& report) {
   const auto& device = runtime.device;
   auto& model = *p.inputs.model;
   model.to(device);
@@ -102,7 +111,8 @@ memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, co
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on CUDA the budget caps reserved bytes under them
   auto fit = memory::fit_training(model, request);
   if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
-  apply_plan(p.args, fit.chosen->knobs, fit.layers);
+  if (!fit.optimizer_warning.empty()) warn(report, fit.optimizer_warning);
+  apply_plan(p.args, fit.chosen->knobs, model.config());
   p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(fit.chosen->prediction.peak);
   memory::apply_memory_budget(device, p.budget);
   return fit;
@@ -135,25 +145,26 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
   request.worst = worst;
   request.effective_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps;
   if (fixed.micro_batch) request.micro_batch = args.per_device_train_batch_size;
-  if (fixed.optimizer && args.optim) request.optimizer = *args.optim;
-  if (fixed.checkpointing) {  // gradient_checkpointing_layers counts only with gradient_checkpointing on
-    request.checkpointed_layers =
-        args.gradient_checkpointing
-            ? args.gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max())
-            : 0;
-  }
+  // optim unset: HF's default, kept unless nothing with it fits; an explicit optim is kept; "auto" is free.
+  request.optimizer = args.optim.value_or(optim::OptimizerType::adamw_torch);
+  request.optimizer_policy = !args.optim          ? memory::OptimizerPolicy::free
+                             : fixed.optimizer    ? memory::OptimizerPolicy::fixed
+                                                  : memory::OptimizerPolicy::preferred;
+  if (fixed.checkpointing) request.checkpointed_layers = args.checkpointed_layers();
   request.bf16 = args.bf16;
+  request.freeze_embeds = args.freeze_embeds;
   request.label_smoothing = args.label_smoothing_factor;
   return request;
 }
 
-void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, std::int64_t layers) {
+void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config) {
   args.per_device_train_batch_size = knobs.micro_batch;
   args.gradient_accumulation_steps = knobs.accumulation;
-  args.gradient_checkpointing = knobs.checkpointed_layers > 0;
-  args.gradient_checkpointing_layers.reset();
-  if (knobs.checkpointed_layers > 0 && knobs.checkpointed_layers < layers) {
-    args.gradient_checkpointing_layers = knobs.checkpointed_layers;
+  const auto all = std::numeric_limits<std::int64_t>::max();
+  if (knobs.encoder_checkpointed >= config.encoder_layers && knobs.decoder_checkpointed >= config.decoder_layers) {
+    args.set_checkpointed_layers(all, all);
+  } else {
+    args.set_checkpointed_layers(knobs.encoder_checkpointed, knobs.decoder_checkpointed);
   }
   args.optim = knobs.optimizer;
   args.bf16 = knobs.bf16;
@@ -165,6 +176,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   if (!job.max_memory.empty()) {
     memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
     p.budget = memory::resolve_memory_budget(job.max_memory, runtime.device);
+    if (auto refused = refusal_before_loading(job, p.budget)) throw memory::PlanDoesNotFit(std::move(*refused));
   }
   auto m = load_model_and_tokenizer(job, report);
   p.model_description = m.loaded.description;
@@ -196,7 +208,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
     warn(report, "predict_with_generate without a tokenizer: generation runs, ROUGE is skipped");
   }
   p.args = job.args;
-  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime);
+  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report);
   return p;
 }
 
@@ -205,6 +217,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   job.args.validate();
   memory::start_tracking(runtime.device);
   const auto budget = memory::resolve_memory_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device);
+  if (auto refused = refusal_before_loading(job, budget)) return *refused;
   auto m = load_model_and_tokenizer(job, report);
   std::vector<data::Example> examples;
   if (!job.train_file.empty()) {
@@ -219,7 +232,9 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   model.to(runtime.device);
   auto request = make_fit_request(job.args, job.fixed, worst, budget);
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on the CPU too: the plan then reports CUDA's reserved bytes
-  return memory::fit_training(model, request);
+  auto fit = memory::fit_training(model, request);
+  if (!fit.optimizer_warning.empty()) warn(report, fit.optimizer_warning);
+  return fit;
 }
 
 }  // namespace fitsum::train

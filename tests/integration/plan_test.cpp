@@ -44,10 +44,13 @@ TEST(PlanCommand, JsonOnStdoutKeepsTheEffectiveBatchAndChoosesAFittingCandidate)
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);  // stdout holds only the JSON
   ASSERT_TRUE(j.contains("candidates") && j.contains("chosen")) << r.output;
-  EXPECT_EQ(j["candidates"].size(), 4u * 3u * 2u);  // micro-batch 8/4/2/1 x checkpointing x optimizer
+  // micro-batch 8/4/2/1 x checkpointing (none, all, a partial set where one fits in between) x optimizer
+  EXPECT_GE(j["candidates"].size(), 4u * 2u * 2u);
+  EXPECT_LE(j["candidates"].size(), 4u * 3u * 2u);
   for (const auto& c : j["candidates"]) {
     EXPECT_EQ(c["per_device_train_batch_size"].get<int>() * c["gradient_accumulation_steps"].get<int>(), 8);
-    EXPECT_TRUE(c.contains("gradient_checkpointing_layers") && c.contains("optim") && c.contains("bf16"));
+    EXPECT_TRUE(c.contains("gradient_checkpointing_encoder_layers") && c.contains("gradient_checkpointing_decoder_layers") &&
+                c.contains("optim") && c.contains("bf16"));
     EXPECT_GT(c["predicted_peak_bytes"].get<double>(), 0);
     EXPECT_GT(c["predicted_tokens_per_s"].get<double>(), 0);
   }
@@ -56,7 +59,8 @@ TEST(PlanCommand, JsonOnStdoutKeepsTheEffectiveBatchAndChoosesAFittingCandidate)
   EXPECT_LE(chosen["predicted_peak_bytes"].get<double>(), 400.0 * 1024 * 1024);
   for (const auto& c : j["candidates"]) {
     if (c["fits"].get<bool>()) {
-      EXPECT_LE(c["predicted_tokens_per_s"].get<double>(), chosen["predicted_tokens_per_s"].get<double>() * 1.0001);
+      // The fastest, or within the tie band of it (ties go to a fixed rule).
+      EXPECT_LE(c["predicted_tokens_per_s"].get<double>(), chosen["predicted_tokens_per_s"].get<double>() * 1.0301);
     }
   }
 }
@@ -74,7 +78,8 @@ TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
   EXPECT_EQ(plan["chosen"]["per_device_train_batch_size"], 2);
   EXPECT_EQ(plan["chosen"]["gradient_accumulation_steps"], 4);
   EXPECT_EQ(plan["chosen"]["optim"], "adamw_torch");
-  EXPECT_GT(plan["chosen"]["gradient_checkpointing_layers"].get<int>(), 0);
+  EXPECT_EQ(plan["chosen"]["gradient_checkpointing_encoder_layers"].get<int>(), 4);
+  EXPECT_EQ(plan["chosen"]["gradient_checkpointing_decoder_layers"].get<int>(), 4);
   // Below what AdamW's weights, gradients and state alone need: refused before any probe, exit 3.
   r = run_command(fitsum_binary().string() + fixed + "--max_memory 100MiB");
   EXPECT_EQ(r.exit_code, 3) << r.output;
@@ -106,6 +111,8 @@ TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) 
                              (dir / "report.svg").string() + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("memory plan: chose"), std::string::npos) << r.output;
+  // AdamW (HF's default, optim unset) needs about 150 MB before activations: the planner says why it switches.
+  EXPECT_NE(r.output.find("optim adamw_torch (the default) does not fit"), std::string::npos) << r.output;
   const auto state = util::read_json_file(dir / "out" / "trainer_state.json");
   int entries = 0;
   for (const auto& e : state["log_history"]) {
@@ -116,17 +123,53 @@ TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) 
     EXPECT_LE(e["peak_memory_bytes"].get<double>(), e["predicted_peak_bytes"].get<double>() * 1.10) << e.dump();
   }
   EXPECT_EQ(entries, 2);
-  // The picture: 24 candidates x 4 stacked parts, one bar per logged step, a 4-entry legend.
+  // The picture: at least 16 candidates x 4 stacked parts, one bar per logged step, a 4-entry legend.
   std::ifstream svg_file(dir / "report.svg");
   const std::string svg((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
   EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 200);
   std::size_t rects = 0;
   for (auto at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
-  EXPECT_EQ(rects, 24u * 4u + 2u + 4u);
+  EXPECT_GE(rects, 16u * 4u + 2u + 4u);
   EXPECT_NE(svg.find("measured peak per logged step"), std::string::npos);
   const auto args = util::read_json_file(dir / "out" / "training_args.json");
   EXPECT_EQ(args["optim"], "adafactor");
   EXPECT_EQ(args["per_device_train_batch_size"].get<int>() * args["gradient_accumulation_steps"].get<int>(), 8);
+}
+
+TEST(TrainWithBudget, AdamWIsKeptWhenItFitsAndAutoLetsThePlannerChoose) {
+  const auto dir = temp_dir("train-adamw-kept");
+  const auto data = write_records(dir);
+  const auto train = [&](const std::string& extra, const std::string& out) {
+    return run_command(fitsum_binary().string() + " train" + model_args() + "--train_file '" + data.string() +
+                       "' --output_dir '" + (dir / out).string() +
+                       "' --per_device_train_batch_size 8 --max_memory 1GiB --max_steps 1 --save_strategy no"
+                       " --device cpu" +
+                       extra);
+  };
+  auto r = train("", "default");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("does not fit"), std::string::npos) << r.output;
+  EXPECT_EQ(util::read_json_file(dir / "default" / "training_args.json")["optim"], "adamw_torch");
+  r = train(" --optim auto", "auto");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto chosen = util::read_json_file(dir / "auto" / "training_args.json")["optim"].get<std::string>();
+  EXPECT_TRUE(chosen == "adamw_torch" || chosen == "adafactor") << chosen;
+}
+
+// pegasus-large (568M parameters) against 1 GiB: weights alone are 2.3 GB. Refused from config.json before any
+// weight is allocated, with or without an optimizer given, in well under 30 seconds.
+TEST(PlanCommand, ABudgetTooSmallForPegasusLargeIsRefusedBeforeLoading) {
+  const auto large = (source_dir() / "data" / "pegasus").string();
+  for (const std::string optim : {"", " --optim adafactor", " --optim adamw_torch"}) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = run_command(fitsum_binary().string() + " plan --config_name '" + large +
+                               "' --max_memory 1GiB --max_source_length 512 --max_target_length 128" + optim);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(r.exit_code, 3) << optim << ": " << r.output;
+    EXPECT_NE(r.output.find("is too small for"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("before any activation"), std::string::npos) << r.output;
+    EXPECT_LT(seconds, 30.0) << optim;
+  }
 }
 
 }  // namespace

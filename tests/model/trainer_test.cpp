@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "fitsum/data/collator.h"
+#include "fitsum/memory/planner.h"
 #include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/train/trainer.h"
 #include "fixture_support.h"
@@ -88,6 +89,45 @@ TEST(Trainer, EvaluationLossEqualsFullLogitsLoss) {
   }
   const double plain = sum_of_means / 3.0;  // 3 batches of 2, 2 and 1: HF's Trainer averages the batch means
   EXPECT_CLOSE(fused, plain, relative(1e-5));
+}
+
+// --freeze_embeds (HF's legacy seq2seq recipe): the shared embedding, and through the tie the LM head, keep their
+// values; every other weight trains; the embedding gets neither a gradient nor optimizer state.
+TEST(Trainer, FreezeEmbedsKeepsTheSharedEmbeddingAndTrainsTheRest) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("freeze-embeds");
+  train::TrainingArguments args;
+  args.output_dir = dir.string();
+  args.max_steps = 2;
+  args.per_device_train_batch_size = 2;
+  args.learning_rate = 1e-2;
+  args.save_strategy = train::IntervalStrategy::no;
+  args.freeze_embeds = true;
+  train::TrainerInputs inputs;
+  inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
+  auto model = inputs.model;
+  for (int i = 0; i < 4; ++i) {
+    data::Example e;
+    e.input_ids = std::vector<data::TokenId>(20, 110 + i);
+    e.input_ids.back() = 1;
+    e.labels = std::vector<data::TokenId>(10, 120 + i);
+    e.labels->back() = 1;
+    inputs.train_examples.push_back(e);
+  }
+  const auto shared_before = model->model->shared->weight.detach().clone();
+  const auto& layer = model->model->encoder->layers[0];
+  const auto fc1_before = layer->named_parameters()["fc1.weight"].detach().clone();
+  train::Trainer trainer(args, std::move(inputs));
+  trainer.train();
+  EXPECT_TRUE(torch::equal(model->model->shared->weight, shared_before));
+  EXPECT_TRUE(torch::equal(model->lm_head_weight(), shared_before));  // tied
+  EXPECT_FALSE(model->model->shared->weight.grad().defined());
+  EXPECT_FALSE(torch::equal(layer->named_parameters()["fc1.weight"], fc1_before));
+  // The planner's counts agree: the embedding's elements leave the trainable count.
+  const auto counts = memory::counts_with_frozen_embeddings(model->config());
+  std::int64_t trainable = 0;
+  for (const auto& p : model->parameters()) trainable += p.requires_grad() ? p.numel() : 0;
+  EXPECT_EQ(counts.trainable, trainable);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,27 @@ inline GridModel grid_model_large() {
           "vocab_size=16000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
           "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8"};
 }
+// The real PEGASUS vocabulary (96103 tokens: the LM head and its loss dominate the transient).
+inline GridModel grid_model_real_vocab() {
+  return {"d256-L4-V96103",
+          "vocab_size=96103,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
+          "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8"};
+}
+// pegasus-large's widths (d_model 1024, ffn 4096, 16 heads, 96103 tokens) at a reduced depth.
+inline GridModel grid_model_large_shaped() {
+  return {"large-L3",
+          "vocab_size=96103,d_model=1024,encoder_layers=3,decoder_layers=3,encoder_ffn_dim=4096,"
+          "decoder_ffn_dim=4096,encoder_attention_heads=16,decoder_attention_heads=16"};
+}
+
+// Checkpointing of a grid cell: the bottom `encoder` / `decoder` layers; kAll for a whole stack.
+constexpr std::int64_t kAll = std::numeric_limits<std::int64_t>::max();
+struct GridCheckpointing {
+  std::int64_t encoder = 0;
+  std::int64_t decoder = 0;
+};
+inline const GridCheckpointing kNone{0, 0};
+inline const GridCheckpointing kEvery{kAll, kAll};
 
 inline model::Seq2SeqLM make_grid_model(const GridModel& m) {
   io::ModelSource source;
@@ -83,7 +105,7 @@ inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory:
   args.save_strategy = train::IntervalStrategy::no;
   args.per_device_train_batch_size = knobs.micro_batch;
   args.gradient_accumulation_steps = knobs.accumulation;
-  args.gradient_checkpointing = knobs.checkpointed_layers > 0;
+  args.set_checkpointed_layers(knobs.encoder_checkpointed, knobs.decoder_checkpointed);
   args.optim = knobs.optimizer;
   train::TrainerInputs inputs;
   inputs.model = model;
@@ -102,7 +124,8 @@ inline std::uint64_t measure_training_peak(model::Seq2SeqLM model, const memory:
 // Predicts and measures every combination for one model; each cell is appended to `cells`.
 inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_batches,
                      const std::vector<std::int64_t>& sources, std::int64_t target,
-                     const std::vector<bool>& checkpointing, const std::vector<optim::OptimizerType>& optimizers,
+                     const std::vector<GridCheckpointing>& checkpointing,
+                     const std::vector<optim::OptimizerType>& optimizers,
                      std::vector<GridCell>& cells) {
   auto& allocator = memory::TrackingCpuAllocator::instance();
   const auto baseline = allocator.current_bytes();
@@ -114,7 +137,7 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
   const auto dir = temp_dir("grid-" + m.name);
   for (const auto s : sources) {
     for (const auto mb : micro_batches) {
-      for (const bool all : checkpointing) {
+      for (const auto& ck : checkpointing) {
         for (const auto kind : optimizers) {
           GridCell cell;
           cell.model = m.name;
@@ -122,8 +145,8 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
           cell.target = target;
           cell.knobs.micro_batch = mb;
           cell.knobs.accumulation = 1;
-          cell.knobs.checkpointed_layers =
-              all ? std::max(model->config().encoder_layers, model->config().decoder_layers) : 0;
+          cell.knobs.encoder_checkpointed = std::min(ck.encoder, model->config().encoder_layers);
+          cell.knobs.decoder_checkpointed = std::min(ck.decoder, model->config().decoder_layers);
           cell.knobs.optimizer = kind;
           cell.predicted = memory::predict(calibration, cell.knobs, {mb, s, target}).peak;
           cell.measured = measure_training_peak(model, cell.knobs, s, target, baseline, dir);
@@ -137,12 +160,14 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
 
 inline void print_grid(const std::vector<GridCell>& cells) {
   std::printf(
-      "| model | micro-batch | source x target | checkpointing | optimizer | predicted MiB | measured MiB | error |\n");
+      "| model | micro-batch | source x target | checkpointed enc+dec | optimizer | predicted MiB | measured MiB | error "
+      "|\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (const auto& c : cells) {
-    std::printf("| %s | %lld | %lld x %lld | %s | %s | %.2f | %.2f | %+.2f%% |\n", c.model.c_str(),
+    std::printf("| %s | %lld | %lld x %lld | %lld+%lld | %s | %.2f | %.2f | %+.2f%% |\n", c.model.c_str(),
                 static_cast<long long>(c.knobs.micro_batch), static_cast<long long>(c.source),
-                static_cast<long long>(c.target), c.knobs.checkpointed_layers > 0 ? "all" : "off",
+                static_cast<long long>(c.target), static_cast<long long>(c.knobs.encoder_checkpointed),
+                static_cast<long long>(c.knobs.decoder_checkpointed),
                 optim::to_string(c.knobs.optimizer), static_cast<double>(c.predicted) / 1048576.0,
                 static_cast<double>(c.measured) / 1048576.0, 100.0 * c.error());
   }

@@ -136,6 +136,8 @@ struct BenchTrainOptions {
   double weight_decay = 0.01;
   double max_grad_norm = 1.0;
   bool gradient_checkpointing = false;
+  std::optional<std::int64_t> checkpointed_encoder_layers;  // with --gradient_checkpointing: the bottom N only
+  std::optional<std::int64_t> checkpointed_decoder_layers;
   bool bf16 = false;
   std::string device = "cpu";
   std::uint64_t seed = 0;
@@ -188,7 +190,10 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   memory::PlanKnobs knobs;
   knobs.micro_batch = o.batch;
   knobs.accumulation = o.gradient_accumulation_steps;
-  knobs.checkpointed_layers = o.gradient_checkpointing ? std::max(config.encoder_layers, config.decoder_layers) : 0;
+  knobs.encoder_checkpointed =
+      o.gradient_checkpointing ? o.checkpointed_encoder_layers.value_or(config.encoder_layers) : 0;
+  knobs.decoder_checkpointed =
+      o.gradient_checkpointing ? o.checkpointed_decoder_layers.value_or(config.decoder_layers) : 0;
   knobs.optimizer = optim::parse_optimizer_type(o.optim, "--optim");
   knobs.bf16 = o.bf16;
   if (o.max_memory.empty()) return knobs;
@@ -201,7 +206,10 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   if (!o.plan) {
     request.micro_batch = knobs.micro_batch;
     request.optimizer = knobs.optimizer;
-    request.checkpointed_layers = knobs.checkpointed_layers;
+    request.optimizer_policy = memory::OptimizerPolicy::fixed;
+    request.checkpointed_layers = std::pair{knobs.encoder_checkpointed, knobs.decoder_checkpointed};
+  } else {
+    request.optimizer_policy = memory::OptimizerPolicy::free;
   }
   auto fit = memory::fit_training(model, request);
   if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
@@ -312,8 +320,9 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
   }
   out["flops_per_step"] = static_cast<double>(knobs.accumulation) *
                           model::training_matmul_flops(config, knobs.micro_batch, o.src_len, o.tgt_len);
-  out["gradient_checkpointing"] = knobs.checkpointed_layers > 0;
-  out["gradient_checkpointing_layers"] = knobs.checkpointed_layers;
+  out["gradient_checkpointing"] = knobs.checkpointing();
+  out["gradient_checkpointing_encoder_layers"] = knobs.encoder_checkpointed;
+  out["gradient_checkpointing_decoder_layers"] = knobs.decoder_checkpointed;
   out["bf16"] = knobs.bf16;
   out["device"] = runtime.device.str();
   out["dropout"] = {config.dropout, config.attention_dropout, config.activation_dropout};
@@ -329,7 +338,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   auto model = bench_model(o, runtime.device);
   std::optional<memory::Candidate> planned;
   const auto knobs = bench_knobs(o, *model, runtime, planned);
-  model->set_gradient_checkpointing(knobs.checkpointed_layers, knobs.checkpointed_layers);
+  model->set_gradient_checkpointing(knobs.encoder_checkpointed, knobs.decoder_checkpointed);
   optim::OptimizerSettings settings;
   settings.type = knobs.optimizer;
   settings.learning_rate = o.learning_rate;
@@ -419,6 +428,10 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--weight_decay", train->weight_decay, "weight decay")->capture_default_str();
   t->add_option("--max_grad_norm", train->max_grad_norm, "gradient clipping (0: off)")->capture_default_str();
   t->add_flag("--gradient_checkpointing", train->gradient_checkpointing, "recompute every layer in backward");
+  t->add_option("--gradient_checkpointing_encoder_layers", train->checkpointed_encoder_layers,
+                "with --gradient_checkpointing: only the bottom N encoder layers");
+  t->add_option("--gradient_checkpointing_decoder_layers", train->checkpointed_decoder_layers,
+                "with --gradient_checkpointing: only the bottom N decoder layers");
   t->add_flag("--bf16", train->bf16, "bfloat16 autocast");
   t->add_option("--device", train->device, "cpu or cuda")->capture_default_str();
   t->add_option("--seed", train->seed, "seed of weights, tokens and dropout")->capture_default_str();

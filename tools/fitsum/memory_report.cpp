@@ -55,7 +55,7 @@ void write_memory_report(const std::string& path, const memory::Plan& plan, std:
     svg << "<text x=\"" << x + bar / 2 << "\" y=\"" << top + height + 12
         << "\" text-anchor=\"end\" transform=\"rotate(-60 " << x + bar / 2 << " " << top + height + 12 << ")\">"
         << k.knobs.micro_batch << "x" << k.knobs.accumulation << " "
-        << memory::checkpointing_label(k.knobs.checkpointed_layers, layers) << " "
+        << memory::checkpointing_label(k.knobs, plan.encoder_layers, plan.decoder_layers) << " "
         << optim::to_string(k.knobs.optimizer) << (k.fits ? "" : " (no)") << "</text>\n";
   }
   if (!measured.empty()) {

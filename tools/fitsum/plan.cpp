@@ -35,7 +35,7 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   } else {
     if (fit.calibration) std::cout << plan_table(fit.plan, *fit.calibration, fit.budget);
     if (fit.explanation != fit.plan.explanation) std::cout << fit.explanation << "\n";
-    if (fit.chosen) std::cout << "flags: " << memory::plan_arguments(fit.chosen->knobs, fit.layers) << "\n";
+    if (fit.chosen) std::cout << "flags: " << memory::plan_arguments(fit.chosen->knobs, *fit.calibration) << "\n";
   }
   std::cout.flush();
   if (!p.train.memory_report.empty() && fit.calibration) {

@@ -32,19 +32,18 @@ std::string cuda_line(const memory::CudaMemoryTerms& t) {
 }  // namespace
 
 std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, std::uint64_t budget) {
-  const auto layers = std::max(c.encoder_layers, c.decoder_layers);
   std::ostringstream out;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-3s %5s %5s %-9s %-9s %4s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
+  char line[320];
+  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-9s %4s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
                 "accum", "ckpt", "optim", "bf16", "peak MiB", "weights", "grads", "opt", "activ", "tokens/s", "step s",
                 "fits");
   out << line;
   for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& k = plan.candidates[i];
     const auto& p = k.prediction;
-    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-9s %-9s %4s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n", i,
+    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-9s %4s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n", i,
                   static_cast<long long>(k.knobs.micro_batch), static_cast<long long>(k.knobs.accumulation),
-                  memory::checkpointing_label(k.knobs.checkpointed_layers, layers).c_str(),
+                  memory::checkpointing_label(k.knobs, c.encoder_layers, c.decoder_layers).c_str(),
                   optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", mib(p.peak).c_str(),
                   mib(p.weights).c_str(), mib(p.gradients).c_str(), mib(p.optimizer_state).c_str(),
                   mib(std::max(p.activations, p.optimizer_transient)).c_str(), p.tokens_per_second, p.step_seconds,
@@ -60,10 +59,13 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
   nlohmann::ordered_json j;
   j["per_device_train_batch_size"] = k.knobs.micro_batch;
   j["gradient_accumulation_steps"] = k.knobs.accumulation;
-  j["gradient_checkpointing_layers"] = k.knobs.checkpointed_layers;
+  j["gradient_checkpointing_encoder_layers"] = k.knobs.encoder_checkpointed;
+  j["gradient_checkpointing_decoder_layers"] = k.knobs.decoder_checkpointed;
   j["optim"] = optim::to_string(k.knobs.optimizer);
   j["bf16"] = k.knobs.bf16;
   j["predicted_peak_bytes"] = k.prediction.peak;
+  j["predicted_step_flops"] = k.prediction.step_flops;
+  j["predicted_recompute_flops"] = k.prediction.recompute_flops;
   j["predicted_tokens_per_s"] = k.prediction.tokens_per_second;
   j["predicted_step_seconds"] = k.prediction.step_seconds;
   j["fits"] = k.fits;

@@ -58,7 +58,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
                 static_cast<long long>(fit.worst.source), static_cast<long long>(fit.worst.target),
                 fit.calibration->probe_seconds, plan_table(fit.plan, *fit.calibration, prepared.budget).c_str());
     std::printf("memory plan: %s\n  flags: %s\n", fit.explanation.c_str(),
-                memory::plan_arguments(fit.chosen->knobs, fit.layers).c_str());
+                memory::plan_arguments(fit.chosen->knobs, *fit.calibration).c_str());
   }
   print_configuration(prepared, runtime);
   auto measured = std::make_shared<std::vector<MeasuredPeak>>();

@@ -87,6 +87,17 @@ void add_memory_flags(CLI::App& g, TrainCommandOptions& o) {
   g.add_option_function<std::int64_t>(
       "--gradient_checkpointing_layers", [&t](const std::int64_t& n) { t.gradient_checkpointing_layers = n; },
       "with --gradient_checkpointing: only the first N layers of each stack");
+  g.add_option_function<std::int64_t>(
+      "--gradient_checkpointing_encoder_layers",
+      [&t](const std::int64_t& n) { t.gradient_checkpointing_encoder_layers = n; },
+      "with --gradient_checkpointing: only the first N encoder layers (overrides --gradient_checkpointing_layers)");
+  g.add_option_function<std::int64_t>(
+      "--gradient_checkpointing_decoder_layers",
+      [&t](const std::int64_t& n) { t.gradient_checkpointing_decoder_layers = n; },
+      "with --gradient_checkpointing: only the first N decoder layers (overrides --gradient_checkpointing_layers)");
+  g.add_flag("--freeze_embeds", t.freeze_embeds,
+             "do not train the shared token embedding (nor, through the tie, the LM head): HF's legacy seq2seq "
+             "recipe for PEGASUS; saves its gradient and optimizer state");
   g.add_flag("--bf16", t.bf16, "bfloat16 autocast with float32 weights and optimizer");
   g.add_flag("--fp16", t.fp16, "refused for PEGASUS (float16 overflows); use --bf16");
   g.add_flag("--no_resplit", o.no_resplit,
@@ -192,7 +203,9 @@ train::TrainingJob training_job(const CLI::App& command, const TrainCommandOptio
   const auto given = [&command](const char* flag) { return command.get_option(flag)->count() > 0; };
   job.fixed.micro_batch = options.no_resplit;
   job.fixed.optimizer = given("--optim") && job.args.optim.has_value();
-  job.fixed.checkpointing = given("--gradient_checkpointing") || given("--gradient_checkpointing_layers");
+  job.fixed.checkpointing = given("--gradient_checkpointing") || given("--gradient_checkpointing_layers") ||
+                            given("--gradient_checkpointing_encoder_layers") ||
+                            given("--gradient_checkpointing_decoder_layers");
   return job;
 }
 

@@ -33,5 +33,8 @@ struct LoadedModel {
 
 // Throws std::invalid_argument when neither or both sources are given, std::runtime_error for bad folders.
 LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
+// The config load_model(source) would build (overrides applied), without building the model or reading weights:
+// what the memory planner checks before any big allocation.
+model::ModelConfig read_model_config(const ModelSource& source);
 
 }  // namespace fitsum::io

@@ -4,9 +4,12 @@
 // only format its result.
 //
 // The steps, in order:
-//   1. Static memory first, before any probe: when the user fixed the optimizer and its weights, gradients and state
-//      alone exceed the budget, the answer comes in milliseconds (naming the optimizer that would fit, if any).
-//   2. The calibration probe on the model (memory::calibrate), under the runtime the run will use.
+//   1. Static memory first, from the config, before any probe or weight load (check_static_memory): when the
+//      weights, gradients and state of the optimizer the user fixed (or of the cheapest one, when it is not fixed)
+//      exceed the budget, the answer comes in milliseconds, naming what would fit (another optimizer,
+//      --freeze_embeds).
+//   2. The calibration probe on reduced-depth copies of the model (memory::calibrate), under the runtime the run
+//      will use.
 //   3. Every candidate that keeps the effective batch and the fixed knobs, predicted and ranked (memory::choose_plan).
 //   4. When none fits, the same with every knob free: "a plan that fits", or the smallest budget anything needs.
 // On a CUDA device the budget is the caching allocator's memory fraction, which caps what it *reserves*: every
@@ -29,9 +32,13 @@ struct FitRequest {
   BatchShape worst;                  // the longest source and target after truncation; its batch is ignored
   std::int64_t effective_batch = 8;  // per_device_train_batch_size x gradient_accumulation_steps, always kept
   std::optional<std::int64_t> micro_batch;
-  std::optional<optim::OptimizerType> optimizer;
-  std::optional<std::int64_t> checkpointed_layers;  // per stack; >= the depth means all
+  // The optimizer and how the planner may treat it: `fixed` for an explicit --optim, `preferred` when --optim is
+  // unset (HF's default adamw_torch, changed only when no AdamW plan fits, with a warning), `free` for --optim auto.
+  optim::OptimizerType optimizer = optim::OptimizerType::adamw_torch;
+  OptimizerPolicy optimizer_policy = OptimizerPolicy::preferred;
+  std::optional<std::pair<std::int64_t, std::int64_t>> checkpointed_layers;  // encoder, decoder; >= depth means all
   bool bf16 = false;
+  bool freeze_embeds = false;  // --freeze_embeds: the shared embedding and the tied LM head are not trained
   double label_smoothing = 0.0;
   double margin = kPlanMargin;
   // The CUDA caching allocator's settings the run uses (util::Runtime::cuda_alloc_conf). On a CUDA model the
@@ -57,10 +64,16 @@ struct FitResult {
   BatchShape worst;                        // the request's worst batch (lengths planned for)
   std::int64_t layers = 0;                 // the deeper stack's layer count (checkpointing labels)
   std::string explanation;                 // why this plan, or why none, in one paragraph
+  // Set when the optimizer was `preferred` and the plan uses another: the numbers, for a warning.
+  std::string optimizer_warning;
   // The allocator settings the candidates' CUDA terms (Candidate::cuda) were predicted under; empty without them.
   std::optional<util::CudaAllocConf> cuda_alloc_conf;
   bool budget_caps_reserved = false;  // on CUDA: `budget` capped each candidate's predicted reserved bytes
 };
+
+// Step 1 alone, from the config: weights, gradients and optimizer state against the budget, before any weight is
+// loaded. Returns a result (never `fits`) when they alone exceed it; nothing otherwise.
+std::optional<FitResult> check_static_memory(const model::ModelConfig& config, const FitRequest& request);
 
 // Runs the steps above on `model` (on its device). The model's weights stay as they are; gradients are left
 // allocated and zero; the random stream is unchanged.
@@ -79,6 +92,6 @@ class PlanDoesNotFit : public std::runtime_error {
 
 // "--per_device_train_batch_size 4 --gradient_accumulation_steps 2 --gradient_checkpointing --optim adafactor":
 // the TrainingArguments that select `knobs`, in their command-line spelling.
-std::string plan_arguments(const PlanKnobs& knobs, std::int64_t layers);
+std::string plan_arguments(const PlanKnobs& knobs, const Calibration& calibration);
 
 }  // namespace fitsum::memory

@@ -86,6 +86,16 @@ ParameterCounts count_parameters(const ModelConfig& config);
 double training_matmul_flops(const ModelConfig& config, std::int64_t batch, std::int64_t source_length,
                              std::int64_t target_length);
 
+// The forward pass's matrix-product FLOPs of one layer of each stack and of the LM head, for `batch` sequences:
+// what recomputing a checkpointed layer costs, and the parts training_matmul_flops adds up.
+struct ForwardFlops {
+  double encoder_layer = 0.0;
+  double decoder_layer = 0.0;
+  double lm_head = 0.0;
+};
+ForwardFlops forward_matmul_flops(const ModelConfig& config, std::int64_t batch, std::int64_t source_length,
+                                  std::int64_t target_length);
+
 // The PEGASUS architectures of the benchmarks, random init (configs/ holds the same as config.json files):
 //   tiny   d_model 64,   2 + 2 layers,   ffn 256,  4 heads
 //   small  d_model 512,  6 + 6 layers,   ffn 2048, 8 heads

@@ -5,6 +5,8 @@
 // The optimizer half of a step (clip, update, zero) is optim/optimizer_step.h.
 #pragma once
 
+#include <functional>
+
 #include <torch/types.h>
 
 #include "fitsum/model/loss.h"
@@ -19,6 +21,9 @@ struct MicroBatchOptions {
   // The fused LM head + cross-entropy (Seq2SeqLMImpl::token_loss, the default); false computes full logits and
   // label_loss_sum from them, as HF does. Same loss and gradients.
   bool fused_loss = true;
+  // Called with the encoder's output (B, S, D) before the decoder uses it, e.g. to register a gradient hook: the
+  // memory planner's probe tells the decoder's backward phase from the encoder's by it.
+  std::function<void(torch::Tensor&)> on_encoder_output;
 };
 
 // The forward half alone. The trainer calls it and the backward separately, to tell an out-of-memory error in the

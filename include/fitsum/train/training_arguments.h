@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,12 @@ struct TrainingArguments {
   double label_smoothing_factor = 0.0;
   bool gradient_checkpointing = false;
   std::optional<std::int64_t> gradient_checkpointing_layers;  // the first N layers of each stack
+  // The first N layers of the encoder / decoder; each overrides gradient_checkpointing_layers for its stack.
+  std::optional<std::int64_t> gradient_checkpointing_encoder_layers;
+  std::optional<std::int64_t> gradient_checkpointing_decoder_layers;
+  // HF's legacy seq2seq --freeze_embeds: the shared token embedding (and through the tie the LM head) is not
+  // trained; no gradient, no optimizer state for it.
+  bool freeze_embeds = false;
   bool bf16 = false;
   bool fp16 = false;
   IntervalStrategy logging_strategy = IntervalStrategy::steps;
@@ -74,6 +81,11 @@ struct TrainingArguments {
 
   // The optimizer to build; throws std::logic_error while optim is still "auto" (the planner resolves it first).
   optim::OptimizerType optimizer() const;
+  // Checkpointed encoder and decoder layers (the bottom ones): (0, 0) without gradient_checkpointing; a count at or
+  // beyond a stack's depth means all of it.
+  std::pair<std::int64_t, std::int64_t> checkpointed_layers() const;
+  // Sets the checkpointed layers per stack; (0, 0) turns gradient_checkpointing off.
+  void set_checkpointed_layers(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // HF's rule for fractional intervals: a value < 1 is a ratio of max_steps, rounded up.
   static std::int64_t interval_in_steps(double value, std::int64_t max_steps);
 

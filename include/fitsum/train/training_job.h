@@ -62,7 +62,7 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
                                     const memory::BatchShape& worst, std::uint64_t budget);
 
 // Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the knobs'.
-void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, std::int64_t layers);
+void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config);
 
 // Everything before the first step. Throws std::invalid_argument for inconsistent arguments, std::runtime_error
 // for bad files, memory::PlanDoesNotFit when a budget is given and no plan fits it.

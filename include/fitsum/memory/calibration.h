@@ -1,0 +1,120 @@
+// The memory planner's calibration: what one micro-step of a model holds, measured on reduced-depth copies of it,
+// per layer and per backward phase, and how fast it runs (memory/planner.h explains the model and uses it).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "fitsum/memory/static_memory.h"
+#include "fitsum/model/seq2seq.h"
+
+namespace fitsum::memory {
+
+struct BatchShape {
+  std::int64_t batch = 1;
+  std::int64_t source = 1;  // encoder tokens per row
+  std::int64_t target = 1;  // label tokens per row
+};
+
+// Bytes as a function of the batch shape: c0 + B * (c1 S + c2 T + c3 S^2 + c4 T^2 + c5 S T).
+struct ShapeFit {
+  std::array<double, 6> coefficients{};
+  double operator()(const BatchShape& shape) const;
+};
+
+// One micro-step's memory, per layer and per backward phase (see the top of this file). With E encoder layers of
+// which the bottom ce are checkpointed and D decoder layers of which the bottom cd are:
+//   encoder activations  A = (E - ce) encoder_plain + ce encoder_checkpointed
+//   decoder phase        max(decoder_rest + A + cd decoder_checkpointed + (D - cd) decoder_plain   when cd < D,
+//                            decoder_recompute + A + cd decoder_checkpointed                        when cd > 0)
+//   encoder phase        max(encoder_rest + A                                                       when ce < E,
+//                            encoder_recompute + ce encoder_checkpointed                            when ce > 0)
+// and the transient is the larger phase.
+struct LayerMemory {
+  ShapeFit encoder_plain;         // stored by one encoder layer that keeps its activations
+  ShapeFit encoder_checkpointed;  // stored by one checkpointed encoder layer (its input)
+  ShapeFit decoder_plain;
+  ShapeFit decoder_checkpointed;
+  ShapeFit decoder_rest;       // the decoder phase's rest with a plain top layer: embeddings, loss, the top's workspace
+  ShapeFit decoder_recompute;  // the same while a checkpointed decoder layer recomputes its activations
+  ShapeFit encoder_rest;
+  ShapeFit encoder_recompute;
+  // Transient bytes of a micro-step of `shape` with the bottom `encoder_checkpointed` / `decoder_checkpointed`
+  // layers of `encoder_layers` / `decoder_layers` checkpointed.
+  double transient(const BatchShape& shape, std::int64_t encoder_layers, std::int64_t decoder_layers,
+                   std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers) const;
+};
+
+// Seconds of one micro-step: overhead + FLOPs / rate (FLOPs: the model's matrix products, plus the forward of each
+// recomputed layer). The rate is the median of the probes' rates, the overhead a least-squares fit.
+struct SpeedModel {
+  double flops_per_second = 1e9;
+  double overhead_seconds = 0.0;  // per micro-step: launch, data, the parts that do not scale with the FLOPs
+  double seconds(double flops) const { return overhead_seconds + flops / flops_per_second; }
+};
+
+struct OptimizerCost {
+  std::uint64_t transient_bytes = 0;  // temporaries of clip + step beyond the optimizer state
+  double seconds = 0.0;               // clip + step over the whole model
+};
+
+struct ProbeSample {
+  BatchShape shape;
+  std::int64_t encoder_layers = 1;  // of the reduced-depth copy
+  std::int64_t decoder_layers = 1;
+  bool checkpointed = false;        // every layer of the copy
+  std::uint64_t stored_bytes = 0;   // live when the forward pass ended
+  std::uint64_t decoder_phase_bytes = 0;
+  std::uint64_t encoder_phase_bytes = 0;
+  double flops = 0.0;
+  double seconds = 0.0;  // the fastest of the timed repetitions
+};
+
+struct Calibration {
+  model::ModelConfig config;         // the full model's
+  model::ParameterCounts counts;     // the full model's, with frozen embeddings moved out of the trainable count
+  std::uint64_t weight_bytes = 0;    // parameters and buffers as stored (fp32)
+  std::uint64_t gradient_bytes = 0;  // one per trainable parameter
+  std::int64_t encoder_layers = 0;
+  std::int64_t decoder_layers = 0;
+  bool bf16 = false;
+  bool freeze_embeds = false;
+  LayerMemory memory;
+  SpeedModel speed;
+  OptimizerCost adamw;
+  OptimizerCost adafactor;
+  std::vector<ProbeSample> samples;
+  double probe_seconds = 0.0;
+
+  const OptimizerCost& optimizer(optim::OptimizerType kind) const {
+    return kind == optim::OptimizerType::adamw_torch ? adamw : adafactor;
+  }
+};
+
+struct CalibrationOptions {
+  std::int64_t max_source_length = 512;  // probe shapes stay at or below these
+  std::int64_t max_target_length = 128;
+  bool bf16 = false;
+  double label_smoothing = 0.0;
+  bool freeze_embeds = false;  // the shared embedding (and through the tie the LM head) is not trained
+};
+
+// Runs the probe on reduced-depth copies of a model of `config`, built on `device`; the full model need not exist.
+// The global random state is left as it was. Takes seconds, also for pegasus-large.
+Calibration calibrate(const model::ModelConfig& config, const c10::Device& device, const CalibrationOptions& options);
+// The same for an existing model's config and device (the model itself is not touched).
+Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& options);
+
+// Matrix-product FLOPs of one micro-step of `shape` on a model of `config` with the bottom `encoder_checkpointed` /
+// `decoder_checkpointed` layers recomputed; `recompute` (when given) receives the recomputation's share.
+double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
+                        std::int64_t decoder_checkpointed, double* recompute = nullptr);
+
+// Parameter counts with the shared embedding frozen (HF's --freeze_embeds): its elements leave the trainable
+// count (no gradient, no optimizer state) and become frozen weights.
+model::ParameterCounts counts_with_frozen_embeddings(const model::ModelConfig& config);
+
+}  // namespace fitsum::memory

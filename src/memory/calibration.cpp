@@ -1,0 +1,393 @@
+// Implements include/fitsum/memory/calibration.h: the probe on reduced-depth copies, the per-layer fits and the
+// speed model.
+#include "fitsum/memory/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+#include "fitsum/memory/device_memory.h"
+#include "fitsum/model/micro_step.h"
+#include "fitsum/optim/optimizer_step.h"
+#include "fitsum/optim/optimizers.h"
+#include "fitsum/util/random_state.h"
+#include "fitsum/util/torch_compat.h"
+
+namespace fitsum::memory {
+
+namespace {
+
+
+using Clock = std::chrono::steady_clock;
+
+// Least squares for a small design matrix (rows x columns, row-major), in double precision.
+std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, const std::vector<double>& values) {
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const auto k = static_cast<std::int64_t>(rows.front().size());
+  auto a = torch::empty({n, k}, torch::kFloat64);
+  auto b = torch::empty({n, 1}, torch::kFloat64);
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < k; ++j) a[i][j] = rows[static_cast<std::size_t>(i)][static_cast<std::size_t>(j)];
+    b[i][0] = values[static_cast<std::size_t>(i)];
+  }
+  // Columns differ by orders of magnitude (1 vs B S^2): scale them to unit norm for a well-conditioned solve.
+  auto scale = a.norm(2, {0}).clamp_min(1e-30);
+  auto solution =
+      std::get<0>(torch::linalg_lstsq(a / scale, b, c10::nullopt, c10::optional<c10::string_view>("gelsd")));
+  solution = solution.squeeze(1) / scale;
+  std::vector<double> out(static_cast<std::size_t>(k));
+  for (std::int64_t j = 0; j < k; ++j) out[static_cast<std::size_t>(j)] = solution[j].item<double>();
+  return out;
+}
+
+// Exact bytes allocated by `work` beyond what was live when it started, on the CPU through the tracking allocator
+// and on CUDA through the caching allocator's statistics.
+template <typename Work>
+std::uint64_t measure_transient(const c10::Device& device, Work&& work) {
+  const auto before = read_memory(device).current_bytes;
+  reset_peak_memory(device);
+  work();
+  const auto peak = read_memory(device).peak_bytes;
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, peak - before));
+}
+
+void synchronize(const c10::Device& device) {
+#ifdef FITSUM_WITH_CUDA
+  if (device.is_cuda()) torch::cuda::synchronize();
+#endif
+}
+
+// The optimizer step (with clipping) on one stand-alone tensor shaped like the model's largest parameter: its
+// temporaries are per parameter, so the largest one sets the transient; the time scales with the elements.
+OptimizerCost measure_optimizer(optim::OptimizerType type, const torch::Tensor& largest, std::int64_t elements,
+                                const c10::Device& device) {
+  struct Holder : torch::nn::Module {};
+  auto holder = std::make_shared<Holder>();  // optimizers walk the module tree, which needs a shared_ptr
+  auto weight = holder->register_parameter("weight", torch::zeros_like(largest).normal_(0.0, 0.02));
+  weight.mutable_grad() = torch::full_like(weight, 1e-3);
+  optim::OptimizerSettings settings;
+  settings.type = type;
+  settings.learning_rate = 1e-4;
+  auto optimizer = optim::make_optimizer(*holder, settings);
+  const std::vector<torch::Tensor> params{weight};
+  optim::clip_grad_norm(params, 1.0);
+  optimizer->step();  // allocates the state
+  synchronize(device);
+  OptimizerCost cost;
+  const auto start = Clock::now();
+  cost.transient_bytes = measure_transient(device, [&] {
+    optim::clip_grad_norm(params, 1.0);
+    optimizer->step();
+  });
+  synchronize(device);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  cost.seconds =
+      seconds * static_cast<double>(elements) / static_cast<double>(std::max<std::int64_t>(1, weight.numel()));
+  return cost;
+}
+
+}  // namespace
+// ---- Fits ----
+
+namespace {
+
+std::vector<double> shape_features(const BatchShape& s) {
+  const double b = static_cast<double>(s.batch), src = static_cast<double>(s.source),
+               tgt = static_cast<double>(s.target);
+  return {1.0, b * src, b * tgt, b * src * src, b * tgt * tgt, b * src * tgt};
+}
+
+// The terms a quantity can have: all six for the rest of a phase; for one encoder layer, only those of the source
+// (its activations are B S d and B heads S^2 tensors); for one decoder layer, no S^2 (its self-attention is T^2,
+// its cross-attention T S, its cross keys and values S).
+enum class Terms { all, encoder_layer, decoder_layer };
+
+ShapeFit fit_shape(const std::vector<BatchShape>& shapes, const std::vector<double>& values, Terms terms) {
+  std::vector<std::size_t> used;
+  switch (terms) {
+    case Terms::all: used = {0, 1, 2, 3, 4, 5}; break;
+    case Terms::encoder_layer: used = {0, 1, 3}; break;
+    case Terms::decoder_layer: used = {0, 1, 2, 4, 5}; break;
+  }
+  std::vector<std::vector<double>> rows;
+  for (const auto& shape : shapes) {
+    const auto f = shape_features(shape);
+    std::vector<double> row;
+    for (const auto j : used) row.push_back(f[j]);
+    rows.push_back(row);
+  }
+  const auto x = least_squares(rows, values);
+  ShapeFit fit;
+  for (std::size_t k = 0; k < used.size(); ++k) fit.coefficients[used[k]] = x[k];
+  return fit;
+}
+
+}  // namespace
+
+double ShapeFit::operator()(const BatchShape& shape) const {
+  const auto f = shape_features(shape);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < f.size(); ++i) sum += coefficients[i] * f[i];
+  return sum;
+}
+
+double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_layers, std::int64_t decoder_layers,
+                              std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers) const {
+  const auto e = static_cast<double>(encoder_layers), d = static_cast<double>(decoder_layers);
+  const auto ce = static_cast<double>(std::clamp<std::int64_t>(checkpointed_encoder_layers, 0, encoder_layers));
+  const auto cd = static_cast<double>(std::clamp<std::int64_t>(checkpointed_decoder_layers, 0, decoder_layers));
+  const double encoder_activations = (e - ce) * encoder_plain(shape) + ce * encoder_checkpointed(shape);
+  double decoder_phase = 0.0, encoder_phase = 0.0;
+  if (cd < d) {
+    decoder_phase =
+        decoder_rest(shape) + encoder_activations + cd * decoder_checkpointed(shape) + (d - cd) * decoder_plain(shape);
+  }
+  if (cd > 0) {
+    decoder_phase =
+        std::max(decoder_phase, decoder_recompute(shape) + encoder_activations + cd * decoder_checkpointed(shape));
+  }
+  if (ce < e) encoder_phase = encoder_rest(shape) + encoder_activations;
+  if (ce > 0) encoder_phase = std::max(encoder_phase, encoder_recompute(shape) + ce * encoder_checkpointed(shape));
+  return std::max({0.0, decoder_phase, encoder_phase});
+}
+
+double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
+                        std::int64_t decoder_checkpointed, double* recompute) {
+  const auto f = model::forward_matmul_flops(config, shape.batch, shape.source, shape.target);
+  const double again = static_cast<double>(encoder_checkpointed) * f.encoder_layer +
+                       static_cast<double>(decoder_checkpointed) * f.decoder_layer;
+  if (recompute) *recompute = again;
+  return model::training_matmul_flops(config, shape.batch, shape.source, shape.target) + again;
+}
+
+// ---- Calibration ----
+
+model::ParameterCounts counts_with_frozen_embeddings(const model::ModelConfig& config) {
+  auto counts = model::count_parameters(config);
+  const auto elements = config.vocab_size * config.d_model;  // model.shared (and the tied LM head)
+  counts.trainable -= elements;
+  counts.frozen += elements;
+  counts.matrix_elements -= elements;
+  counts.matrix_rows_plus_cols -= config.vocab_size + config.d_model;
+  return counts;
+}
+
+namespace {
+
+// Probe shapes: at and below the run's longest lengths (a short-sequence run never probes longer sequences than it
+// trains on), spread in S and T so that every term of the fits is seen. What a layer stores is B times a function of
+// S and T, so micro-batch 2 at one cheap shape separates the constant. The 1 + 1 copy runs all seven (the rest of
+// each phase has six terms, and the run's own lengths must be among them); the 2 + 2 copy, which only gives one
+// layer's terms (at most five, exact products of B, S and T), runs the five cheapest, the first five here.
+std::vector<BatchShape> probe_shapes(const CalibrationOptions& options) {
+  const auto s = options.max_source_length, t = options.max_target_length;
+  const auto src = [&](std::int64_t v) { return std::max<std::int64_t>(2, std::min(v, s)); };
+  const auto tgt = [&](std::int64_t v) { return std::max<std::int64_t>(2, std::min(v, t)); };
+  return {{1, src(s / 4), tgt(t / 4)}, {2, src(s / 4), tgt(t / 4)}, {1, src(s / 2), tgt(t / 2)},
+          {1, src(s / 4), tgt(t)},     {1, src(s / 2), tgt(t / 4)}, {1, src(s), tgt(t / 4)},
+          {1, src(s), tgt(t)}};
+}
+constexpr std::size_t kDeepProbeShapes = 5;
+
+// A reduced-depth copy: the same config with `encoder_layers` + `decoder_layers` layers, random weights.
+model::Seq2SeqLM reduced_copy(const model::ModelConfig& config, std::int64_t encoder_layers,
+                              std::int64_t decoder_layers, const c10::Device& device, bool freeze_embeds) {
+  auto reduced = config;
+  reduced.encoder_layers = encoder_layers;
+  reduced.decoder_layers = decoder_layers;
+  model::Seq2SeqLM copy(reduced);
+  model::init_weights(*copy, 1234);
+  copy->to(device);
+  copy->train();
+  if (freeze_embeds) copy->model->shared->weight.set_requires_grad(false);
+  return copy;
+}
+
+// One micro-step of `shape` on `copy`, as the trainer runs it (model/micro_step.h), measured: the bytes stored when
+// the forward pass ends and the peaks of the backward's two phases (split where the encoder output's gradient is
+// complete), beyond what was live before; and its time.
+ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& shape, const CalibrationOptions& options,
+                               const c10::Device& device, int repetitions) {
+  const auto vocab = copy.config().vocab_size;
+  // Deterministic token ids that avoid the special ids 0 and 1; every position is a real token (no padding).
+  auto ids = (torch::arange(shape.batch * shape.source, torch::kLong) % (vocab - 2) + 2)
+                 .view({shape.batch, shape.source})
+                 .to(device);
+  auto mask = torch::ones({shape.batch, shape.source}, torch::TensorOptions(torch::kLong).device(device));
+  auto labels = (torch::arange(shape.batch * shape.target, torch::kLong) * 7 % (vocab - 2) + 2)
+                    .view({shape.batch, shape.target})
+                    .to(device);
+  ProbeSample sample;
+  sample.shape = shape;
+  sample.encoder_layers = copy.config().encoder_layers;
+  sample.decoder_layers = copy.config().decoder_layers;
+  sample.seconds = std::numeric_limits<double>::max();
+  for (int r = 0; r < repetitions; ++r) {
+    std::int64_t before = 0, decoder_peak = 0;
+    model::MicroBatchOptions micro;
+    micro.loss_scale = 1.0 / static_cast<double>(shape.batch * shape.target);
+    micro.label_smoothing = options.label_smoothing;
+    micro.bf16 = options.bf16;
+    micro.on_encoder_output = [&](torch::Tensor& encoded) {
+      if (!encoded.requires_grad()) return;
+      encoded.register_hook([&](const torch::Tensor&) {
+        decoder_peak = read_memory(device).peak_bytes;
+        reset_peak_memory(device);
+      });
+    };
+    synchronize(device);
+    const auto start = Clock::now();
+    before = read_memory(device).current_bytes;
+    reset_peak_memory(device);
+    auto loss = model::micro_batch_loss(copy, ids, mask, labels, micro);
+    const auto after_forward = read_memory(device);
+    reset_peak_memory(device);
+    (loss.sum * micro.loss_scale).backward();
+    const auto encoder_peak = read_memory(device).peak_bytes;
+    synchronize(device);
+    sample.seconds = std::min(sample.seconds, std::chrono::duration<double>(Clock::now() - start).count());
+    if (r == 0) {
+      const auto positive = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(0, v)); };
+      sample.stored_bytes = positive(after_forward.current_bytes - before);
+      sample.decoder_phase_bytes = positive(std::max(after_forward.peak_bytes, decoder_peak) - before);
+      sample.encoder_phase_bytes = positive(encoder_peak - before);
+    }
+  }
+  return sample;
+}
+
+// Which bytes belong to which layer: per shape, the differences between the copies of 1 + 1 and 2 + 2 layers. The
+// encoder phase holds only encoder activations, so its difference is one encoder layer's; the stored bytes'
+// difference is one layer of each stack. Then each quantity is fitted in the shape.
+LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::vector<ProbeSample>& samples) {
+  const std::vector<BatchShape> deep(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(kDeepProbeShapes));
+  const auto find = [&](const BatchShape& s, std::int64_t e, std::int64_t d, bool checkpointed) -> const ProbeSample& {
+    for (const auto& p : samples) {
+      if (p.shape.batch == s.batch && p.shape.source == s.source && p.shape.target == s.target &&
+          p.encoder_layers == e && p.decoder_layers == d && p.checkpointed == checkpointed) {
+        return p;
+      }
+    }
+    throw std::logic_error("planner probe: a sample is missing");
+  };
+  const auto value = [](std::uint64_t v) { return static_cast<double>(v); };
+  // One layer of each stack, from the shapes both copies ran.
+  std::vector<double> ep, ec, dp, dc;
+  for (const auto& s : deep) {
+    const auto& p11 = find(s, 1, 1, false);
+    const auto& p22 = find(s, 2, 2, false);
+    const auto& c11 = find(s, 1, 1, true);
+    const auto& c22 = find(s, 2, 2, true);
+    ep.push_back(value(p22.encoder_phase_bytes) - value(p11.encoder_phase_bytes));
+    dp.push_back(value(p22.stored_bytes) - value(p11.stored_bytes) - ep.back());
+    ec.push_back(value(c22.encoder_phase_bytes) - value(c11.encoder_phase_bytes));
+    dc.push_back(value(c22.stored_bytes) - value(c11.stored_bytes) - ec.back());
+  }
+  LayerMemory m;
+  m.encoder_plain = fit_shape(deep, ep, Terms::encoder_layer);
+  m.encoder_checkpointed = fit_shape(deep, ec, Terms::encoder_layer);
+  m.decoder_plain = fit_shape(deep, dp, Terms::decoder_layer);
+  m.decoder_checkpointed = fit_shape(deep, dc, Terms::decoder_layer);
+  // The rest of each phase: the 1 + 1 copy's bytes less its one layer of each stack, at every shape.
+  std::vector<double> dr, drc, er, erc;
+  for (const auto& s : shapes) {
+    const auto& p11 = find(s, 1, 1, false);
+    const auto& c11 = find(s, 1, 1, true);
+    dr.push_back(value(p11.decoder_phase_bytes) - m.encoder_plain(s) - m.decoder_plain(s));
+    drc.push_back(value(c11.decoder_phase_bytes) - m.encoder_checkpointed(s) - m.decoder_checkpointed(s));
+    er.push_back(value(p11.encoder_phase_bytes) - m.encoder_plain(s));
+    erc.push_back(value(c11.encoder_phase_bytes) - m.encoder_checkpointed(s));
+  }
+  m.decoder_rest = fit_shape(shapes, dr, Terms::all);
+  m.decoder_recompute = fit_shape(shapes, drc, Terms::all);
+  m.encoder_rest = fit_shape(shapes, er, Terms::all);
+  m.encoder_recompute = fit_shape(shapes, erc, Terms::all);
+  return m;
+}
+
+// seconds = overhead + flops / rate over the probes (24 micro-steps of two depths and two modes): the
+// overhead by least squares (0 when noise makes it negative), the rate as the median of the samples' own rates
+// after the overhead, so a few probes slowed by another process do not move it.
+SpeedModel fit_speed(const std::vector<ProbeSample>& samples) {
+  std::vector<std::vector<double>> rows;
+  std::vector<double> seconds;
+  for (const auto& p : samples) {
+    rows.push_back({1.0, p.flops});
+    seconds.push_back(p.seconds);
+  }
+  SpeedModel speed;
+  const auto x = least_squares(rows, seconds);
+  speed.overhead_seconds = std::max(0.0, x[0]);
+  std::vector<double> rates;
+  for (const auto& p : samples) {
+    const double compute = p.seconds - speed.overhead_seconds;
+    if (compute > 0.0) rates.push_back(p.flops / compute);
+  }
+  if (rates.empty()) return speed;
+  std::nth_element(rates.begin(), rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2), rates.end());
+  speed.flops_per_second = rates[rates.size() / 2];
+  return speed;
+}
+
+}  // namespace
+
+Calibration calibrate(const model::ModelConfig& config, const c10::Device& device, const CalibrationOptions& options) {
+  const auto start = Clock::now();
+  start_tracking(device);
+  Calibration c;
+  c.config = config;
+  c.freeze_embeds = options.freeze_embeds;
+  c.counts = options.freeze_embeds ? counts_with_frozen_embeddings(config) : model::count_parameters(config);
+  c.weight_bytes = static_cast<std::uint64_t>(c.counts.total()) * 4;  // fp32 storage (bf16 autocasts only)
+  c.gradient_bytes = static_cast<std::uint64_t>(c.counts.trainable) * 4;
+  c.encoder_layers = config.encoder_layers;
+  c.decoder_layers = config.decoder_layers;
+  c.bf16 = options.bf16;
+
+  // Random numbers drawn here (weights, dropout) must not shift the training run's.
+  util::RandomStateGuard keep_random_state(device);
+  const auto shapes = probe_shapes(options);
+  const auto all = std::numeric_limits<std::int64_t>::max();
+  torch::Tensor largest;
+  for (const std::int64_t depth : {1, 2}) {
+    const auto e = depth, d = depth;
+    auto copy = reduced_copy(config, e, d, device, options.freeze_embeds);
+    for (const bool checkpointed : {false, true}) {
+      copy->set_gradient_checkpointing(checkpointed ? all : 0, checkpointed ? all : 0);
+      // Warm-up: allocates the gradients (kept between steps, as the trainer's zero_grad keeps them) and first-use
+      // buffers, so each probe sees only its own transient.
+      measure_micro_step(*copy, shapes.front(), options, device, 1);
+      const auto count = depth == 1 ? shapes.size() : kDeepProbeShapes;
+      for (std::size_t i = 0; i < count; ++i) {
+        const auto& shape = shapes[i];
+        auto sample = measure_micro_step(*copy, shape, options, device, 1);
+        sample.checkpointed = checkpointed;
+        sample.flops = micro_step_flops(copy->config(), shape, checkpointed ? e : 0, checkpointed ? d : 0);
+        c.samples.push_back(sample);
+      }
+    }
+    if (depth == 1) {
+      for (const auto& p : copy->parameters()) {
+        if (p.requires_grad() && (!largest.defined() || p.numel() > largest.numel())) largest = p;
+      }
+      largest = largest.detach().clone();  // outlives the copy
+    }
+  }
+  c.memory = fit_layer_memory(shapes, c.samples);
+  c.speed = fit_speed(c.samples);
+  // The optimizer's temporaries are per parameter, so the largest sets the transient (the copies share the full
+  // model's widths, so theirs is the full model's largest); the time scales with the elements.
+  c.adamw = measure_optimizer(optim::OptimizerType::adamw_torch, largest, c.counts.trainable, device);
+  c.adafactor = measure_optimizer(optim::OptimizerType::adafactor, largest, c.counts.trainable, device);
+  c.probe_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return c;
+}
+
+Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& options) {
+  return calibrate(model.config(), model.parameters().front().device(), options);
+}
+}  // namespace fitsum::memory
