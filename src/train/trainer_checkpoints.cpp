@@ -16,6 +16,19 @@
 
 namespace fitsum::train {
 
+namespace {
+
+// The fine-tuned model folder's generation_config.json travels with every saved model, as HF's save_pretrained
+// writes the generation config it loaded: decoding settings a user edited there survive fine-tuning. Null (derive
+// it from config.json) when the run started from a config alone.
+nlohmann::json source_generation_config(const std::string& model_dir) {
+  const fs::path file = fs::path(model_dir) / "generation_config.json";
+  if (model_dir.empty() || !fs::is_regular_file(file)) return nullptr;
+  return util::read_json_file(file);
+}
+
+}  // namespace
+
 fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir) {
   if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
     const auto found = io::list_checkpoints(output_dir);
@@ -131,6 +144,7 @@ void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tens
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;
+  save.generation_config = source_generation_config(in_.model_name_or_path);
   io::save_model_folder(*in_.model, temp_dir, save);
   io::write_safetensors(temp_dir / "optimizer.safetensors", optim::export_optimizer_state(*optimizer_, parameters_),
                         {{"format", "fitsum-optimizer"}, {"optim", optim::to_string(args_.optimizer())}});
@@ -232,6 +246,7 @@ void Trainer::save_final_model() {
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;
+  save.generation_config = source_generation_config(in_.model_name_or_path);
   io::save_model_folder(*in_.model, args_.output_dir, save);
   write_trainer_state();
   util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");

