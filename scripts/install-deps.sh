@@ -12,6 +12,8 @@ packages=(
   libcli11-dev
   libgtest-dev
   libbenchmark-dev
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files (report_to tensorboard)
+  librsvg2-bin            # rsvg-convert: the tests render the SVG reports to PNG
 )
 # make test-sanitize and make fuzz build with clang and its sanitizer and libFuzzer runtimes.
 if [[ "${FITSUM_WITH_SANITIZERS:-0}" == 1 ]]; then

@@ -124,6 +124,9 @@ void DataOptions::validate() const {
   if (max_eval_samples && *max_eval_samples < 1) {
     throw std::invalid_argument("max_eval_samples must be at least 1");
   }
+  if (max_predict_samples && *max_predict_samples < 1) {
+    throw std::invalid_argument("max_predict_samples must be at least 1");
+  }
   if (pad_to_multiple_of && *pad_to_multiple_of < 1) {
     throw std::invalid_argument("pad_to_multiple_of must be at least 1");
   }

@@ -131,7 +131,8 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
           p.summary = tokenizer->decode(p.generated_ids);
           const auto& labels = examples[p.index].labels;
           if (labels) {
-            scores.push_back(eval::score_rouge(tokenizer->decode(*labels), p.summary, options.rouge));
+            p.reference = tokenizer->decode(*labels);
+            scores.push_back(eval::score_rouge(p.reference, p.summary, options.rouge));
           }
         }
         result.predictions.push_back(std::move(p));

@@ -17,6 +17,7 @@
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/safetensors.h"
+#include "fitsum/io/tensorboard.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/micro_step.h"
@@ -47,24 +48,6 @@ std::int64_t label_tokens(const data::Example& e) {
 }  // namespace
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
-
-fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir) {
-  if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
-    const auto found = io::list_checkpoints(output_dir);
-    if (found.empty()) {
-      throw std::runtime_error("resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
-                               "'");
-    }
-    return found.back();
-  }
-  const fs::path dir(resume_from_checkpoint);
-  if (!fs::is_directory(dir) || !fs::exists(dir / "trainer_state.json")) {
-    throw std::runtime_error("resume_from_checkpoint '" + resume_from_checkpoint +
-                             "' is not a checkpoint folder (it needs trainer_state.json); use 'latest' for the "
-                             "newest in output_dir");
-  }
-  return dir;
-}
 
 Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks)
     : args_(std::move(args)), in_(std::move(inputs)), callbacks_(std::move(callbacks)) {
@@ -112,8 +95,19 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   schedule_.warmup_steps = warmup_steps_for(args_.warmup_steps, args_.warmup_ratio, max_steps_);
 }
 
+Trainer::~Trainer() = default;
+
 void Trainer::log(nlohmann::ordered_json entry) {
   log_history_.push_back(entry);
+  write_trainer_state();  // a run that dies later still leaves its history (HF writes it at saves only)
+  if (tensorboard_) {     // HF's TensorBoardCallback.on_log: every number, tagged by rewrite_logs, at the global step
+    for (const auto& item : entry.items()) {
+      if (item.key() != "step" && item.value().is_number()) {
+        tensorboard_->add_scalar(io::hf_tensorboard_tag(item.key()), item.value().get<double>(), global_step_);
+      }
+    }
+    tensorboard_->flush();
+  }
   if (callbacks_.on_log) callbacks_.on_log(entry);
 }
 
@@ -254,6 +248,12 @@ bool Trainer::replan_after_repeated_oom() {
 }
 
 nlohmann::ordered_json Trainer::evaluate() {
+  const auto result = run_evaluation(in_.eval_examples);
+  if (result.interrupted) return nullptr;  // a stop request: the step's checkpoint is saved next, not partial metrics
+  return evaluation_metrics(result, args_.predict_with_generate);
+}
+
+EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examples) {
   EvaluationOptions options;
   options.batch_size = args_.per_device_eval_batch_size;
   options.generate = args_.predict_with_generate;
@@ -262,146 +262,23 @@ nlohmann::ordered_json Trainer::evaluate() {
   if (args_.generation_max_length) options.generation.max_length = *args_.generation_max_length;
   options.label_smoothing = args_.label_smoothing_factor;
   options.bf16 = args_.bf16;
+  options.rouge.split_sentences = args_.rouge_split_sentences;
   options.collator = in_.collator;
   options.on_progress = callbacks_.on_evaluation;
   options.should_stop = [] { return g_stop_signal.load() != 0; };
-  const auto result = evaluate_model(*in_.model, in_.eval_examples, in_.tokenizer.get(), options, in_.device);
-  if (result.interrupted) return nullptr;  // a stop request: the step's checkpoint is saved next, not partial metrics
-  return evaluation_metrics(result, args_.predict_with_generate);
-}
-
-nlohmann::ordered_json Trainer::trainer_state_json() const {
-  nlohmann::ordered_json s;
-  s["best_metric"] = nullptr;
-  s["best_model_checkpoint"] = nullptr;
-  s["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
-  s["eval_steps"] = eval_steps_;
-  s["global_step"] = global_step_;
-  s["is_hyper_param_search"] = false;
-  s["is_local_process_zero"] = true;
-  s["is_world_process_zero"] = true;
-  s["log_history"] = log_history_;
-  s["logging_steps"] = logging_steps_;
-  s["max_steps"] = max_steps_;
-  s["num_input_tokens_seen"] = 0;
-  s["num_train_epochs"] = num_epochs_;
-  s["save_steps"] = save_steps_;
-  s["total_flos"] = 0;
-  s["train_batch_size"] = args_.per_device_train_batch_size;
-  s["trial_name"] = nullptr;
-  s["trial_params"] = nullptr;
-  return s;
-}
-
-void Trainer::save_checkpoint(const torch::Tensor& rng) {
-  const fs::path output_dir(args_.output_dir);
-  const auto temp_dir = io::begin_checkpoint(output_dir, global_step_);
-  fs::path final_dir;
-  try {
-    write_checkpoint_files(temp_dir, rng);
-    final_dir = io::commit_checkpoint(temp_dir, global_step_);
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(temp_dir, ignored);  // a full or failing disk leaves no folder behind
-    throw;
-  }
-  saved_step_ = global_step_;
-  if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
-  if (args_.save_total_limit) {
-    auto all = io::list_checkpoints(output_dir);
-    while (static_cast<std::int64_t>(all.size()) > *args_.save_total_limit) {
-      io::remove_checkpoint(all.front());
-      if (callbacks_.on_message) callbacks_.on_message("removed " + all.front().string() + " (save_total_limit)");
-      all.erase(all.begin());
-    }
-  }
-}
-
-void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tensor& rng) {
-  io::SaveOptions save;
-  save.config_json = in_.config_json;
-  save.copy_tokenizer_from = in_.tokenizer_dir;
-  io::save_model_folder(*in_.model, temp_dir, save);
-  io::write_safetensors(temp_dir / "optimizer.safetensors", optim::export_optimizer_state(*optimizer_, parameters_),
-                        {{"format", "fitsum-optimizer"}, {"optim", optim::to_string(args_.optimizer())}});
-  io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
-  nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
-                                      {"last_epoch", global_step_},
-                                      {"warmup_steps", schedule_.warmup_steps},
-                                      {"total_steps", schedule_.total_steps},
-                                      {"learning_rate", schedule_.lr(global_step_)}};
-  util::write_file_atomic(temp_dir / "scheduler.json", scheduler.dump(2) + "\n");
-  util::write_file_atomic(temp_dir / "trainer_state.json", trainer_state_json().dump(2) + "\n");
-  util::write_file_atomic(temp_dir / "training_args.json", args_.to_json().dump(2) + "\n");
-  nlohmann::ordered_json position = {
-      {"epoch", epoch_},
-      {"step_in_epoch", step_in_epoch_},
-      {"global_step", global_step_},
-      {"loss_since_log", loss_since_log_},
-      {"steps_since_log", steps_since_log_},
-      {"total_loss", total_loss_},
-      {"last_grad_norm", last_grad_norm_},
-      {"seed", args_.seed},
-      {"data_seed", args_.data_seed.value_or(args_.seed)},
-      {"train_examples", in_.train_examples.size()},
-      {"examples_per_step", args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
-  util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
-}
-
-void Trainer::resume(const fs::path& checkpoint) {
-  auto folder = io::open_model_folder(checkpoint);
-  io::load_weights(*in_.model, folder);
-  in_.model->to(in_.device);
-
-  const auto position = util::read_json_file(checkpoint / "fitsum_state.json");
-  const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
-  const auto data_seed = args_.data_seed.value_or(args_.seed);
-  if (position.at("seed").get<std::int64_t>() != args_.seed ||
-      position.value("data_seed", position.at("seed").get<std::int64_t>()) != data_seed ||
-      position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
-      position.at("examples_per_step").get<std::int64_t>() != per_step) {
-    throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with seed " +
-                                position.at("seed").dump() + ", " + position.at("train_examples").dump() +
-                                " training examples and " + position.at("examples_per_step").dump() +
-                                " examples per optimizer step; now they are " + std::to_string(args_.seed) + ", " +
-                                std::to_string(in_.train_examples.size()) + " and " + std::to_string(per_step));
-  }
-  epoch_ = position.at("epoch");
-  step_in_epoch_ = position.at("step_in_epoch");
-  global_step_ = position.at("global_step");
-  loss_since_log_ = position.at("loss_since_log");
-  steps_since_log_ = position.at("steps_since_log");
-  total_loss_ = position.at("total_loss");
-  last_grad_norm_ = position.at("last_grad_norm");
-  io::check_checkpoint_position(checkpoint / "fitsum_state.json", epoch_, step_in_epoch_, global_step_,
-                                steps_per_epoch_);
-  const auto state = util::read_json_file(checkpoint / "trainer_state.json");
-  log_history_ = nlohmann::ordered_json::parse(state.at("log_history").dump());
-
-  io::SafetensorsReader optimizer_file(checkpoint / "optimizer.safetensors");
-  std::map<std::string, torch::Tensor> optimizer_state;
-  for (const auto& e : optimizer_file.entries()) optimizer_state[e.name] = optimizer_file.read(e.name).to(in_.device);
-  optim::import_optimizer_state(*optimizer_, parameters_, optimizer_state);
-  io::SafetensorsReader rng_file(checkpoint / "rng_state.safetensors");
-  util::set_random_state(in_.device, rng_file.read("generator"));
-  if (callbacks_.on_message) {
-    callbacks_.on_message("resumed from " + checkpoint.string() + " at step " + std::to_string(global_step_));
-  }
-}
-
-void Trainer::save_final_model() {
-  io::SaveOptions save;
-  save.config_json = in_.config_json;
-  save.copy_tokenizer_from = in_.tokenizer_dir;
-  io::save_model_folder(*in_.model, args_.output_dir, save);
-  util::write_file_atomic(fs::path(args_.output_dir) / "trainer_state.json", trainer_state_json().dump(2) + "\n");
-  util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");
+  return evaluate_model(*in_.model, examples, in_.tokenizer.get(), options, in_.device);
 }
 
 void Trainer::begin_run() {
   io::prepare_output_folder(args_.output_dir, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
                             callbacks_.on_message);
   g_stop_signal.store(0);
+  if (args_.report_to_tensorboard) {
+    const auto dir =
+        args_.logging_dir.empty() ? io::default_logging_dir(args_.output_dir) : fs::path(args_.logging_dir);
+    tensorboard_ = std::make_unique<io::TensorBoardWriter>(dir);
+    if (callbacks_.on_message) callbacks_.on_message("TensorBoard events: " + tensorboard_->file().string());
+  }
   memory::start_tracking(in_.device);
   torch::manual_seed(static_cast<std::uint64_t>(args_.seed));  // HF set_seed: dropout draws start here
   if (!args_.resume_from_checkpoint.empty()) {
@@ -471,6 +348,7 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
     auto entry = evaluate();
     if (entry.is_null()) return;
     const double seconds = entry["eval_runtime"].get<double>();
+    record_evaluation(entry);
     entry["epoch"] = epoch_value;
     entry["step"] = global_step_;
     log(entry);
@@ -513,6 +391,7 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
     const double epoch_value =
         static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) / static_cast<double>(steps.size());
     after_step(end_of_epoch, epoch_value);
+    if (stop_early_) break;
   }
   if (step_in_epoch_ >= static_cast<std::int64_t>(steps.size())) {
     epoch_ += 1;
@@ -531,11 +410,14 @@ TrainResult Trainer::finish_run() {
   summary["train_tokens_per_second"] = static_cast<double>(train_tokens_) / std::max(train_seconds_, 1e-9);
   summary["total_flos"] = 0;
   summary["train_loss"] = global_step_ ? total_loss_ / static_cast<double>(global_step_) : 0.0;
+  load_best_model();  // before the summary is logged, as HF's _inner_training_loop does
   log(summary);
   save_final_model();
   TrainResult result;
   result.global_step = global_step_;
   result.metrics = summary;
+  result.stopped_early = stop_early_;
+  write_run_results(result);
   return result;
 }
 
@@ -549,7 +431,7 @@ TrainResult Trainer::train() {
       static_cast<std::size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps);
   const auto run_start = Clock::now();
   try {
-    while (global_step_ < max_steps_) {
+    while (global_step_ < max_steps_ && !stop_early_) {
       if (!run_epoch(lengths, sampler)) {
         train_seconds_ += seconds_since(run_start);
         TrainResult result;

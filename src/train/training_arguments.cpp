@@ -15,6 +15,21 @@ IntervalStrategy parse_interval_strategy(const std::string& name, const char* fi
   throw std::invalid_argument(std::string(field) + " '" + name + "' is not one of no, steps, epoch");
 }
 
+bool parse_report_to(const std::vector<std::string>& values) {
+  bool tensorboard = false;
+  for (const auto& value : values) {
+    if (value == "tensorboard" || value == "all") {
+      tensorboard = true;
+    } else if (value != "none" && !value.empty()) {
+      throw std::invalid_argument("report_to " + value +
+                                  " is not supported by fitsum: it reports to tensorboard (event files under "
+                                  "logging_dir) and always to output_dir/trainer_state.json; use report_to "
+                                  "tensorboard or none");
+    }
+  }
+  return tensorboard;
+}
+
 std::optional<optim::OptimizerType> parse_optim(const std::string& name) {
   if (name == "auto") return std::nullopt;
   return optim::parse_optimizer_type(name, "optim");
@@ -54,6 +69,57 @@ const char* to_string(IntervalStrategy strategy) {
       return "epoch";
   }
   return "?";
+}
+
+std::string TrainingArguments::best_metric_key() const {
+  // HF's __post_init__: load_best_model_at_end without a metric means "loss"; evaluate() prefixes "eval_".
+  std::string metric = metric_for_best_model.value_or(load_best_model_at_end ? "loss" : "");
+  if (metric.empty() || metric.rfind("eval_", 0) == 0) return metric;
+  return "eval_" + metric;
+}
+
+bool TrainingArguments::best_metric_greater_is_better() const {
+  if (greater_is_better) return *greater_is_better;
+  const auto key = best_metric_key();
+  return !(key.size() >= 4 && key.compare(key.size() - 4, 4, "loss") == 0);
+}
+
+// HF's rules for load_best_model_at_end and EarlyStoppingCallback, checked before anything runs.
+void TrainingArguments::validate_best_model() const {
+  if (load_best_model_at_end) {
+    if (eval_strategy == IntervalStrategy::no) {
+      throw std::invalid_argument("load_best_model_at_end needs evaluations: set eval_strategy steps or epoch");
+    }
+    if (eval_strategy != save_strategy) {
+      throw std::invalid_argument(std::string("load_best_model_at_end requires the save and eval strategy to match, "
+                                              "but eval_strategy is ") +
+                                  to_string(eval_strategy) + " and save_strategy " + to_string(save_strategy));
+    }
+    const double every = eval_steps.value_or(logging_steps);
+    if (eval_strategy == IntervalStrategy::steps && every >= 1 && save_steps >= 1 &&
+        std::fmod(save_steps, every) != 0.0) {
+      std::ostringstream text;
+      text << "load_best_model_at_end requires save_steps to be a round multiple of eval_steps, but found "
+           << save_steps << " and " << every;
+      throw std::invalid_argument(text.str());
+    }
+  }
+  const auto key = best_metric_key();
+  const bool generated_metric = key.rfind("eval_rouge", 0) == 0 || key == "eval_gen_len";
+  if (generated_metric && !predict_with_generate) {
+    throw std::invalid_argument("metric_for_best_model " + key +
+                                " needs predict_with_generate (ROUGE and gen_len "
+                                "come from generated summaries)");
+  }
+  if (early_stopping_patience) {
+    if (*early_stopping_patience < 1) throw std::invalid_argument("early_stopping_patience must be at least 1");
+    if (!load_best_model_at_end) {
+      throw std::invalid_argument(
+          "early_stopping_patience requires load_best_model_at_end (as HF's "
+          "EarlyStoppingCallback does) and an eval_strategy");
+    }
+  }
+  if (!(early_stopping_threshold >= 0)) throw std::invalid_argument("early_stopping_threshold must not be negative");
 }
 
 std::int64_t TrainingArguments::interval_in_steps(double value, std::int64_t max_steps) {
@@ -120,6 +186,7 @@ void TrainingArguments::validate() const {
         "fp16 is refused for PEGASUS: its activations overflow float16 (the reason HF clamps them and why "
         "PEGASUS fp16 fine-tunes produce NaN losses); use bf16, which has float32's range");
   }
+  validate_best_model();
   if (output_dir.empty()) throw std::invalid_argument("output_dir is required");
 }
 
@@ -171,6 +238,18 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["predict_with_generate"] = predict_with_generate;
   j["generation_num_beams"] = generation_num_beams ? nlohmann::ordered_json(*generation_num_beams) : nullptr;
   j["generation_max_length"] = generation_max_length ? nlohmann::ordered_json(*generation_max_length) : nullptr;
+  j["rouge_split_sentences"] = rouge_split_sentences;
+  j["do_eval"] = do_eval;
+  j["do_predict"] = do_predict;
+  j["load_best_model_at_end"] = load_best_model_at_end;
+  const auto key = best_metric_key();  // as HF resolves them
+  j["metric_for_best_model"] = key.empty() ? nullptr : nlohmann::ordered_json(key.substr(5));
+  j["greater_is_better"] = key.empty() ? nullptr : nlohmann::ordered_json(best_metric_greater_is_better());
+  j["early_stopping_patience"] = early_stopping_patience ? nlohmann::ordered_json(*early_stopping_patience) : nullptr;
+  j["early_stopping_threshold"] = early_stopping_threshold;
+  j["report_to"] =
+      report_to_tensorboard ? nlohmann::ordered_json::array({"tensorboard"}) : nlohmann::ordered_json::array();
+  j["logging_dir"] = logging_dir.empty() ? nullptr : nlohmann::ordered_json(logging_dir);
   return j;
 }
 

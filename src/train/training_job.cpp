@@ -48,6 +48,8 @@ void check_job(TrainingJob& job) {
     throw std::invalid_argument(std::string("eval_strategy ") + to_string(args.eval_strategy) +
                                 " needs validation_file");
   }
+  if (args.do_eval && job.validation_file.empty()) throw std::invalid_argument("do_eval needs validation_file");
+  if (args.do_predict && job.test_file.empty()) throw std::invalid_argument("do_predict needs test_file");
   if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
     throw std::invalid_argument("output_dir '" + args.output_dir +
                                 "' already holds a training run; set overwrite_output_dir to write over it or "
@@ -185,10 +187,17 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   auto& in = p.inputs;
   in.train_examples = read_split(job.train_file, m, job.data, job.data.max_train_samples, !job.keep_empty_examples,
                                  "train_file", report);
-  if (job.args.eval_strategy != IntervalStrategy::no) {
+  if (job.args.eval_strategy != IntervalStrategy::no || job.args.do_eval) {
     in.eval_examples =
         read_split(job.validation_file, m, job.data, job.data.max_eval_samples, false, "validation_file", report);
   }
+  if (job.args.do_predict) {
+    in.test_examples = read_split(job.test_file, m, job.data, job.data.max_predict_samples, false, "test_file", report);
+  }
+  in.model_name_or_path = job.model.model_name_or_path.empty() ? job.model.config_name : job.model.model_name_or_path;
+  in.train_file = job.train_file;
+  in.validation_file = job.validation_file;
+  in.test_file = job.test_file;
   const auto& config = m.loaded.model->config();
   in.model = m.loaded.model;
   in.config_json = m.loaded.config_json;

@@ -279,7 +279,7 @@ TEST(HfArguments, ValuesFitsumCannotHonourAreRefusedByName) {
   for (const Case& c : {Case{"--push_to_hub True", "copy output_dir"}, Case{"--push_to_hub", "copy output_dir"},
                         Case{"--deepspeed ds.json", "--max_memory"}, Case{"--torch_compile", "compiled C++"},
                         Case{"--dataset_name samsum", "--train_file"}, Case{"--adafactor true", "--optim adafactor"},
-                        Case{"--report_to tensorboard", "trainer_state.json"}}) {
+                        Case{"--report_to wandb", "trainer_state.json"}}) {
     const auto r = run_command(fitsum() + " train --output_dir /nonexistent/x " + c.flags);
     EXPECT_EQ(r.exit_code, 2) << c.flags << ": " << r.output;
     EXPECT_TRUE(contains(r.output, "is not supported by fitsum")) << c.flags << ": " << r.output;

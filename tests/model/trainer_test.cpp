@@ -5,6 +5,7 @@
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/train/trainer.h"
+#include "fitsum/util/files.h"
 #include "fixture_support.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -128,6 +129,68 @@ TEST(Trainer, FreezeEmbedsKeepsTheSharedEmbeddingAndTrainsTheRest) {
   std::int64_t trainable = 0;
   for (const auto& p : model->parameters()) trainable += p.requires_grad() ? p.numel() : 0;
   EXPECT_EQ(counts.trainable, trainable);
+}
+
+// trainer_state.json is rewritten at every log, evaluation and save: a run that dies keeps its history. Each
+// callback reads the file as it stands when the trainer reports the entry.
+TEST(Trainer, TrainerStateIsRewrittenAtEveryLogEvaluationAndSave) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("state");
+  train::TrainingArguments args;
+  args.output_dir = (dir / "out").string();
+  args.max_steps = 4;
+  args.per_device_train_batch_size = 2;
+  args.logging_steps = 1;
+  args.eval_strategy = train::IntervalStrategy::steps;
+  args.eval_steps = 2;
+  args.save_steps = 2;
+  train::TrainerInputs inputs;
+  inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
+  for (int i = 0; i < 4; ++i) {
+    data::Example e;
+    e.input_ids = std::vector<data::TokenId>(5 + i, 110 + i);
+    e.input_ids.back() = 1;
+    e.labels = std::vector<data::TokenId>(3 + i, 120 + i);
+    e.labels->back() = 1;
+    inputs.train_examples.push_back(e);
+    inputs.eval_examples.push_back(e);
+  }
+  const auto state_file = dir / "out" / "trainer_state.json";
+  std::vector<std::string> problems;
+  std::size_t entries = 0;
+  train::TrainerCallbacks callbacks;
+  callbacks.on_log = [&](const nlohmann::ordered_json& entry) {
+    entries += 1;
+    if (!fs::exists(state_file)) {
+      problems.push_back("no trainer_state.json at log entry " + std::to_string(entries));
+      return;
+    }
+    const auto state = util::read_json_file(state_file);
+    if (state["log_history"].size() != entries || state["log_history"].back() != nlohmann::json(entry)) {
+      problems.push_back("trainer_state.json lags behind log entry " + entry.dump());
+    }
+    if (entry.contains("step") && !entry.contains("train_runtime") &&
+        state["global_step"] != nlohmann::json(entry["step"])) {
+      problems.push_back("global_step " + state["global_step"].dump() + " at entry " + entry.dump());
+    }
+    if (state["max_steps"] != 4) problems.push_back("max_steps " + state["max_steps"].dump());
+  };
+  callbacks.on_message = [&](const std::string& message) {
+    if (message.rfind("saved ", 0) != 0) return;
+    const auto state = util::read_json_file(state_file);
+    const auto checkpoint_state = util::read_json_file(fs::path(message.substr(6)) / "trainer_state.json");
+    if (state["log_history"] != checkpoint_state["log_history"]) {
+      problems.push_back("output_dir's trainer_state.json differs from the checkpoint's at " + message);
+    }
+  };
+  train::Trainer trainer(args, std::move(inputs), callbacks);
+  trainer.train();
+  EXPECT_TRUE(problems.empty()) << problems.front();
+  EXPECT_EQ(entries, 4u + 2u + 1u);  // 4 training logs, 2 evaluations, the run's summary
+  // No temporary file is left beside it.
+  for (const auto& entry : fs::directory_iterator(dir / "out")) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
+  }
 }
 
 }  // namespace

@@ -104,6 +104,7 @@ void run_eval(EvalArgs a) {
       nlohmann::ordered_json record;
       if (!examples[p.index].id.is_null()) record["id"] = examples[p.index].id;
       if (tok != nullptr) record["summary"] = p.summary;
+      if (tok != nullptr && examples[p.index].labels) record["reference"] = p.reference;
       record["generated_ids"] = p.generated_ids;
       out += record.dump() + "\n";
     }
@@ -121,7 +122,8 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--tokenizer_name", a->tokenizer_name, "folder with spiece.model (default: the model's)");
   cmd->add_option("--test_file", a->test_file, "jsonl, json or csv; text or pre-tokenized")->required();
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")->capture_default_str();
-  cmd->add_option("--predictions_file", a->predictions_file, "write {id, summary, generated_ids} per record");
+  cmd->add_option("--predictions_file", a->predictions_file,
+                  "write {id, summary, reference, generated_ids} per record");
   cmd->add_option("--metrics_file", a->metrics_file, "write the metrics as JSON");
   cmd->add_option("--use_stemmer", a->use_stemmer, "ROUGE with the Porter stemmer (run_summarization: true)")
       ->capture_default_str();

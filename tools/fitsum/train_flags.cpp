@@ -37,8 +37,12 @@ void add_model_flags(CLI::App& g, io::ModelSource& model) {
 void add_data_flags(CLI::App& g, train::TrainingJob& job) {
   g.add_option("--train_file", job.train_file, "training data: jsonl, json or csv (text or pre-tokenized)");
   g.add_option("--validation_file", job.validation_file, "evaluation data, same formats");
+  g.add_option("--test_file", job.test_file, "with --do_predict: data to predict, same formats");
   add_tokenization_flags(g, job.data);
   add_sample_limit_flags(g, job.data);
+  g.add_option_function<std::int64_t>(
+      "--max_predict_samples", [&job](const std::int64_t& n) { job.data.max_predict_samples = n; },
+      "Use only the first N test examples");
   add_batching_flags(g, job.data);
   g.add_option("--source_prefix", job.data.source_prefix, "text put before every input, e.g. \"summarize: \" for T5");
   g.add_flag("--keep_empty_examples", job.keep_empty_examples,
@@ -124,6 +128,30 @@ void add_evaluation_flags(CLI::App& g, train::TrainingArguments& t) {
   g.add_option_function<std::int64_t>(
       "--generation_max_length", [&t](const std::int64_t& n) { t.generation_max_length = n; },
       "max_length for --predict_with_generate (default: the model's generation config)");
+  g.add_flag("--rouge_split_sentences", t.rouge_split_sentences,
+             "rougeLsum over sentences split one per line, as fitsum eval --rouge_split_sentences");
+  g.add_flag("--do_eval", t.do_eval, "after training: evaluate on validation_file, write eval_results.json");
+  g.add_flag("--do_predict", t.do_predict,
+             "after training: predict test_file, write predict_results.json (and generated_predictions.txt with "
+             "--predict_with_generate)");
+}
+
+void add_best_model_flags(CLI::App& g, train::TrainingArguments& t) {
+  g.add_flag("--load_best_model_at_end", t.load_best_model_at_end,
+             "the model saved at the end is the best checkpoint's (needs matching eval and save strategies)");
+  g.add_option_function<std::string>(
+      "--metric_for_best_model", [&t](const std::string& name) { t.metric_for_best_model = name; },
+      "loss, rouge1, rouge2, rougeL, rougeLsum, gen_len (eval_ is prefixed; default with load_best_model_at_end: "
+      "loss)");
+  g.add_flag_function(
+      "--greater_is_better", [&t](std::int64_t count) { t.greater_is_better = count > 0; },
+      "whether a larger metric is better (default: false for a loss, true otherwise)");
+  g.add_option_function<std::int64_t>(
+      "--early_stopping_patience", [&t](const std::int64_t& n) { t.early_stopping_patience = n; },
+      "stop after N evaluations in a row without improvement (HF's EarlyStoppingCallback)");
+  g.add_option("--early_stopping_threshold", t.early_stopping_threshold,
+               "how much the metric must improve to count as an improvement")
+      ->capture_default_str();
 }
 
 void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_tqdm) {
@@ -136,6 +164,14 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_t
   g.add_option("--logging_steps", t.logging_steps, "log every N steps (< 1: a fraction of the run)")
       ->capture_default_str();
   g.add_flag("--logging_first_step", t.logging_first_step, "also log after the first optimizer step");
+  g.add_option_function<std::vector<std::string>>(
+       "--report_to",
+       [&t](const std::vector<std::string>& values) { t.report_to_tensorboard = train::parse_report_to(values); },
+       "tensorboard (or all): TensorBoard event files under logging_dir; none (the default): none")
+      ->expected(0, CLI::detail::expected_max_vector_size)
+      ->allow_extra_args(true);
+  g.add_option("--logging_dir", t.logging_dir,
+               "where report_to tensorboard writes (default: output_dir/runs/<Mon><DD>_<HH>-<MM>-<SS>_<hostname>)");
   add_parsed(
       g, "--save_strategy", t.save_strategy,
       [](const std::string& s) { return train::parse_interval_strategy(s, "save_strategy"); }, "no, steps or epoch",
@@ -193,6 +229,7 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
                                          "(docs/memory.md)"),
                    o);
   add_evaluation_flags(*cmd.add_option_group("Evaluation", "evaluation during training"), o.job.args);
+  add_best_model_flags(*cmd.add_option_group("Best model", "best checkpoint and early stopping"), o.job.args);
   add_logging_flags(*cmd.add_option_group("Logging", "logs and checkpoints"), o.job.args, o.disable_tqdm);
   add_runtime_flags(*cmd.add_option_group("Runtime", "device and threads"), o.runtime);
   add_hf_compatibility_arguments(cmd);

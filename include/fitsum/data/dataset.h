@@ -30,6 +30,7 @@ struct DataOptions {
   std::int64_t max_target_length = 128;
   std::optional<std::int64_t> max_train_samples;
   std::optional<std::int64_t> max_eval_samples;
+  std::optional<std::int64_t> max_predict_samples;
   bool skip_bad_records = false;                     // skip (and count) malformed records instead of failing
   std::optional<std::int64_t> pad_to_multiple_of;    // DataCollatorForSeq2Seq
   bool group_by_length = false;                      // LengthGroupedSampler

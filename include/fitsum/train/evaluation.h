@@ -47,6 +47,7 @@ struct Prediction {
   std::size_t index = 0;                    // position in the evaluated examples
   std::vector<std::int64_t> generated_ids;  // as HF generate returns it: start token first, eos kept, no padding
   std::string summary;                      // decoded (empty without a tokenizer)
+  std::string reference;                    // the decoded labels ROUGE compared it with (empty without labels)
 };
 
 struct EvaluationResult {

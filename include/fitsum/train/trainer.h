@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,10 +39,14 @@
 #include "fitsum/data/sampler.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/model/seq2seq.h"
+#include "fitsum/train/evaluation.h"
 #include "fitsum/train/training_arguments.h"
 
 namespace fitsum::tokenizer {
 class PegasusTokenizer;
+}
+namespace fitsum::io {
+class TensorBoardWriter;
 }
 
 namespace fitsum::train {
@@ -55,6 +60,12 @@ struct TrainerInputs {
   fs::path tokenizer_dir;      // its tokenizer files are copied into every saved model folder
   std::vector<data::Example> train_examples;
   std::vector<data::Example> eval_examples;
+  std::vector<data::Example> test_examples;  // do_predict's test_file
+  // What the model card in output_dir names: the model fine-tuned and the data files.
+  std::string model_name_or_path;
+  std::string train_file;
+  std::string validation_file;
+  std::string test_file;
   data::CollatorOptions collator;
   torch::Device device = torch::kCPU;
   // For --predict_with_generate: the model folder's decoding defaults and the tokenizer that decodes for ROUGE.
@@ -81,7 +92,10 @@ struct TrainResult {
   std::int64_t global_step = 0;
   bool interrupted = false;  // stopped by request_stop(); a checkpoint of global_step was saved
   int stop_signal = 0;
-  nlohmann::ordered_json metrics;  // the last log_history entry (train_runtime, train_loss, ...)
+  nlohmann::ordered_json metrics;          // the last log_history entry (train_runtime, train_loss, ...)
+  bool stopped_early = false;              // early_stopping_patience evaluations without improvement ended the run
+  nlohmann::ordered_json eval_metrics;     // do_eval: eval_results.json
+  nlohmann::ordered_json predict_metrics;  // do_predict: predict_results.json
 };
 
 // Asks a running trainer to stop after the current micro-batch (async-signal-safe: one atomic store).
@@ -90,6 +104,7 @@ void request_stop(int signal_number);
 class Trainer {
  public:
   Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks = {});
+  ~Trainer();
 
   TrainResult train();
   // The evaluation metrics over the eval examples: eval_loss as HF's evaluation_loop averages it (the mean over batches
@@ -131,7 +146,18 @@ class Trainer {
   void log_training(double epoch_value);
   TrainResult finish_run();
   nlohmann::ordered_json trainer_state_json() const;
+  // output_dir/trainer_state.json, replaced atomically (at every log, evaluation and save).
+  void write_trainer_state() const;
+  // After an evaluation at global_step_: the best metric, best_model_checkpoint and early stopping, as HF's
+  // _determine_best_metric and EarlyStoppingCallback.on_evaluate do it.
+  void record_evaluation(const nlohmann::ordered_json& metrics);
+  void prune_checkpoints();
+  void load_best_model();
   void save_final_model();
+  // run_summarization.py's end of a run: train/eval/predict/all_results.json, generated_predictions.txt, README.md.
+  void write_run_results(TrainResult& result);
+  // Loss and, with predict_with_generate, generation and ROUGE over `examples` (the evaluation options of the run).
+  EvaluationResult run_evaluation(const std::vector<data::Example>& examples);
 
   TrainingArguments args_;
   TrainerInputs in_;
@@ -157,6 +183,13 @@ class Trainer {
   double total_loss_ = 0.0;  // summed step losses of the whole run
   double last_grad_norm_ = 0.0;
   std::int64_t saved_step_ = -1;  // the step of the last checkpoint this run saved
+  // The best model (trainer_state.json's best_metric / best_model_checkpoint) and early stopping's count.
+  std::optional<double> best_metric_;
+  std::string best_model_checkpoint_;
+  std::optional<std::int64_t> best_global_step_;
+  std::int64_t evaluations_without_improvement_ = 0;
+  bool stop_early_ = false;
+  std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // report_to tensorboard
   nlohmann::ordered_json log_history_ = nlohmann::ordered_json::array();
 
   // Measurements of this process (not saved).

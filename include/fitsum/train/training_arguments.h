@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,10 @@ enum class IntervalStrategy { no, steps, epoch };
 IntervalStrategy parse_interval_strategy(const std::string& name, const char* field);
 const char* to_string(IntervalStrategy strategy);
 
+// HF's report_to values: "tensorboard" and "all" (every integration fitsum has: TensorBoard) turn the event files
+// on; "none" (or nothing) leaves them off; an integration fitsum does not have is refused by name.
+bool parse_report_to(const std::vector<std::string>& values);
+
 // HF's `optim` names, and "auto": the memory planner chooses (empty optional).
 std::optional<optim::OptimizerType> parse_optim(const std::string& name);
 
@@ -32,6 +37,10 @@ struct TrainingArguments {
 
   std::string output_dir;
   bool overwrite_output_dir = false;
+  // run_summarization.py's steps after training: evaluate on the validation set, predict on the test set, each
+  // writing its <split>_results.json (and generated_predictions.txt) into output_dir.
+  bool do_eval = false;
+  bool do_predict = false;
   double num_train_epochs = 3.0;
   std::int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   std::int64_t per_device_train_batch_size = 8;
@@ -60,7 +69,7 @@ struct TrainingArguments {
   bool bf16 = false;
   bool fp16 = false;
   IntervalStrategy logging_strategy = IntervalStrategy::steps;
-  double logging_steps = 500;  // >= 1: every that many steps; < 1: that fraction of the total steps
+  double logging_steps = 500;       // >= 1: every that many steps; < 1: that fraction of the total steps
   bool logging_first_step = false;  // also log after the first optimizer step
   IntervalStrategy eval_strategy = IntervalStrategy::no;
   std::optional<double> eval_steps;  // defaults to logging_steps
@@ -69,15 +78,35 @@ struct TrainingArguments {
   std::optional<std::int64_t> save_total_limit;
   std::int64_t seed = 42;
   std::optional<std::int64_t> data_seed;  // the data order's seed; defaults to seed (HF's data_seed)
-  std::string resume_from_checkpoint;  // a checkpoint folder, or "latest"
+  std::string resume_from_checkpoint;     // a checkpoint folder, or "latest"
   bool group_by_length = false;
   // Seq2SeqTrainingArguments: generate at evaluation and report ROUGE next to eval_loss.
   bool predict_with_generate = false;
   std::optional<std::int64_t> generation_num_beams;
   std::optional<std::int64_t> generation_max_length;
+  // rougeLsum over sentences split one per line (as `fitsum eval --rouge_split_sentences` and run_summarization's
+  // nltk step do), so eval_rougeLsum can differ from eval_rougeL.
+  bool rouge_split_sentences = false;
+
+  // The best model (HF's load_best_model_at_end / metric_for_best_model / greater_is_better): tracked whenever a
+  // metric is named (load_best_model_at_end names "loss"); the checkpoint holding it is never pruned, and with
+  // load_best_model_at_end it is the model saved at the end.
+  bool load_best_model_at_end = false;
+  std::optional<std::string> metric_for_best_model;  // "loss", "rouge1", ... ("eval_" is prefixed as HF does)
+  std::optional<bool> greater_is_better;             // default: false for a metric ending in "loss", else true
+  // HF's EarlyStoppingCallback: stop after this many evaluations in a row that did not improve the best metric by
+  // more than early_stopping_threshold. Needs load_best_model_at_end.
+  std::optional<std::int64_t> early_stopping_patience;
+  double early_stopping_threshold = 0.0;
+
+  // Where the run is reported besides stdout and trainer_state.json: "tensorboard" (event files under logging_dir)
+  // or none. logging_dir defaults to HF's output_dir/runs/<Mon DD_HH-MM-SS>_<hostname>.
+  bool report_to_tensorboard = false;
+  std::string logging_dir;
 
   // Throws std::invalid_argument naming the field, e.g. "gradient_accumulation_steps must be at least 1".
   void validate() const;
+  void validate_best_model() const;
 
   // The optimizer to build; throws std::logic_error while optim is still "auto" (the planner resolves it first).
   optim::OptimizerType optimizer() const;
@@ -88,6 +117,11 @@ struct TrainingArguments {
   void set_checkpointed_layers(std::int64_t encoder_layers, std::int64_t decoder_layers);
   // HF's rule for fractional intervals: a value < 1 is a ratio of max_steps, rounded up.
   static std::int64_t interval_in_steps(double value, std::int64_t max_steps);
+
+  // The evaluation metric the best model is chosen by ("eval_loss", "eval_rouge1", ...); empty when none is named.
+  std::string best_metric_key() const;
+  // greater_is_better as HF resolves it.
+  bool best_metric_greater_is_better() const;
 
   nlohmann::ordered_json to_json() const;
 };

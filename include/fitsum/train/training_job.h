@@ -33,6 +33,7 @@ struct TrainingJob {
   TrainingArguments args;
   std::string train_file;
   std::string validation_file;
+  std::string test_file;             // do_predict's data
   bool keep_empty_examples = false;  // run_summarization.py drops records with an empty text or summary
   std::string max_memory;            // a size ("6GiB"), "auto" (free memory), or empty: no budget
   FixedKnobs fixed;

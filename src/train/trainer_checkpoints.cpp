@@ -1,0 +1,255 @@
+// Implements the saving side of include/fitsum/train/trainer.h: trainer_state.json (rewritten at every log,
+// evaluation and save), checkpoints and their pruning, resuming, and the best model (HF's best_metric,
+// best_model_checkpoint, load_best_model_at_end and EarlyStoppingCallback, whose rules are in best_model.h).
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "fitsum/io/checkpoint.h"
+#include "fitsum/io/checkpoint_folders.h"
+#include "fitsum/io/safetensors.h"
+#include "fitsum/optim/optimizers.h"
+#include "fitsum/train/best_model.h"
+#include "fitsum/train/trainer.h"
+#include "fitsum/util/files.h"
+#include "fitsum/util/random_state.h"
+
+namespace fitsum::train {
+
+namespace {
+
+// The fine-tuned model folder's generation_config.json travels with every saved model, as HF's save_pretrained
+// writes the generation config it loaded: decoding settings a user edited there survive fine-tuning. Null (derive
+// it from config.json) when the run started from a config alone.
+nlohmann::json source_generation_config(const std::string& model_dir) {
+  const fs::path file = fs::path(model_dir) / "generation_config.json";
+  if (model_dir.empty() || !fs::is_regular_file(file)) return nullptr;
+  return util::read_json_file(file);
+}
+
+}  // namespace
+
+fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir) {
+  if (resume_from_checkpoint == "latest" || resume_from_checkpoint == "true") {
+    const auto found = io::list_checkpoints(output_dir);
+    if (found.empty()) {
+      throw std::runtime_error("resume_from_checkpoint latest: no checkpoint-N folder in '" + output_dir.string() +
+                               "'");
+    }
+    return found.back();
+  }
+  const fs::path dir(resume_from_checkpoint);
+  if (!fs::is_directory(dir) || !fs::exists(dir / "trainer_state.json")) {
+    throw std::runtime_error("resume_from_checkpoint '" + resume_from_checkpoint +
+                             "' is not a checkpoint folder (it needs trainer_state.json); use 'latest' for the "
+                             "newest in output_dir");
+  }
+  return dir;
+}
+
+void Trainer::write_trainer_state() const {
+  util::write_file_atomic(fs::path(args_.output_dir) / "trainer_state.json", trainer_state_json().dump(2) + "\n");
+}
+
+nlohmann::ordered_json Trainer::trainer_state_json() const {
+  nlohmann::ordered_json s;
+  s["best_global_step"] = best_global_step_ ? nlohmann::ordered_json(*best_global_step_) : nullptr;
+  s["best_metric"] = best_metric_ ? nlohmann::ordered_json(*best_metric_) : nullptr;
+  s["best_model_checkpoint"] =
+      best_model_checkpoint_.empty() ? nullptr : nlohmann::ordered_json(best_model_checkpoint_);
+  s["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
+  s["eval_steps"] = eval_steps_;
+  s["global_step"] = global_step_;
+  s["is_hyper_param_search"] = false;
+  s["is_local_process_zero"] = true;
+  s["is_world_process_zero"] = true;
+  s["log_history"] = log_history_;
+  s["logging_steps"] = logging_steps_;
+  s["max_steps"] = max_steps_;
+  s["num_input_tokens_seen"] = 0;
+  s["num_train_epochs"] = num_epochs_;
+  s["save_steps"] = save_steps_;
+  s["total_flos"] = 0;
+  s["train_batch_size"] = args_.per_device_train_batch_size;
+  s["trial_name"] = nullptr;
+  s["trial_params"] = nullptr;
+  return s;
+}
+
+void Trainer::save_checkpoint(const torch::Tensor& rng) {
+  const fs::path output_dir(args_.output_dir);
+  const auto temp_dir = io::begin_checkpoint(output_dir, global_step_);
+  fs::path final_dir;
+  try {
+    write_checkpoint_files(temp_dir, rng);
+    final_dir = io::commit_checkpoint(temp_dir, global_step_);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(temp_dir, ignored);  // a full or failing disk leaves no folder behind
+    throw;
+  }
+  saved_step_ = global_step_;
+  if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
+  prune_checkpoints();
+  write_trainer_state();
+}
+
+// save_total_limit: the oldest checkpoints go, the best one stays (HF's _rotate_checkpoints).
+void Trainer::prune_checkpoints() {
+  if (!args_.save_total_limit) return;
+  const auto best = best_model_checkpoint_.empty() ? fs::path() : fs::path(best_model_checkpoint_);
+  for (const auto& folder :
+       checkpoints_to_remove(io::list_checkpoints(args_.output_dir), best, *args_.save_total_limit)) {
+    io::remove_checkpoint(folder);
+    if (callbacks_.on_message) callbacks_.on_message("removed " + folder.string() + " (save_total_limit)");
+  }
+}
+
+void Trainer::record_evaluation(const nlohmann::ordered_json& metrics) {
+  const auto key = args_.best_metric_key();
+  if (key.empty()) return;
+  const auto found = metrics.find(key);
+  if (found == metrics.end() || !found->is_number()) {
+    std::string available;
+    for (const auto& item : metrics.items()) available += (available.empty() ? "" : ", ") + item.key();
+    throw std::invalid_argument("metric_for_best_model is '" + key +
+                                "', which the evaluation does not report (it has " + available +
+                                "); ROUGE and gen_len need predict_with_generate");
+  }
+  const double value = found->get<double>();
+  const bool greater = args_.best_metric_greater_is_better();
+  // EarlyStoppingCallback.on_evaluate runs before the trainer takes the new best: it compares with the old one.
+  if (args_.early_stopping_patience) {
+    if (improves_for_early_stopping(value, best_metric_, greater, args_.early_stopping_threshold)) {
+      evaluations_without_improvement_ = 0;
+    } else {
+      evaluations_without_improvement_ += 1;
+    }
+    if (evaluations_without_improvement_ >= *args_.early_stopping_patience) {
+      stop_early_ = true;
+      if (callbacks_.on_message) {
+        callbacks_.on_message("early stopping at step " + std::to_string(global_step_) + ": " + key + " has not " +
+                              "improved for " + std::to_string(evaluations_without_improvement_) + " evaluations");
+      }
+    }
+  }
+  if (is_new_best(value, best_metric_, greater)) {
+    best_metric_ = value;
+    best_global_step_ = global_step_;
+    best_model_checkpoint_ = (fs::path(args_.output_dir) / ("checkpoint-" + std::to_string(global_step_))).string();
+  }
+}
+
+void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tensor& rng) {
+  io::SaveOptions save;
+  save.config_json = in_.config_json;
+  save.copy_tokenizer_from = in_.tokenizer_dir;
+  save.generation_config = source_generation_config(in_.model_name_or_path);
+  io::save_model_folder(*in_.model, temp_dir, save);
+  io::write_safetensors(temp_dir / "optimizer.safetensors", optim::export_optimizer_state(*optimizer_, parameters_),
+                        {{"format", "fitsum-optimizer"}, {"optim", optim::to_string(args_.optimizer())}});
+  io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
+  nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
+                                      {"last_epoch", global_step_},
+                                      {"warmup_steps", schedule_.warmup_steps},
+                                      {"total_steps", schedule_.total_steps},
+                                      {"learning_rate", schedule_.lr(global_step_)}};
+  util::write_file_atomic(temp_dir / "scheduler.json", scheduler.dump(2) + "\n");
+  util::write_file_atomic(temp_dir / "trainer_state.json", trainer_state_json().dump(2) + "\n");
+  util::write_file_atomic(temp_dir / "training_args.json", args_.to_json().dump(2) + "\n");
+  nlohmann::ordered_json position = {
+      {"epoch", epoch_},
+      {"step_in_epoch", step_in_epoch_},
+      {"global_step", global_step_},
+      {"loss_since_log", loss_since_log_},
+      {"steps_since_log", steps_since_log_},
+      {"total_loss", total_loss_},
+      {"last_grad_norm", last_grad_norm_},
+      {"evaluations_without_improvement", evaluations_without_improvement_},
+      {"seed", args_.seed},
+      {"data_seed", args_.data_seed.value_or(args_.seed)},
+      {"train_examples", in_.train_examples.size()},
+      {"examples_per_step", args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
+  util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
+}
+
+void Trainer::resume(const fs::path& checkpoint) {
+  auto folder = io::open_model_folder(checkpoint);
+  io::load_weights(*in_.model, folder);
+  in_.model->to(in_.device);
+
+  const auto position = util::read_json_file(checkpoint / "fitsum_state.json");
+  const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
+  const auto data_seed = args_.data_seed.value_or(args_.seed);
+  if (position.at("seed").get<std::int64_t>() != args_.seed ||
+      position.value("data_seed", position.at("seed").get<std::int64_t>()) != data_seed ||
+      position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
+      position.at("examples_per_step").get<std::int64_t>() != per_step) {
+    throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with seed " +
+                                position.at("seed").dump() + ", " + position.at("train_examples").dump() +
+                                " training examples and " + position.at("examples_per_step").dump() +
+                                " examples per optimizer step; now they are " + std::to_string(args_.seed) + ", " +
+                                std::to_string(in_.train_examples.size()) + " and " + std::to_string(per_step));
+  }
+  epoch_ = position.at("epoch");
+  step_in_epoch_ = position.at("step_in_epoch");
+  global_step_ = position.at("global_step");
+  loss_since_log_ = position.at("loss_since_log");
+  steps_since_log_ = position.at("steps_since_log");
+  total_loss_ = position.at("total_loss");
+  last_grad_norm_ = position.at("last_grad_norm");
+  io::check_checkpoint_position(checkpoint / "fitsum_state.json", epoch_, step_in_epoch_, global_step_,
+                                steps_per_epoch_);
+  evaluations_without_improvement_ = position.value("evaluations_without_improvement", std::int64_t{0});
+  const auto state = util::read_json_file(checkpoint / "trainer_state.json");
+  log_history_ = nlohmann::ordered_json::parse(state.at("log_history").dump());
+  if (state.contains("best_metric") && state["best_metric"].is_number()) best_metric_ = state["best_metric"];
+  if (state.contains("best_global_step") && state["best_global_step"].is_number()) {
+    best_global_step_ = state["best_global_step"].get<std::int64_t>();
+  }
+  if (state.contains("best_model_checkpoint") && state["best_model_checkpoint"].is_string()) {
+    best_model_checkpoint_ = state["best_model_checkpoint"];
+  }
+
+  io::SafetensorsReader optimizer_file(checkpoint / "optimizer.safetensors");
+  std::map<std::string, torch::Tensor> optimizer_state;
+  for (const auto& e : optimizer_file.entries()) optimizer_state[e.name] = optimizer_file.read(e.name).to(in_.device);
+  optim::import_optimizer_state(*optimizer_, parameters_, optimizer_state);
+  io::SafetensorsReader rng_file(checkpoint / "rng_state.safetensors");
+  util::set_random_state(in_.device, rng_file.read("generator"));
+  if (callbacks_.on_message) {
+    callbacks_.on_message("resumed from " + checkpoint.string() + " at step " + std::to_string(global_step_));
+  }
+}
+
+// load_best_model_at_end: the weights of the best checkpoint become the model saved in output_dir.
+void Trainer::load_best_model() {
+  if (!args_.load_best_model_at_end || best_model_checkpoint_.empty()) return;
+  if (!fs::exists(fs::path(best_model_checkpoint_) / "model.safetensors")) {
+    if (callbacks_.on_message) {
+      callbacks_.on_message("load_best_model_at_end: " + best_model_checkpoint_ +
+                            " was not saved; the final model is the last step's");
+    }
+    return;
+  }
+  std::ostringstream score;
+  score << *best_metric_;
+  if (callbacks_.on_message) {
+    callbacks_.on_message("loading best model from " + best_model_checkpoint_ + " (score: " + score.str() + ")");
+  }
+  auto folder = io::open_model_folder(best_model_checkpoint_);
+  io::load_weights(*in_.model, folder);
+  in_.model->to(in_.device);
+}
+
+void Trainer::save_final_model() {
+  io::SaveOptions save;
+  save.config_json = in_.config_json;
+  save.copy_tokenizer_from = in_.tokenizer_dir;
+  save.generation_config = source_generation_config(in_.model_name_or_path);
+  io::save_model_folder(*in_.model, args_.output_dir, save);
+  write_trainer_state();
+  util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");
+}
+
+}  // namespace fitsum::train
