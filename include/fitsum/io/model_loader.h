@@ -34,4 +34,13 @@ struct LoadedModel {
 // Throws std::invalid_argument when neither or both sources are given, std::runtime_error for bad folders.
 LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
 
+// What load_model will build, found without reading or allocating any weight: the config (config.json plus
+// config_overrides) and the tokenizer folder. For checks that belong before the model loads (the free disk for a
+// checkpoint). Throws what load_model throws for the same source, short of errors in the weights themselves.
+struct ModelPreview {
+  model::ModelConfig config;
+  std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
+};
+ModelPreview preview_model(const ModelSource& source);
+
 }  // namespace fitsum::io
