@@ -7,8 +7,8 @@ CTEST_FLAGS ?=
 SANITIZE_DIR ?= build-sanitize
 FUZZ_SECONDS ?= 60
 
-.PHONY: deps build build-sanitize test test-haswell test-all test-hf test-sanitize fuzz demo bench clean build-cuda \
-  test-torch2
+.PHONY: deps build build-sanitize test test-haswell test-all test-hf test-sanitize fuzz fuzz-short demo bench clean \
+  build-cuda test-torch2
 
 deps:
 	bash scripts/install-deps.sh
@@ -62,6 +62,15 @@ test-sanitize: build-sanitize
 # FUZZ_SECONDS per target (60 by default; CI runs a short pass).
 fuzz: build-sanitize
 	FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh $(SANITIZE_DIR)
+
+# CI's sanitizer pass: the libFuzzer targets alone (the instrumented library, not the instrumented test suite), each
+# target's committed regression inputs, then FUZZ_SHORT_SECONDS of fuzzing per target.
+FUZZ_SHORT_SECONDS ?= 10
+fuzz-short:
+	FITSUM_WITH_SANITIZERS=1 bash scripts/install-deps.sh
+	$(MAKE) $(SANITIZE_DIR)/CMakeCache.txt
+	cmake --build $(SANITIZE_DIR) -j $(JOBS) --target fuzzers
+	FUZZ_SECONDS=$(FUZZ_SHORT_SECONDS) bash scripts/fuzz.sh $(SANITIZE_DIR)
 
 demo: deps
 	$(MAKE) build

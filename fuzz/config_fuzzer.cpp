@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto model = fitsum::io::model_config_from_hf(config, "config.json");
     const auto counts = fitsum::model::count_parameters(model);
     if (counts.trainable < 0 || counts.frozen < 0 || counts.total() < counts.trainable) __builtin_trap();
-    (void)fitsum::memory::static_training_memory(counts, fitsum::memory::OptimizerKind::adafactor,
+    (void)fitsum::memory::static_training_memory(counts, fitsum::optim::OptimizerType::adafactor,
                                                  fitsum::memory::StorageDtype::fp32);
     const auto generation = generation_text.empty()
                                 ? nlohmann::json()

@@ -30,8 +30,10 @@ class RecordContext {
  public:
   RecordContext(const fs::path& file, const Record& record) : file_(file), record_(record) {}
 
-  BadRecord bad(const std::string& field, const std::string& message) const {
-    return BadRecord(file_.string() + ":" + std::to_string(record_.line) + ": field '" + field + "': " + message);
+  BadRecord bad(const std::string& field, const std::string& message) const { return BadRecord(where(field) + message); }
+
+  std::string where(const std::string& field) const {
+    return file_.string() + ":" + std::to_string(record_.line) + ": field '" + field + "': ";
   }
 
   // A string field; missing or another type is a BadRecord naming the fields the record has.
@@ -98,6 +100,21 @@ void check_pretokenized_length(const RecordContext& context, const std::string& 
                                  std::to_string(limit) + "; pre-tokenized data is used as it is, so raise " + flag +
                                  " or truncate when tokenizing");
   }
+}
+
+// The ids of a tokenizer larger than the model's vocabulary (tokenizer_name of another model) would reach past the
+// embedding table, which LibTorch reports as "index out of range in self" from inside the forward pass. Not a bad
+// record that skip_bad_records may drop: every record would be, so the run stops naming both sizes.
+void check_ids_fit_the_model(const RecordContext& context, const std::string& field, const std::vector<TokenId>& ids,
+                             const tokenizer::PegasusTokenizer& tokenizer, std::int64_t vocab_size) {
+  if (tokenizer.vocab_size() <= vocab_size) return;
+  const auto outside = std::find_if(ids.begin(), ids.end(), [&](TokenId id) { return id >= vocab_size; });
+  if (outside == ids.end()) return;
+  throw std::runtime_error(context.where(field) + "the tokenizer gives token id " + std::to_string(*outside) +
+                           ", outside the model's vocabulary 0.." + std::to_string(vocab_size - 1) +
+                           " (the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                           " ids, the model's config.json vocab_size is " + std::to_string(vocab_size) +
+                           "); the tokenizer belongs to another model: pass this model's own with tokenizer_name");
 }
 
 }  // namespace
@@ -218,6 +235,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     bool cut = false;
     example.input_ids =
         tokenizer->encode(options.source_prefix + text, static_cast<std::size_t>(options.max_source_length), &cut);
+    check_ids_fit_the_model(context, options.text_column, example.input_ids, *tokenizer, vocab_size);
     // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix.
     const bool empty = options.source_prefix.empty() ? example.input_ids.size() == 1
                                                      : text.find_first_not_of(" \t\r\n") == std::string::npos;
@@ -226,6 +244,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     if (record.fields.contains(options.summary_column)) {
       const std::string& summary = context.text(options.summary_column, "summary_column");
       example.labels = tokenizer->encode(summary, static_cast<std::size_t>(options.max_target_length), &cut);
+      check_ids_fit_the_model(context, options.summary_column, *example.labels, *tokenizer, vocab_size);
       counts.truncated_targets = cut ? 1 : 0;
     }
   }

@@ -265,6 +265,18 @@ torch::Tensor PositionalEmbeddingImpl::forward(std::int64_t length, std::int64_t
 
 namespace {
 
+// An id past the table (ids from the tokenizer of another model) is refused before the lookup, naming the tensor:
+// LibTorch's own check says only "index out of range in self".
+void check_ids_in_vocabulary(const torch::Tensor& ids, std::int64_t vocab_size, const char* name) {
+  if (ids.numel() == 0) return;
+  const auto [low_tensor, high_tensor] = torch::aminmax(ids);
+  const auto low = low_tensor.item<std::int64_t>();
+  const auto high = high_tensor.item<std::int64_t>();
+  TORCH_CHECK(low >= 0 && high < vocab_size, name, " holds token id ", low < 0 ? low : high,
+              ", outside the model's vocabulary 0..", vocab_size - 1, " (vocab_size ", vocab_size,
+              "); encode with the model's own tokenizer");
+}
+
 torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tensor& ids, std::int64_t padding_idx,
                            bool in_place_gradient) {
   // (B, T) -> (B, T, D)
@@ -300,6 +312,11 @@ void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
 }
 
 torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
+  // Once per sequence: later decoding steps feed back ids the model itself chose from its own vocabulary.
+  if (past == 0) {
+    check_ids_in_vocabulary(ids, embed_tokens_->weight.size(0),
+                            kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids");
+  }
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
   h = h * embed_scale_;
   h = h + embed_positions->forward(ids.size(1), past);

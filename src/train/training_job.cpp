@@ -7,9 +7,13 @@
 #include <stdexcept>
 
 #include "fitsum/generate/options.h"
+#include "fitsum/io/checkpoint.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
+#include "fitsum/memory/static_memory.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/util/bytes.h"
+#include "fitsum/util/checked_math.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::train {
@@ -58,6 +62,27 @@ void check_job(TrainingJob& job) {
   util::require_writable_folder(args.output_dir, "output_dir", /*create=*/true);  // not after hours of training
 }
 
+// A run whose disk cannot take one checkpoint says so before the model loads, not at its first save hours later.
+// Checkpoints carry the optimizer state unless save_strategy is "no" (then only the final model is saved); with
+// optim auto the planner has not chosen yet, so the larger AdamW state is assumed.
+void check_free_disk(const TrainingJob& job, const Report& report) {
+  const auto free_bytes = util::free_disk_bytes(job.args.output_dir);
+  if (!free_bytes) return;
+  const auto preview = io::preview_model(job.model);
+  std::uint64_t tokenizer_bytes = 0;
+  for (const auto& name : io::tokenizer_file_names()) {
+    std::error_code error;
+    const auto size = preview.tokenizer_dir.empty() ? 0 : fs::file_size(preview.tokenizer_dir / name, error);
+    if (!error) tokenizer_bytes += size;
+  }
+  std::optional<optim::OptimizerType> optimizer;
+  if (job.args.save_strategy != IntervalStrategy::no) {
+    optimizer = job.args.optim.value_or(optim::OptimizerType::adamw_torch);
+  }
+  const auto needed = predicted_checkpoint_bytes(preview.config, optimizer, tokenizer_bytes);
+  if (const auto warning = free_disk_warning(job.args.output_dir, *free_bytes, needed)) warn(report, *warning);
+}
+
 struct ModelAndTokenizer {
   io::LoadedModel loaded;
   std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
@@ -100,7 +125,7 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
 std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, std::uint64_t budget) {
   const auto request =
       make_fit_request(job.args, job.fixed, {1, job.data.max_source_length, job.data.max_target_length}, budget);
-  return memory::check_static_memory(io::read_model_config(job.model), request);
+  return memory::check_static_memory(io::preview_model(job.model).config, request);
 }
 
 // With a budget: calibrates, chooses and applies the plan, or throws memory::PlanDoesNotFit.
@@ -121,6 +146,26 @@ memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, co
 }
 
 }  // namespace
+
+std::uint64_t predicted_checkpoint_bytes(const model::ModelConfig& config,
+                                         std::optional<optim::OptimizerType> optimizer, std::uint64_t tokenizer_bytes) {
+  constexpr std::uint64_t kHeadersAndJsonBytes = 256 * 1024;
+  const auto stored = memory::static_training_memory(
+      model::count_parameters(config), optimizer.value_or(optim::OptimizerType::adafactor), memory::StorageDtype::fp32);
+  const std::string what = "the size of a checkpoint";
+  auto bytes = util::checked_add(stored.weights, optimizer ? stored.optimizer_state : 0, what);
+  bytes = util::checked_add(bytes, tokenizer_bytes, what);
+  return util::checked_add(bytes, kHeadersAndJsonBytes, what);
+}
+
+std::optional<std::string> free_disk_warning(const std::string& output_dir, std::uint64_t free_bytes,
+                                             std::uint64_t checkpoint_bytes) {
+  if (free_bytes >= checkpoint_bytes) return std::nullopt;
+  return "output_dir '" + output_dir + "' has " + util::format_bytes(free_bytes) +
+         " free, less than one checkpoint takes (about " + util::format_bytes(checkpoint_bytes) +
+         "); the first save will fail with no space left unless some is freed: free space there or choose an "
+         "output_dir on another disk";
+}
 
 memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data) {
   memory::BatchShape worst{1, data.max_source_length, data.max_target_length};
@@ -174,6 +219,7 @@ void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const m
 
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
   check_job(job);
+  check_free_disk(job, report);
   PreparedTraining p;
   if (!job.max_memory.empty()) {
     memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too

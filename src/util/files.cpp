@@ -5,13 +5,17 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "fitsum/util/checked_math.h"
 
 namespace fitsum::util {
 
@@ -140,14 +144,20 @@ nlohmann::json parse_json(std::string_view text, const std::string& source, int 
     }
     return true;
   };
-  try {
-    return json::parse(text.begin(), text.end(), bound);
-  } catch (const json::parse_error& e) {
+  const auto without_prefix = [](const json::exception& e) {
     std::string why = e.what();
     if (const auto end = why.find("] "); why.rfind("[json.exception", 0) == 0 && end != std::string::npos) {
       why.erase(0, end + 2);  // "[json.exception.parse_error.101] parse error at ..." -> "parse error at ..."
     }
-    throw JsonError(source, "byte " + std::to_string(e.byte) + ": " + why);
+    return why;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), bound);
+  } catch (const json::parse_error& e) {
+    throw JsonError(source, "byte " + std::to_string(e.byte) + ": " + without_prefix(e));
+  } catch (const json::exception& e) {
+    // Valid JSON syntax that nlohmann cannot hold: a number past a double's range ("1e999", out_of_range.406).
+    throw JsonError(source, without_prefix(e));
   } catch (const JsonTooDeep&) {
     throw JsonError(source, "arrays and objects nest more than " + std::to_string(max_depth) +
                                 " levels deep, far more than any file fitsum reads needs");
@@ -177,6 +187,16 @@ void require_writable_folder(const fs::path& dir, std::string_view what, bool cr
   }
   if (fd < 0) refuse("is not writable (" + errno_text() + ")", "choose a folder you can write to");
   ::close(fd);
+}
+
+std::optional<std::uint64_t> free_disk_bytes(const fs::path& dir) {
+  struct statvfs stats {};
+  if (::statvfs(dir.c_str(), &stats) != 0) return std::nullopt;
+  std::uint64_t bytes = 0;
+  if (multiply_overflows<std::uint64_t>(stats.f_bavail, stats.f_frsize, bytes)) {
+    return std::numeric_limits<std::uint64_t>::max();
+  }
+  return bytes;
 }
 
 void fsync_directory(const fs::path& dir) {

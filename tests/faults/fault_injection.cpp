@@ -6,10 +6,13 @@
 //   FITSUM_FAULT_AFTER  N: calls 1..N-1 succeed, call N fails              (default 1)
 //   FITSUM_FAULT_ONCE   1: only call N fails; otherwise every call from N on fails (a disk that stays full)
 //   FITSUM_FAULT_UNDER  only calls on paths that start with this prefix count (required; stdout is never touched)
+//   FITSUM_FAULT_FREE_BYTES  N: statvfs of a path under the prefix reports about N bytes available (a nearly full
+//                       disk; no call fails). Needs FITSUM_FAULT_UNDER only.
 // Each injected failure is reported on stderr as "fault-injection: <op> <path> -> <errno>".
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,6 +34,7 @@ struct Config {
   bool once = false;
   std::string under;
   bool active = false;
+  long long free_bytes = -1;  // -1: statvfs reports the truth
 };
 
 const Config& config() {
@@ -38,7 +42,12 @@ const Config& config() {
     Config c;
     const char* op = std::getenv("FITSUM_FAULT_OP");
     const char* under = std::getenv("FITSUM_FAULT_UNDER");
-    if (op == nullptr || under == nullptr || *under == '\0') return c;
+    if (under == nullptr || *under == '\0') return c;
+    if (const char* f = std::getenv("FITSUM_FAULT_FREE_BYTES")) {
+      c.free_bytes = std::max(0LL, std::strtoll(f, nullptr, 10));
+      c.under = under;
+    }
+    if (op == nullptr) return c;
     c.op = op;
     c.under = under;
     c.active = true;
@@ -92,9 +101,30 @@ F next(const char* name) {
   return reinterpret_cast<F>(::dlsym(RTLD_NEXT, name));
 }
 
+// Lowers the available blocks of a file system under the prefix to FITSUM_FAULT_FREE_BYTES.
+void report_free_bytes(const std::string& path, struct statvfs* stats) {
+  const Config& c = config();
+  if (c.free_bytes < 0 || path.compare(0, c.under.size(), c.under) != 0 || stats->f_frsize == 0) return;
+  stats->f_bavail = static_cast<fsblkcnt_t>(c.free_bytes) / stats->f_frsize;
+}
+
 }  // namespace
 
 extern "C" {
+
+int statvfs(const char* path, struct statvfs* stats) {
+  static const auto real = next<int (*)(const char*, struct statvfs*)>("statvfs");
+  const int result = real(path, stats);
+  if (result == 0) report_free_bytes(at_path(AT_FDCWD, path), stats);
+  return result;
+}
+
+int statvfs64(const char* path, struct statvfs64* stats) {
+  static const auto real = next<int (*)(const char*, struct statvfs64*)>("statvfs64");
+  const int result = real(path, stats);
+  if (result == 0) report_free_bytes(at_path(AT_FDCWD, path), reinterpret_cast<struct statvfs*>(stats));
+  return result;
+}
 
 ssize_t write(int fd, const void* buffer, size_t size) {
   static const auto real = next<ssize_t (*)(int, const void*, size_t)>("write");

@@ -85,6 +85,40 @@ TEST(HostileInputs, ControlCharactersInNamesCannotBreakTheOneLineError) {
   expect_one_line_error(result, 1, "evil; name\\x1b[2J");
 }
 
+// A command that printed progress first: the error is its last line, and one line.
+void expect_error_as_last_line(const CommandResult& result, const std::string& needle) {
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  const auto line = result.output.find("fitsum: error: ");
+  ASSERT_NE(line, std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find('\n', line), result.output.size() - 1) << result.output;
+  EXPECT_NE(result.output.find(needle, line), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("index out of range in self"), std::string::npos) << result.output;
+}
+
+// PEGASUS's tokenizer (96103 ids) with the 167-id fixture model: before, "index out of range in self" from inside the
+// first forward pass. Now training stops while reading the data, naming the file, the record, both sizes and the
+// flag to fix; summarize (text from stdin, no data file) stops before the forward pass, naming the tensor.
+TEST(HostileInputs, ATokenizerOfAnotherModelIsNamedNotAnIndexOutOfRange) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("tokenizer-mismatch");
+  const std::string model = (shared_dir() / "fixtures" / "tiny-pegasus").string();
+  const std::string tokenizer = (source_dir() / "data" / "pegasus").string();
+  write_bytes(dir / "train.jsonl", "{\"dialogue\": \"the\", \"summary\": \"the\"}\n"
+                                   "{\"dialogue\": \"Eric and Rob are going to watch a stand-up.\", \"summary\": \"a\"}\n");
+  const auto train = fitsum("train --model_name_or_path '" + model + "' --tokenizer_name '" + tokenizer +
+                            "' --train_file '" + (dir / "train.jsonl").string() + "' --output_dir '" +
+                            (dir / "out").string() + "' --max_steps 1 --skip_bad_records");
+  expect_error_as_last_line(train, "train.jsonl:2: field 'dialogue': the tokenizer gives token id 6303");
+  EXPECT_NE(train.output.find("vocab_size is 167); the tokenizer belongs to another model"), std::string::npos)
+      << train.output;
+  EXPECT_EQ(train.output.find("training:"), std::string::npos) << train.output;
+
+  const auto summarize = run_command("echo 'Eric and Rob' | timeout -s KILL 60 " +
+                                     fitsum_binary().string() + " summarize --model '" + model +
+                                     "' --tokenizer_name '" + tokenizer + "'");
+  expect_error_as_last_line(summarize, "input_ids holds token id 7374, outside the model's vocabulary 0..166");
+}
+
 TEST(HostileInputs, UsageErrorsAreOneLineWithExitTwo) {
   expect_one_line_error(fitsum("info --model x --no_such_flag"), 2, "--no_such_flag");
   expect_one_line_error(fitsum("rouge --input_file x.jsonl --use_stemmer maybe"), 2, "use_stemmer");

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "fitsum/io/hf_config.h"
+#include "fitsum/train/training_job.h"
 #include "fitsum/util/files.h"
 #include "test_support.h"
 
@@ -195,6 +197,54 @@ TEST(Interruptions, FlagValuesThatCrashedOrHungAreRefusedBeforeAnyWork) {
     expect_one_line_error(r, 2, needle);
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << flags;
   }
+}
+
+std::uint64_t folder_bytes(const fs::path& dir) {
+  std::uint64_t bytes = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_regular_file()) bytes += e.file_size();
+  }
+  return bytes;
+}
+
+// A disk that cannot take one checkpoint is reported before the model loads (before: nothing until the first save
+// failed, possibly hours in). A warning, not an error: the run goes on. The prediction it is compared with holds a
+// real checkpoint of the fixture model, with at most its 256 KiB allowance to spare.
+TEST(Interruptions, ADiskTooSmallForOneCheckpointIsReportedBeforeTheModelLoads) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("free-disk");
+  const auto data = write_records(dir);
+  const auto tiny = shared_dir() / "fixtures" / "tiny-pegasus";
+  const std::string warning = "KiB free, less than one checkpoint takes (about ";
+
+  auto r = run_command(train(data, dir / "roomy", "--max_steps 1 --save_steps 1"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find(warning), std::string::npos) << r.output;
+  const auto written = folder_bytes(dir / "roomy" / "checkpoint-1");
+  const auto config = io::model_config_from_hf(util::read_json_file(tiny / "config.json"), "config.json");
+  const auto predicted = train::predicted_checkpoint_bytes(config, optim::OptimizerType::adafactor, 0);
+  EXPECT_GE(predicted, written);
+  EXPECT_LE(predicted, written + 256 * 1024);
+
+  const std::string nearly_full = std::string("LD_PRELOAD='") + FITSUM_FAULTS_LIBRARY +
+                                  "' FITSUM_FAULT_FREE_BYTES=4096 FITSUM_FAULT_UNDER='" + dir.string() + "' ";
+  // Weights that cannot be read: the warning still comes, so it came before they were read.
+  const auto damaged = dir / "damaged";
+  fs::create_directories(damaged);
+  fs::copy_file(tiny / "config.json", damaged / "config.json");
+  write_bytes(damaged / "model.safetensors", "not a safetensors file");
+  r = run_command(nearly_full + fitsum_binary().string() + " train --model_name_or_path '" + damaged.string() +
+                  "' --train_file '" + data.string() + "' --output_dir '" + (dir / "full").string() +
+                  "' --max_steps 1");
+  EXPECT_NE(r.output.find("fitsum: warning: output_dir '" + (dir / "full").string() + "' has 4.00 " + warning),
+            std::string::npos)
+      << r.output;
+  expect_one_line_error(r, 1, "model.safetensors");
+
+  r = run_command(nearly_full + train(data, dir / "warned", "--max_steps 1 --save_steps 1"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(warning), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::exists(dir / "warned" / "checkpoint-1" / "model.safetensors"));
 }
 
 TEST(Interruptions, OutputPathsAreCheckedBeforeTheModelLoads) {

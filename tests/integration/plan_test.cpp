@@ -182,6 +182,12 @@ TEST(PlanCommand, ABudgetTooSmallForPegasusLargeIsRefusedBeforeLoading) {
     EXPECT_NE(r.output.find("before any activation"), std::string::npos) << r.output;
     EXPECT_LT(seconds, 30.0) << optim;
   }
+  // Above Adafactor's own needs with the embedding frozen (4.37 GB), below them without (4.79 GB): the refusal
+  // suggests --freeze_embeds with its budget.
+  const auto r = run_command(fitsum_binary().string() + " plan --config_name '" + large +
+                             "' --max_memory 4.2GiB --max_source_length 512 --max_target_length 128");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("--freeze_embeds"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// kill -9 at random moments of `fitsum train --save_steps 1 --save_total_limit 2`, restarted after each kill with
-// --resume_from_checkpoint latest, at least FITSUM_SOAK_KILLS times (50 by default). After every kill, every visible
+// kill -9 at random moments of `fitsum train --save_steps 1 --save_total_limit 2` (0 to 1.5 s after training began),
+// restarted after each kill with --resume_from_checkpoint latest, until FITSUM_SOAK_KILLS kills (50 by default) hit
+// a run that was training. After every kill, every visible
 // checkpoint-N must be complete and loadable; after every restart that got as far as training, no temporary or
 // trash folder of an earlier run may remain; and every run that finishes must end with model.safetensors
 // byte-identical to an uninterrupted run's.
@@ -93,8 +94,26 @@ pid_t start(const std::string& command, const fs::path& log) {
   return pid;
 }
 
-// Waits up to `delay` for the process; kills it with SIGKILL if it still runs. Returns true if it was killed.
-bool kill_after(pid_t pid, std::chrono::milliseconds delay, int& status) {
+std::string file_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Waits until the process has started training (its log says "training:"), then up to `delay` more; kills it with
+// SIGKILL if it still runs. The delay counts from the start of training, not of the process: on a loaded machine
+// start-up alone can outlast a delay counted from the start, and such kills never meet a save. Returns true if it
+// was killed; `in_training` says whether training had begun.
+bool kill_after(pid_t pid, const fs::path& log, std::chrono::milliseconds delay, int& status, bool& in_training) {
+  in_training = false;
+  const auto start_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < start_deadline) {
+    if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+    if (file_text(log).find("training:") != std::string::npos) {
+      in_training = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   const auto deadline = std::chrono::steady_clock::now() + delay;
   while (std::chrono::steady_clock::now() < deadline) {
     if (::waitpid(pid, &status, WNOHANG) == pid) return false;
@@ -103,11 +122,6 @@ bool kill_after(pid_t pid, std::chrono::milliseconds delay, int& status) {
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   return true;
-}
-
-std::string file_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 TEST(KillSoak, RandomKillsNeverLeaveAPartialCheckpointOrAFolderBehind) {
@@ -121,16 +135,17 @@ TEST(KillSoak, RandomKillsNeverLeaveAPartialCheckpointOrAFolderBehind) {
   const std::string want = file_text(dir / "uninterrupted" / "model.safetensors");
 
   std::mt19937 rng(20240611);
-  std::uniform_int_distribution<int> delay_ms(50, 2500);
-  int kills = 0, partial = 0, leaked = 0, finished = 0, cycle = 0;
+  std::uniform_int_distribution<int> delay_ms(0, 1500);  // after training began: about 0 to 10 steps and saves
+  int kills = 0, kills_in_training = 0, partial = 0, leaked = 0, finished = 0, cycle = 0;
   fs::path out = dir / "run-0";
   std::set<std::string> stale;  // temporary folders present before the current start
-  for (int attempt = 0; kills < kills_wanted && attempt < 40 * kills_wanted; ++attempt) {
+  for (int attempt = 0; kills_in_training < kills_wanted && attempt < 40 * kills_wanted; ++attempt) {
     const bool resume = !entries_of(out, is_checkpoint).empty();
     const auto log = dir / ("log-" + std::to_string(attempt) + ".txt");
     const pid_t pid = start(train_command(data, out) + (resume ? " --resume_from_checkpoint latest" : ""), log);
     int status = 0;
-    const bool killed = kill_after(pid, std::chrono::milliseconds(delay_ms(rng)), status);
+    bool in_training = false;
+    const bool killed = kill_after(pid, log, std::chrono::milliseconds(delay_ms(rng)), status, in_training);
     const std::string output = file_text(log);
     if (output.find("\"step\"") != std::string::npos) {  // it trained, so its start-up cleanup had run
       for (const auto& name : stale) {
@@ -150,6 +165,7 @@ TEST(KillSoak, RandomKillsNeverLeaveAPartialCheckpointOrAFolderBehind) {
     stale = entries_of(out, is_temporary);
     if (killed) {
       ++kills;
+      kills_in_training += in_training ? 1 : 0;
       continue;
     }
     ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << output;
@@ -159,12 +175,14 @@ TEST(KillSoak, RandomKillsNeverLeaveAPartialCheckpointOrAFolderBehind) {
     out = dir / ("run-" + std::to_string(++cycle));
     stale.clear();
   }
-  std::cout << "kill -9 soak: " << kills << " kills, " << finished << " finished runs, " << partial
-            << " visible partial checkpoints, " << leaked << " leaked folders\n";
+  std::cout << "kill -9 soak: " << kills << " kills (" << kills_in_training << " during training), " << finished
+            << " finished runs, " << partial << " visible partial checkpoints, " << leaked << " leaked folders\n";
   RecordProperty("kills", kills);
+  RecordProperty("kills_in_training", kills_in_training);
   RecordProperty("visible_partial_checkpoints", partial);
   RecordProperty("leaked_folders", leaked);
-  EXPECT_GE(kills, kills_wanted);
+  EXPECT_GE(kills_in_training, kills_wanted);
+  EXPECT_GE(finished, 1);  // the byte-identical final weights were compared at least once
   EXPECT_EQ(partial, 0);
   EXPECT_EQ(leaked, 0);
 }

@@ -169,6 +169,48 @@ TEST(Dataset, ReaderStopsAtTheFirstBadRecordOrSkipsAndCounts) {
   EXPECT_EQ(all[0].input_ids, kEricIds);
 }
 
+// "index out of range in self" from inside the forward pass, before: a tokenizer_name of another model (PEGASUS's
+// 96103 ids for a 167-id model) gave ids past the embedding. Now the first such record stops the run, naming the
+// file, line, field and both sizes, also under skip_bad_records (every record would be skipped).
+TEST(Dataset, IdsOfATokenizerLargerThanTheModelStopTheRunNamingBothSizes) {
+  const std::int64_t tiny_vocab = 167;
+  const auto message_of = [&](const nlohmann::json& fields) -> std::string {
+    try {
+      make_example(record(fields), "train.jsonl", &pegasus(), tiny_vocab, {}, nullptr);
+    } catch (const BadRecord& e) {
+      return std::string("a bad record: ") + e.what();
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto text = message_of({{"dialogue", kEric}, {"summary", "a"}});
+  EXPECT_NE(text.find("train.jsonl:7: field 'dialogue': the tokenizer gives token id 6303, outside the model's "
+                      "vocabulary 0..166 (the tokenizer has 96103 ids, the model's config.json vocab_size is 167)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tokenizer_name"), std::string::npos) << text;
+  // The text fits ("the" is 109, </s> 1) but the summary does not.
+  const auto summary = message_of({{"dialogue", "the"}, {"summary", kHannah}});
+  EXPECT_NE(summary.find("field 'summary': the tokenizer gives token id 12636"), std::string::npos) << summary;
+  // Ids inside the model's vocabulary pass: the check is on the ids, not on the tokenizer's size alone.
+  const Example fits =
+      make_example(record({{"dialogue", "the"}, {"summary", "the"}}), "f", &pegasus(), tiny_vocab, {}, nullptr);
+  EXPECT_EQ(fits.input_ids, (Ids{109, 1}));
+
+  const fs::path file = write_file("mismatch.jsonl", "{\"dialogue\": \"" + kEric + "\", \"summary\": \"a\"}\n");
+  DataOptions skipping;
+  skipping.skip_bad_records = true;
+  try {
+    read_examples(file, &pegasus(), tiny_vocab, skipping, std::nullopt, nullptr);
+    ADD_FAILURE() << "the record was skipped or read";
+  } catch (const BadRecord& e) {
+    ADD_FAILURE() << "a bad record: " << e.what();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("mismatch.jsonl:1: field 'dialogue'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Dataset, JsonLinesRoundTripAsPretokenizedRecords) {
   Example example;
   example.id = "13818513";

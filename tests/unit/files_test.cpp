@@ -120,5 +120,22 @@ TEST(JsonBounds, SyntaxErrorsNameTheSourceAndByteWithoutNlohmannsPrefix) {
   }
 }
 
+
+// Found by the safetensors fuzzer (fuzz/regressions/safetensors/): a number past a double's range is valid JSON
+// syntax, and nlohmann threw its own out_of_range for it, which escaped every reader as an undocumented exception.
+TEST(JsonBounds, ANumberPastADoublesRangeIsAJsonErrorNamingTheSource) {
+  for (const std::string text : {"[1e999]", "{\"data_offsets\": [44e44444]}", "-1e400"}) {
+    try {
+      util::parse_json(text, "'model.safetensors' header");
+      FAIL() << "no error for " << text;
+    } catch (const util::JsonError& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("'model.safetensors' header is not valid JSON (number overflow parsing"),
+                std::string::npos)
+          << message;
+      EXPECT_EQ(message.find("[json.exception"), std::string::npos) << message;
+    }
+  }
+}
 }  // namespace
 }  // namespace fitsum::test

@@ -33,8 +33,14 @@ struct LoadedModel {
 
 // Throws std::invalid_argument when neither or both sources are given, std::runtime_error for bad folders.
 LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
-// The config load_model(source) would build (overrides applied), without building the model or reading weights:
-// what the memory planner checks before any big allocation.
-model::ModelConfig read_model_config(const ModelSource& source);
+
+// What load_model will build, found without reading or allocating any weight: the config (config.json plus
+// config_overrides) and the tokenizer folder. For checks that belong before the model loads (the free disk for a
+// checkpoint, the memory planner's weights, gradients and optimizer state against the budget). Throws what load_model throws for the same source, short of errors in the weights themselves.
+struct ModelPreview {
+  model::ModelConfig config;
+  std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
+};
+ModelPreview preview_model(const ModelSource& source);
 
 }  // namespace fitsum::io

@@ -65,7 +65,20 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
 // Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the knobs'.
 void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config);
 
-// Everything before the first step. Throws std::invalid_argument for inconsistent arguments, std::runtime_error
+// Bytes one checkpoint of a model of `config` takes on disk: model.safetensors (every parameter and buffer in
+// float32, as saves write them), optimizer.safetensors (the state of `optimizer`; none when checkpoints carry no
+// optimizer state), the tokenizer files copied beside them (`tokenizer_bytes`), and 256 KiB for the safetensors
+// headers, the step counters and the JSON files. Overflow-checked.
+std::uint64_t predicted_checkpoint_bytes(const model::ModelConfig& config,
+                                         std::optional<optim::OptimizerType> optimizer, std::uint64_t tokenizer_bytes);
+
+// The warning to give when `free_bytes` in `output_dir` cannot take one checkpoint of `checkpoint_bytes`; nothing
+// when they can. A warning, not an error: the prediction is an estimate and other processes free space too.
+std::optional<std::string> free_disk_warning(const std::string& output_dir, std::uint64_t free_bytes,
+                                             std::uint64_t checkpoint_bytes);
+
+// Everything before the first step; warns (before the model loads) when output_dir's disk cannot take one
+// checkpoint. Throws std::invalid_argument for inconsistent arguments, std::runtime_error
 // for bad files, memory::PlanDoesNotFit when a budget is given and no plan fits it.
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report);
 

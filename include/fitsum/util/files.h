@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -107,6 +108,10 @@ void write_json_file_atomic(const fs::path& path, const nlohmann::json& value);
 // with `create`, a missing folder is created first; otherwise it must exist. Creates and removes a probe file, which
 // also catches read-only mounts and full disks that permission bits do not show. Throws std::runtime_error.
 void require_writable_folder(const fs::path& dir, std::string_view what, bool create);
+
+// Bytes an unprivileged writer may still put into the file system that holds `dir` (statvfs: available blocks x
+// fragment size), or nothing when the file system does not say (the caller then has no number to check against).
+std::optional<std::uint64_t> free_disk_bytes(const fs::path& dir);
 
 // Flushes a folder's entries (after renames inside it) to stable storage.
 void fsync_directory(const fs::path& dir);
