@@ -58,8 +58,10 @@ TEST(PlanCommand, JsonOnStdoutKeepsTheEffectiveBatchAndChoosesAFittingCandidate)
   const auto& chosen = j["chosen"];
   EXPECT_TRUE(chosen["fits"].get<bool>());
   EXPECT_LE(chosen["predicted_peak_bytes"].get<double>(), 400.0 * 1024 * 1024);
+  // optim unset: AdamW (HF's default) is kept whenever one of its candidates fits, however fast Adafactor is.
+  EXPECT_EQ(chosen["optim"], "adamw_torch");
   for (const auto& c : j["candidates"]) {
-    if (c["fits"].get<bool>()) {
+    if (c["fits"].get<bool>() && c["optim"] == chosen["optim"]) {
       // The fastest, or within the tie band of it (ties go to a fixed rule).
       EXPECT_LE(c["predicted_tokens_per_s"].get<double>(), chosen["predicted_tokens_per_s"].get<double>() * 1.0301);
     }
