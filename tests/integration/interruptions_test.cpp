@@ -22,18 +22,7 @@
 namespace fitsum::test {
 namespace {
 
-fs::path write_records(const fs::path& dir) {
-  std::ofstream out(dir / "eight.jsonl");
-  for (int i = 0; i < 8; ++i) {
-    nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
-    for (int j = 0; j < 3 + (i * 5) % 9; ++j) ids.push_back(103 + (i * 13 + j * 7) % 64);
-    ids.push_back(1);
-    for (int j = 0; j < 2 + (i * 3) % 6; ++j) labels.push_back(103 + (i * 11 + j * 5) % 64);
-    labels.push_back(1);
-    out << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
-  }
-  return dir / "eight.jsonl";
-}
+fs::path write_records(const fs::path& dir) { return write_copy_task_records(dir / "eight.jsonl"); }
 
 std::string train(const fs::path& data, const fs::path& out, const std::string& flags) {
   return fitsum_binary().string() + " train --model_name_or_path '" +

@@ -22,19 +22,7 @@ namespace {
 
 std::string fitsum() { return fitsum_binary().string(); }
 
-// Eight copy-task records of different lengths (ids within the tiny fixture's vocabulary, eos last).
-fs::path write_records(const fs::path& dir) {
-  std::ofstream out(dir / "records.jsonl");
-  for (int i = 0; i < 8; ++i) {
-    nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
-    for (int j = 0; j < 3 + (i * 5) % 9; ++j) ids.push_back(103 + (i * 13 + j * 7) % 64);
-    ids.push_back(1);
-    for (int j = 0; j < 2 + (i * 3) % 6; ++j) labels.push_back(103 + (i * 11 + j * 5) % 64);
-    labels.push_back(1);
-    out << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
-  }
-  return dir / "records.jsonl";
-}
+fs::path write_records(const fs::path& dir) { return write_copy_task_records(dir / "records.jsonl"); }
 
 // Trains the tiny fixture on the records, evaluating and saving every step.
 CommandResult train_evaluating_every_step(const fs::path& dir, const std::string& extra) {

@@ -44,6 +44,19 @@ CommandResult run_command(const std::string& command_line) {
   return result;
 }
 
+fs::path write_copy_task_records(const fs::path& file) {
+  std::ofstream out(file);
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json ids = nlohmann::json::array(), labels = nlohmann::json::array();
+    for (int j = 0; j < 3 + (i * 5) % 9; ++j) ids.push_back(103 + (i * 13 + j * 7) % 64);
+    ids.push_back(1);
+    for (int j = 0; j < 2 + (i * 3) % 6; ++j) labels.push_back(103 + (i * 11 + j * 5) % 64);
+    labels.push_back(1);
+    out << nlohmann::json{{"input_ids", ids}, {"labels", labels}}.dump() << "\n";
+  }
+  return file;
+}
+
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

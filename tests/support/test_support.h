@@ -28,6 +28,10 @@ struct CommandResult {
 // Runs a shell command line and captures its output and exit status.
 CommandResult run_command(const std::string& command_line);
 
+// Eight pre-tokenized copy-task records of different lengths (ids 103..166, within the tiny fixture's vocabulary,
+// eos last) as jsonl at `file`; returns `file`.
+fs::path write_copy_task_records(const fs::path& file);
+
 // Writes bytes to a file, replacing it.
 void write_bytes(const fs::path& path, const std::string& bytes);
 
