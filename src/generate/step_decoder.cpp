@@ -39,9 +39,11 @@ at::Tensor StepDecoder::next_logits(const at::Tensor& sequences) {
     auto last = sequences.narrow(1, length - 1, 1).to(device_);  // (R, 1)
     hidden = model_.decode(last, encoder_hidden_, attention_mask_, &cache_);
     // Cross-attention now reads its keys/values from the cache (the decoder ignores the encoder states once the
-    // cache holds them), so the states need not be kept, nor reordered with the beams. A zero-row slice keeps the
-    // dtype that decode() reads.
-    encoder_hidden_ = encoder_hidden_.narrow(0, 0, 0);
+    // cache holds them), so the states need not be kept, nor reordered with the beams. An empty tensor (not a
+    // zero-row slice, which would keep the whole storage alive) keeps the dtype that decode() reads.
+    if (encoder_hidden_.size(0) > 0) {
+      encoder_hidden_ = at::empty({0, encoder_hidden_.size(1), encoder_hidden_.size(2)}, encoder_hidden_.options());
+    }
   } else {
     auto all = model_.decode(sequences.to(device_), encoder_hidden_, attention_mask_);  // (R, T, D)
     hidden = all.narrow(1, length - 1, 1);

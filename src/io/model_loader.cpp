@@ -82,7 +82,9 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
 
 ModelPreview preview_model(const ModelSource& source) {
   auto resolved = resolve_source(source);
-  return {std::move(resolved.config), std::move(resolved.tokenizer_dir)};
+  const auto from = resolved.pretrained ? source.model_name_or_path : resolved.config_file.string();
+  return {std::move(resolved.config), std::move(resolved.config_json), std::move(resolved.tokenizer_dir),
+          "the config of " + from + " (no weights read: planning needs the config only)"};
 }
 
 }  // namespace fitsum::io

@@ -113,12 +113,16 @@ CudaPlanInputs cuda_plan_inputs(model::Seq2SeqLMImpl& model, const FitRequest& r
   return cuda;
 }
 
-// The planner's request; on CUDA (or when allocator settings are given) with the CUDA model of `model`.
-PlanRequest plan_request(const FitRequest& request, model::Seq2SeqLMImpl& model) {
+// On CUDA, or when allocator settings are given, the CUDA model needs the parameters' shapes.
+bool needs_cuda_inputs(const c10::Device& device, const FitRequest& request) {
+  return device.is_cuda() || request.cuda_alloc_conf.has_value();
+}
+
+// The planner's request, with the CUDA model's inputs when there are any.
+PlanRequest plan_request(const FitRequest& request, const c10::Device& device, std::optional<CudaPlanInputs> cuda) {
   PlanRequest p;
-  const auto device = model.parameters().front().device();
-  if (device.is_cuda() || request.cuda_alloc_conf) {
-    p.cuda = cuda_plan_inputs(model, request, device);
+  if (cuda) {
+    p.cuda = std::move(cuda);
     p.budget_caps_reserved = device.is_cuda();
   }
   p.effective_batch = request.effective_batch;
@@ -131,6 +135,7 @@ PlanRequest plan_request(const FitRequest& request, model::Seq2SeqLMImpl& model)
   p.bf16 = request.bf16;
   p.budget = request.budget;
   p.margin = request.margin;
+  p.evaluation = request.evaluation;
   return p;
 }
 
@@ -179,10 +184,26 @@ void explain_no_fit(FitResult& r, const FitRequest& request, const PlanRequest& 
   r.explanation = why.str();
 }
 
-}  // namespace
+std::string evaluation_warning(const FitRequest& request, const Candidate& chosen, const model::ModelConfig& config) {
+  if (!request.evaluation || chosen.knobs.eval_batch >= request.evaluation->batch) return "";
+  const auto& load = *request.evaluation;
+  const auto& p = chosen.prediction;
+  std::ostringstream out;
+  out << "per_device_eval_batch_size " << load.batch << " does not fit beside training's "
+      << util::format_bytes(p.weights + p.gradients + p.optimizer_state) << " of weights, gradients and optimizer state: "
+      << "evaluating " << load.batch << " examples";
+  if (load.generate) out << " with " << load.num_beams << " beam" << (load.num_beams == 1 ? "" : "s") << " up to "
+                         << load.max_length << " tokens";
+  out << " needs " << util::format_bytes(predict_evaluation(config, load).peak())
+      << " more; using per_device_eval_batch_size " << chosen.knobs.eval_batch << " ("
+      << util::format_bytes(p.evaluation) << "); the generated summaries and ROUGE do not depend on it, eval_loss (HF's mean of the batches' means) may "
+         "shift slightly. Set a smaller per_device_eval_batch_size to silence this";
+  return out.str();
+}
 
-FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
-  if (auto refused = check_static_memory(model.config(), request)) return *refused;
+// Steps 2 to 4 (fit.h), from the config and the device; `cuda` holds the CUDA model's inputs when it is needed.
+FitResult fit(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request,
+              std::optional<CudaPlanInputs> cuda) {
   CalibrationOptions options;
   options.max_source_length = request.worst.source;
   options.max_target_length = request.worst.target;
@@ -192,9 +213,9 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
   FitResult r;
   r.worst = request.worst;
   r.budget = request.budget;
-  r.calibration = calibrate(model, options);
+  r.calibration = calibrate(config, device, options);
   r.layers = std::max(r.calibration->encoder_layers, r.calibration->decoder_layers);
-  const auto planned = plan_request(request, model);
+  const auto planned = plan_request(request, device, std::move(cuda));
   r.plan = choose_plan(*r.calibration, planned);
   if (planned.cuda) r.cuda_alloc_conf = planned.cuda->conf;
   r.budget_caps_reserved = planned.budget_caps_reserved;
@@ -217,10 +238,33 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
               << ": set optim (and learning_rate) explicitly to silence this, or optim auto to let the planner choose";
       r.optimizer_warning = warning.str();
     }
+    r.evaluation_warning = evaluation_warning(request, *r.chosen, r.calibration->config);
     return r;
   }
   explain_no_fit(r, request, planned);
   return r;
+}
+
+}  // namespace
+
+FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
+  if (auto refused = check_static_memory(model.config(), request)) return *refused;
+  const auto device = model.parameters().front().device();
+  std::optional<CudaPlanInputs> cuda;
+  if (needs_cuda_inputs(device, request)) cuda = cuda_plan_inputs(model, request, device);
+  return fit(model.config(), device, request, std::move(cuda));
+}
+
+bool can_fit_without_weights(const c10::Device& device, const FitRequest& request) {
+  return !needs_cuda_inputs(device, request);
+}
+
+FitResult fit_training(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request) {
+  if (!can_fit_without_weights(device, request)) {
+    throw std::invalid_argument("fit_training without a model: the CUDA allocator model needs the parameters' shapes");
+  }
+  if (auto refused = check_static_memory(config, request)) return *refused;
+  return fit(config, device, request, std::nullopt);
 }
 
 PlanDoesNotFit::PlanDoesNotFit(FitResult result) : std::runtime_error(result.explanation), result_(std::move(result)) {}
@@ -238,6 +282,7 @@ std::string plan_arguments(const PlanKnobs& knobs, const Calibration& c) {
   out << " --optim " << optim::to_string(knobs.optimizer);
   if (knobs.bf16) out << " --bf16";
   if (c.freeze_embeds) out << " --freeze_embeds";
+  if (knobs.eval_batch > 0) out << " --per_device_eval_batch_size " << knobs.eval_batch;
   return out.str();
 }
 

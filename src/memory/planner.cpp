@@ -108,7 +108,25 @@ namespace {
 
 // What the budget caps for a candidate: its predicted peak, or on CUDA the allocator model's reserved bytes.
 std::uint64_t budgeted_bytes(const Candidate& k, const PlanRequest& request) {
-  return request.budget_caps_reserved && k.cuda ? k.cuda->reserved : k.prediction.peak;
+  const auto& p = k.prediction;
+  if (!(request.budget_caps_reserved && k.cuda)) return p.peak;
+  // Evaluation's tensors are not replayed through the allocator model: its allocated bytes stand for its reserve.
+  return std::max(k.cuda->reserved, p.evaluation == 0 ? 0 : p.weights + p.gradients + p.optimizer_state + p.evaluation);
+}
+
+// The largest eval batch (up to the requested one) that fits beside the candidate's resident memory, and what
+// evaluation adds at it; with none that fits, one example's (the candidate then does not fit).
+void add_evaluation(const Calibration& c, const PlanRequest& request, Candidate& candidate) {
+  if (!request.evaluation) return;
+  auto& p = candidate.prediction;
+  const auto resident = p.weights + p.gradients + p.optimizer_state;
+  const auto usable = static_cast<std::uint64_t>(std::floor(static_cast<double>(request.budget) / (1.0 + request.margin)));
+  auto load = *request.evaluation;
+  const auto batch = usable > resident ? largest_evaluation_batch(c.config, load, usable - resident) : 0;
+  load.batch = std::max<std::int64_t>(1, batch);
+  candidate.knobs.eval_batch = load.batch;
+  p.evaluation = predict_evaluation(c.config, load).peak();
+  p.peak = std::max(p.peak, resident + p.evaluation);
 }
 
 std::uint64_t needed_bytes(const Candidate& k, const PlanRequest& request) {
@@ -133,6 +151,7 @@ Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::
     candidate.cuda = predict_cuda_memory(*request.cuda, kind, micro_batch, worst.source,
                                          std::max(p.activations, p.optimizer_transient));
   }
+  add_evaluation(c, request, candidate);
   candidate.fits = needed_bytes(candidate, request) <= request.budget;
   return candidate;
 }

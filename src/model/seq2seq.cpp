@@ -147,8 +147,10 @@ torch::Tensor AttentionImpl::forward_self_cached(const torch::Tensor& x, const t
 torch::Tensor AttentionImpl::forward_cross_cached(const torch::Tensor& x, const torch::Tensor& kv,
                                                   const torch::Tensor& mask, AttentionCache& cache) {
   if (cache.empty()) {
-    cache.key = split_heads(k_proj->forward(kv));
-    cache.value = split_heads(v_proj->forward(kv));
+    // Stored contiguous in (B, H, S, hd): the head-split view of the projection would make every later step's two
+    // products copy the keys and values of all source positions again.
+    cache.key = split_heads(k_proj->forward(kv)).contiguous();
+    cache.value = split_heads(v_proj->forward(kv)).contiguous();
   }
   return attend(x, cache.key, cache.value, mask);
 }

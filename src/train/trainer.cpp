@@ -247,6 +247,14 @@ bool Trainer::replan_after_repeated_oom() {
   return true;
 }
 
+generate::GenerationOptions evaluation_generation(const TrainingArguments& args,
+                                                  const generate::GenerationOptions& model_defaults) {
+  auto options = model_defaults;
+  if (args.generation_num_beams) options.num_beams = *args.generation_num_beams;
+  if (args.generation_max_length) options.max_length = *args.generation_max_length;
+  return options;
+}
+
 nlohmann::ordered_json Trainer::evaluate() {
   const auto result = run_evaluation(in_.eval_examples);
   if (result.interrupted) return nullptr;  // a stop request: the step's checkpoint is saved next, not partial metrics
@@ -257,9 +265,7 @@ EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examp
   EvaluationOptions options;
   options.batch_size = args_.per_device_eval_batch_size;
   options.generate = args_.predict_with_generate;
-  options.generation = in_.generation;
-  if (args_.generation_num_beams) options.generation.num_beams = *args_.generation_num_beams;
-  if (args_.generation_max_length) options.generation.max_length = *args_.generation_max_length;
+  options.generation = evaluation_generation(args_, in_.generation);
   options.label_smoothing = args_.label_smoothing_factor;
   options.bf16 = args_.bf16;
   options.rouge.split_sentences = args_.rouge_split_sentences;

@@ -84,14 +84,26 @@ void check_free_disk(const TrainingJob& job, const Report& report) {
 }
 
 struct ModelAndTokenizer {
-  io::LoadedModel loaded;
+  io::LoadedModel loaded;  // without `weights`, its model is null and the rest comes from the preview
+  model::ModelConfig config;
   std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
 };
 
-// Loads the model and its tokenizer; lowers the maximum lengths to the model's positions (with a warning each).
-ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& report) {
-  ModelAndTokenizer m{io::load_model(job.model, static_cast<std::uint64_t>(job.args.seed)), nullptr};
-  const auto& config = m.loaded.model->config();
+// Loads the model (or with `weights` false only its config) and its tokenizer; lowers the maximum lengths to the
+// model's positions (with a warning each).
+ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& report, bool weights = true) {
+  ModelAndTokenizer m;
+  if (weights) {
+    m.loaded = io::load_model(job.model, static_cast<std::uint64_t>(job.args.seed));
+    m.config = m.loaded.model->config();
+  } else {
+    auto preview = io::preview_model(job.model);
+    m.config = preview.config;
+    m.loaded.config_json = std::move(preview.config_json);
+    m.loaded.tokenizer_dir = std::move(preview.tokenizer_dir);
+    m.loaded.description = std::move(preview.description);
+  }
+  const auto& config = m.config;
   for (const auto& warning : data::clamp_lengths_to_model(job.data, config.max_position_embeddings)) {
     warn(report, warning);
   }
@@ -108,7 +120,7 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
                                       bool drop_empty, const char* what, const Report& report) {
   data::ReadStats stats;
   auto examples =
-      data::read_examples(file, m.tokenizer.get(), m.loaded.model->config().vocab_size, options, max_samples, &stats);
+      data::read_examples(file, m.tokenizer.get(), m.config.vocab_size, options, max_samples, &stats);
   say(report, std::string(what) + " " + file + ": " + stats.summary(options));
   if (drop_empty) {
     const auto dropped = data::drop_empty_examples(examples);
@@ -118,6 +130,29 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
     }
   }
   return examples;
+}
+
+// The eval and predict data the run evaluates (validation_file with an eval strategy or do_eval; test_file with
+// do_predict).
+void read_evaluation_splits(const TrainingJob& job, const ModelAndTokenizer& m, TrainerInputs& in,
+                            const Report& report) {
+  if (job.args.eval_strategy != IntervalStrategy::no || job.args.do_eval) {
+    in.eval_examples =
+        read_split(job.validation_file, m, job.data, job.data.max_eval_samples, false, "validation_file", report);
+  }
+  if (job.args.do_predict) {
+    in.test_examples = read_split(job.test_file, m, job.data, job.data.max_predict_samples, false, "test_file", report);
+  }
+}
+
+// The model folder's decoding defaults (generation_config.json, else config.json), as HF's generate() starts.
+generate::GenerationOptions model_generation_options(const TrainingJob& job, const ModelAndTokenizer& m) {
+  const auto& folder = job.model.model_name_or_path;
+  const fs::path generation_file = fs::path(folder) / "generation_config.json";
+  return generate::generation_options_from_hf(
+      m.loaded.config_json,
+      !folder.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
+      folder.empty() ? job.model.config_name : folder);
 }
 
 // With a budget, before the model is loaded: weights, gradients and optimizer state from the config alone; throws
@@ -136,9 +171,11 @@ memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, co
   model.to(device);
   auto request = make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget);
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on CUDA the budget caps reserved bytes under them
+  request.evaluation = evaluation_load(p.args, p.inputs, job.data);
   auto fit = memory::fit_training(model, request);
   if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
   if (!fit.optimizer_warning.empty()) warn(report, fit.optimizer_warning);
+  if (!fit.evaluation_warning.empty()) warn(report, fit.evaluation_warning);
   apply_plan(p.args, fit.chosen->knobs, model.config());
   p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(fit.chosen->prediction.peak);
   memory::apply_memory_budget(device, p.budget);
@@ -215,6 +252,30 @@ void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const m
   }
   args.optim = knobs.optimizer;
   args.bf16 = knobs.bf16;
+  if (knobs.eval_batch > 0) args.per_device_eval_batch_size = knobs.eval_batch;
+}
+
+std::optional<memory::EvaluationLoad> evaluation_load(const TrainingArguments& args, const TrainerInputs& inputs,
+                                                      const data::DataOptions& data) {
+  if (inputs.eval_examples.empty() && inputs.test_examples.empty()) return std::nullopt;
+  auto worst = worst_batch_shape(inputs.eval_examples, data);
+  const auto test = worst_batch_shape(inputs.test_examples, data);
+  if (inputs.eval_examples.empty()) worst = test;
+  if (!inputs.test_examples.empty()) {
+    worst.source = std::max(worst.source, test.source);
+    worst.target = std::max(worst.target, test.target);
+  }
+  const auto generation = evaluation_generation(args, inputs.generation);
+  memory::EvaluationLoad load;
+  load.batch = args.per_device_eval_batch_size;
+  load.source_length = worst.source;
+  load.target_length = worst.target;
+  load.generate = args.predict_with_generate;
+  load.num_beams = generation.num_beams;
+  load.max_length = generation.effective_max_length();
+  load.use_cache = generation.use_cache;
+  load.bf16 = args.bf16;
+  return load;
 }
 
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
@@ -233,13 +294,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   auto& in = p.inputs;
   in.train_examples = read_split(job.train_file, m, job.data, job.data.max_train_samples, !job.keep_empty_examples,
                                  "train_file", report);
-  if (job.args.eval_strategy != IntervalStrategy::no || job.args.do_eval) {
-    in.eval_examples =
-        read_split(job.validation_file, m, job.data, job.data.max_eval_samples, false, "validation_file", report);
-  }
-  if (job.args.do_predict) {
-    in.test_examples = read_split(job.test_file, m, job.data, job.data.max_predict_samples, false, "test_file", report);
-  }
+  read_evaluation_splits(job, m, in, report);
   in.model_name_or_path = job.model.model_name_or_path.empty() ? job.model.config_name : job.model.model_name_or_path;
   in.train_file = job.train_file;
   in.validation_file = job.validation_file;
@@ -253,12 +308,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   in.device = runtime.device;
   in.tokenizer = m.tokenizer;
   in.update_threads = runtime.threads.update;
-  const auto& folder = job.model.model_name_or_path;
-  const fs::path generation_file = fs::path(folder) / "generation_config.json";
-  in.generation = generate::generation_options_from_hf(
-      m.loaded.config_json,
-      !folder.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
-      folder.empty() ? job.model.config_name : folder);
+  in.generation = model_generation_options(job, m);
   if (job.args.predict_with_generate && !m.tokenizer) {
     warn(report, "predict_with_generate without a tokenizer: generation runs, ROUGE is skipped");
   }
@@ -273,7 +323,10 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   memory::start_tracking(runtime.device);
   const auto budget = memory::resolve_memory_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device);
   if (auto refused = refusal_before_loading(job, budget)) return *refused;
-  auto m = load_model_and_tokenizer(job, report);
+  memory::FitRequest needs;
+  needs.cuda_alloc_conf = runtime.cuda_alloc_conf;
+  const bool weights = !memory::can_fit_without_weights(runtime.device, needs);
+  auto m = load_model_and_tokenizer(job, report, weights);
   std::vector<data::Example> examples;
   if (!job.train_file.empty()) {
     examples = read_split(job.train_file, m, job.data, job.data.max_train_samples, !job.keep_empty_examples,
@@ -283,12 +336,22 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   say(report, m.loaded.description + "; worst batch " + std::to_string(worst.source) + " source x " +
                   std::to_string(worst.target) + " target tokens per example" +
                   (examples.empty() ? " (from the max lengths)" : " (from the data)"));
-  auto& model = *m.loaded.model;
-  model.to(runtime.device);
   auto request = make_fit_request(job.args, job.fixed, worst, budget);
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on the CPU too: the plan then reports CUDA's reserved bytes
-  auto fit = memory::fit_training(model, request);
+  TrainerInputs evaluated;
+  read_evaluation_splits(job, m, evaluated, report);
+  evaluated.generation = model_generation_options(job, m);
+  request.evaluation = evaluation_load(job.args, evaluated, job.data);
+  memory::FitResult fit;
+  if (weights) {
+    auto& model = *m.loaded.model;
+    model.to(runtime.device);
+    fit = memory::fit_training(model, request);
+  } else {
+    fit = memory::fit_training(m.config, runtime.device, request);
+  }
   if (!fit.optimizer_warning.empty()) warn(report, fit.optimizer_warning);
+  if (!fit.evaluation_warning.empty()) warn(report, fit.evaluation_warning);
   return fit;
 }
 

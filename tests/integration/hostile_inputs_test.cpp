@@ -117,6 +117,13 @@ TEST(HostileInputs, ATokenizerOfAnotherModelIsNamedNotAnIndexOutOfRange) {
                                      fitsum_binary().string() + " summarize --model '" + model +
                                      "' --tokenizer_name '" + tokenizer + "'");
   expect_error_as_last_line(summarize, "input_ids holds token id 7374, outside the model's vocabulary 0..166");
+
+  // tokenize with the model's folder writes ids for that model: the same check, and no output file is left.
+  const auto tokenize = fitsum("tokenize --model '" + model + "' --tokenizer_name '" + tokenizer + "' --input_file '" +
+                               (dir / "train.jsonl").string() + "' --output_file '" + (dir / "ids.jsonl").string() +
+                               "'");
+  expect_error_as_last_line(tokenize, "train.jsonl:2: field 'dialogue': the tokenizer gives token id 6303");
+  EXPECT_FALSE(fs::exists(dir / "ids.jsonl"));
 }
 
 TEST(HostileInputs, UsageErrorsAreOneLineWithExitTwo) {

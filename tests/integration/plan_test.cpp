@@ -90,6 +90,44 @@ TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
   EXPECT_EQ(r.output.find("calibration probe"), std::string::npos) << r.output;
 }
 
+// Evaluation under the same budget: 64 examples x 8 beams x 64 tokens need about 450 MB of key/value cache and
+// logits beside training's; the planner lowers per_device_eval_batch_size to what fits, says so, and the measured
+// peak (evaluation included) stays under the budget.
+TEST(TrainWithBudget, EvaluationBatchIsLoweredToFitTheBudget) {
+  const auto dir = temp_dir("train-eval-budget");
+  const auto data = write_records(dir);
+  const std::string args = model_args() + "--train_file '" + data.string() + "' --validation_file '" + data.string() +
+                           "' --per_device_train_batch_size 2 --optim adafactor --max_memory 300MiB"
+                           " --eval_strategy steps --eval_steps 1 --predict_with_generate --generation_num_beams 8"
+                           " --generation_max_length 64 --per_device_eval_batch_size 64 --device cpu ";
+  auto r = run_command("(" + fitsum_binary().string() + " plan" + args + "--format json 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto plan = nlohmann::json::parse(r.output);
+  const auto& chosen = plan["chosen"];
+  ASSERT_TRUE(chosen.contains("per_device_eval_batch_size")) << chosen.dump();
+  const auto eval_batch = chosen["per_device_eval_batch_size"].get<int>();
+  EXPECT_GE(eval_batch, 1);
+  EXPECT_LT(eval_batch, 64);
+  EXPECT_GT(chosen["breakdown"]["evaluation"].get<double>(), 0);
+  EXPECT_LE(chosen["predicted_peak_bytes"].get<double>() * 1.05, 300.0 * 1024 * 1024);
+
+  r = run_command(fitsum_binary().string() + " train" + args + "--output_dir '" + (dir / "out").string() +
+                  "' --max_steps 2 --logging_steps 1 --save_strategy no");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("per_device_eval_batch_size 64 does not fit"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("using per_device_eval_batch_size " + std::to_string(eval_batch)), std::string::npos)
+      << r.output;
+  const auto state = util::read_json_file(dir / "out" / "trainer_state.json");
+  int evaluations = 0;
+  for (const auto& e : state["log_history"]) {
+    if (e.contains("eval_gen_len")) ++evaluations;
+    if (e.contains("peak_memory_bytes")) EXPECT_LE(e["peak_memory_bytes"].get<double>(), 300.0 * 1024 * 1024);
+  }
+  EXPECT_EQ(evaluations, 2);
+  const auto saved = util::read_json_file(dir / "out" / "training_args.json");
+  EXPECT_EQ(saved["per_device_eval_batch_size"], eval_batch);
+}
+
 TEST(TrainWithBudget, ExplicitAdamWFailsFastNamingTheBudgetAndAPlanThatFits) {
   const auto dir = temp_dir("train-adamw-too-big");
   const auto data = write_records(dir);

@@ -208,6 +208,56 @@ TEST(Planner, KeepsExplicitKnobsAndNamesTheBudgetWhenNothingFits) {
   EXPECT_NE(plan.explanation.find("no candidate fits"), std::string::npos) << plan.explanation;
 }
 
+// Evaluation under the same budget: each candidate evaluates with the largest per_device_eval_batch_size (up to the
+// requested one) that fits beside its weights, gradients and optimizer state, and its peak covers evaluation; when
+// not even one example can be evaluated, nothing fits and the minimum budget says what evaluation needs.
+TEST(Planner, EvaluationBatchIsLoweredUntilItFitsAndCountsInThePeak) {
+  const auto c = synthetic_calibration();  // pegasus-small's shapes (6 + 6 layers, d_model 512, 96103 tokens)
+  memory::EvaluationLoad load;
+  load.batch = 64;
+  load.num_beams = 8;
+  load.source_length = 512;
+  load.target_length = 64;
+  load.max_length = 128;
+  memory::PlanRequest request;
+  request.effective_batch = 8;
+  request.micro_batch = 8;
+  request.source_length = 512;
+  request.target_length = 64;
+  request.optimizer = optim::OptimizerType::adafactor;
+  request.optimizer_policy = memory::OptimizerPolicy::fixed;
+  request.evaluation = load;
+  const auto resident = 8'000'000 + memory::static_training_memory(c.counts, optim::OptimizerType::adafactor,
+                                                                   memory::StorageDtype::fp32)
+                                        .optimizer_state;
+  auto at = [&](std::int64_t batch) {
+    auto l = load;
+    l.batch = batch;
+    return memory::predict_evaluation(c.config, l).peak();
+  };
+  // Room for 5 examples (8 beams each) but not 6.
+  request.budget = static_cast<std::uint64_t>(std::ceil((resident + at(5)) * 1.05)) + 1;
+  ASSERT_GT(static_cast<double>(resident + at(6)) * 1.05, static_cast<double>(request.budget));
+  auto plan = memory::choose_plan(c, request);
+  ASSERT_TRUE(plan.chosen.has_value()) << plan.explanation;
+  const auto& chosen = plan.candidates[*plan.chosen];
+  EXPECT_EQ(chosen.knobs.eval_batch, 5);
+  EXPECT_EQ(chosen.prediction.evaluation, at(5));
+  EXPECT_EQ(chosen.prediction.peak, resident + at(5));  // evaluation, not the tiny training step, sets the peak
+  // Without evaluation the same budget keeps the plan and its peak is training's.
+  auto without = request;
+  without.evaluation.reset();
+  const auto training_only = memory::choose_plan(c, without);
+  ASSERT_TRUE(training_only.chosen.has_value());
+  EXPECT_EQ(training_only.candidates[*training_only.chosen].knobs.eval_batch, 0);
+  EXPECT_LT(training_only.candidates[*training_only.chosen].prediction.peak, resident + at(1));
+  // One example does not fit: no plan, and the minimum budget is evaluation's.
+  request.budget = resident + at(1);
+  plan = memory::choose_plan(c, request);
+  EXPECT_FALSE(plan.chosen.has_value());
+  EXPECT_EQ(plan.minimum_budget, static_cast<std::uint64_t>(std::ceil((resident + at(1)) * 1.05)));
+}
+
 // On CUDA the budget caps the allocator model's reserved bytes (memory/cuda_allocator_model.h), of which the
 // predicted peak is a part: here the cuBLAS workspace (32 MiB) and 20 MiB segments dwarf the synthetic model.
 TEST(Planner, OnCudaTheBudgetCapsPredictedReservedBytes) {

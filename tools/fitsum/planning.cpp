@@ -51,6 +51,12 @@ std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, s
     out << line;
   }
   out << "budget " << util::format_bytes(budget) << "; " << plan.explanation << "\n";
+  if (plan.chosen && plan.candidates[*plan.chosen].knobs.eval_batch > 0) {
+    const auto& k = plan.candidates[*plan.chosen];
+    out << "evaluation (chosen): per_device_eval_batch_size " << k.knobs.eval_batch << ", "
+        << util::format_bytes(k.prediction.evaluation)
+        << " above weights, gradients and optimizer state (loss pass, generation with its key/value cache)\n";
+  }
   if (plan.chosen && plan.candidates[*plan.chosen].cuda) out << cuda_line(*plan.candidates[*plan.chosen].cuda);
   return out.str();
 }
@@ -63,6 +69,7 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
   j["gradient_checkpointing_decoder_layers"] = k.knobs.decoder_checkpointed;
   j["optim"] = optim::to_string(k.knobs.optimizer);
   j["bf16"] = k.knobs.bf16;
+  if (k.knobs.eval_batch > 0) j["per_device_eval_batch_size"] = k.knobs.eval_batch;
   j["predicted_peak_bytes"] = k.prediction.peak;
   j["predicted_step_flops"] = k.prediction.step_flops;
   j["predicted_recompute_flops"] = k.prediction.recompute_flops;
@@ -74,6 +81,7 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
                     {"optimizer_state", k.prediction.optimizer_state},
                     {"activations", k.prediction.activations},
                     {"optimizer_step_transient", k.prediction.optimizer_transient}};
+  if (k.knobs.eval_batch > 0) j["breakdown"]["evaluation"] = k.prediction.evaluation;
   if (k.cuda) j["breakdown"]["cuda"] = memory::to_json(*k.cuda);
   return j;
 }

@@ -44,7 +44,21 @@ void run_tokenize(TokenizeArgs args) {
   args.data.validate();
   const tokenizer::PegasusTokenizer tokenizer =
       tokenizer::PegasusTokenizer::from_folder(args.tokenizer_name.empty() ? args.model : args.tokenizer_name);
-  data::ExampleReader reader(args.input_file, tokenizer, args.data, args.max_samples);
+  // With --model, every id must fit its vocabulary: a --tokenizer_name of another model is refused at the first id
+  // past it, naming both sizes, as train and eval refuse it.
+  std::int64_t vocab_size = tokenizer.vocab_size();
+  if (!args.model.empty() && std::filesystem::is_regular_file(args.model / "config.json")) {
+    const auto config_file = args.model / "config.json";
+    const nlohmann::json config = util::read_json_file(config_file);
+    const auto it = config.find("vocab_size");
+    if (it != config.end()) {
+      if (!it->is_number_integer() || it->get<std::int64_t>() < 1) {
+        throw std::runtime_error("'" + config_file.string() + "': vocab_size must be a positive integer");
+      }
+      vocab_size = it->get<std::int64_t>();
+    }
+  }
+  data::ExampleReader reader(args.input_file, &tokenizer, vocab_size, args.data, args.max_samples);
 
   std::printf("fitsum tokenize\n");
   std::printf("  tokenizer          %s (%d ids)\n", tokenizer.model_file().c_str(), tokenizer.vocab_size());

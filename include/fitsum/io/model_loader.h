@@ -39,7 +39,9 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
 // checkpoint, the memory planner's weights, gradients and optimizer state against the budget). Throws what load_model throws for the same source, short of errors in the weights themselves.
 struct ModelPreview {
   model::ModelConfig config;
+  nlohmann::json config_json;           // after overrides, as LoadedModel's
   std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
+  std::string description;              // where the config comes from, for the log
 };
 ModelPreview preview_model(const ModelSource& source);
 

@@ -45,6 +45,8 @@ struct FitRequest {
   // reserved bytes are predicted under them (its defaults when empty); on the CPU, when set, the plan reports what
   // a CUDA device (an H100 / H200) would reserve, and the budget still caps the peak.
   std::optional<util::CudaAllocConf> cuda_alloc_conf;
+  // Set when the run evaluates: per_device_eval_batch_size, the eval data's lengths and the decoding options.
+  std::optional<EvaluationLoad> evaluation;
 };
 
 enum class FitStatus {
@@ -66,6 +68,8 @@ struct FitResult {
   std::string explanation;                 // why this plan, or why none, in one paragraph
   // Set when the optimizer was `preferred` and the plan uses another: the numbers, for a warning.
   std::string optimizer_warning;
+  // Set when the chosen plan evaluates with a smaller per_device_eval_batch_size than requested: the numbers.
+  std::string evaluation_warning;
   // The allocator settings the candidates' CUDA terms (Candidate::cuda) were predicted under; empty without them.
   std::optional<util::CudaAllocConf> cuda_alloc_conf;
   bool budget_caps_reserved = false;  // on CUDA: `budget` capped each candidate's predicted reserved bytes
@@ -78,6 +82,12 @@ std::optional<FitResult> check_static_memory(const model::ModelConfig& config, c
 // Runs the steps above on `model` (on its device). The model's weights stay as they are; gradients are left
 // allocated and zero; the random stream is unchanged.
 FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request);
+
+// The same without the model's weights, from its config, where nothing else is needed: on the CPU without CUDA
+// allocator settings (the probe builds its own reduced-depth copies). `fitsum plan` then neither loads nor
+// initialises the model (2.3 GB for pegasus-large). Throws std::invalid_argument where the model is needed.
+bool can_fit_without_weights(const c10::Device& device, const FitRequest& request);
+FitResult fit_training(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request);
 
 // Thrown by callers that cannot go on without a plan (fitsum train): carries the result for the message and the
 // table; the CLI exits with status 3.

@@ -2,7 +2,9 @@
 // chooses the fastest configuration that fits a budget (`fitsum plan`, `fitsum train --max_memory`).
 //
 // Peak = weights + gradients + optimizer state (from parameter counts, static_memory.h)
-//      + max(transient of one micro-step, transient of the optimizer step).
+//      + max(transient of one micro-step, transient of the optimizer step, evaluation's transient).
+// Evaluation (the eval loss and generation with beams and the key/value cache, evaluation_memory.h) is counted from
+// the model's shapes; the planner lowers per_device_eval_batch_size until it fits.
 //
 // The micro-step transient is measured, not modelled by hand, on reduced-depth copies of the model (the same
 // config with 1 + 1 and 2 + 2 layers, random weights, the real vocabulary and widths), with and without activation
@@ -39,6 +41,7 @@
 
 #include "fitsum/memory/calibration.h"
 #include "fitsum/memory/cuda_allocator_model.h"
+#include "fitsum/memory/evaluation_memory.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/seq2seq.h"
 
@@ -63,6 +66,7 @@ struct PlanKnobs {
   std::int64_t decoder_checkpointed = 0;
   optim::OptimizerType optimizer = optim::OptimizerType::adamw_torch;
   bool bf16 = false;
+  std::int64_t eval_batch = 0;  // per_device_eval_batch_size, when the run evaluates (0: it does not)
   bool checkpointing() const { return encoder_checkpointed > 0 || decoder_checkpointed > 0; }
 };
 
@@ -72,6 +76,9 @@ struct Prediction {
   std::uint64_t optimizer_state = 0;
   std::uint64_t activations = 0;  // the micro-step transient
   std::uint64_t optimizer_transient = 0;
+  // What evaluation adds to the weights, gradients and optimizer state at its peak, at the plan's eval batch (0 when
+  // the run does not evaluate). The peak covers it: max(training's peak, resident + evaluation).
+  std::uint64_t evaluation = 0;
   std::uint64_t peak = 0;
   double step_flops = 0.0;       // matrix-product FLOPs of an optimizer step, recomputation included
   double recompute_flops = 0.0;  // of which recomputation
@@ -113,6 +120,10 @@ struct PlanRequest {
   // caching allocator's memory fraction caps what it reserves, of which the peak is only a part).
   std::optional<CudaPlanInputs> cuda;
   bool budget_caps_reserved = false;
+  // When the run evaluates (eval or predict data): its load at the requested per_device_eval_batch_size. Each
+  // candidate gets the largest eval batch up to that one which fits beside its resident memory (evaluation's
+  // results do not depend on the batch); a candidate fits only if evaluation of one example does.
+  std::optional<EvaluationLoad> evaluation;
 };
 
 struct Candidate {

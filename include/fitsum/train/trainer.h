@@ -101,6 +101,11 @@ struct TrainResult {
 // Asks a running trainer to stop after the current micro-batch (async-signal-safe: one atomic store).
 void request_stop(int signal_number);
 
+// The decoding options of evaluation and prediction: the model folder's defaults with generation_num_beams and
+// generation_max_length applied (Seq2SeqTrainer's gen_kwargs).
+generate::GenerationOptions evaluation_generation(const TrainingArguments& args,
+                                                  const generate::GenerationOptions& model_defaults);
+
 class Trainer {
  public:
   Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks = {});

@@ -65,6 +65,12 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
 // Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the knobs'.
 void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config);
 
+// What the run's evaluations will hold, for the planner: per_device_eval_batch_size, the longest source and labels
+// of the eval and predict data (their worst batch shape), and the decoding options the trainer uses. Nothing when
+// the run has no data to evaluate.
+std::optional<memory::EvaluationLoad> evaluation_load(const TrainingArguments& args, const TrainerInputs& inputs,
+                                                      const data::DataOptions& data);
+
 // Bytes one checkpoint of a model of `config` takes on disk: model.safetensors (every parameter and buffer in
 // float32, as saves write them), optimizer.safetensors (the state of `optimizer`; none when checkpoints carry no
 // optimizer state), the tokenizer files copied beside them (`tokenizer_bytes`), and 256 KiB for the safetensors
