@@ -152,6 +152,11 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
           cell.measured = measure_training_peak(model, cell.knobs, s, target, baseline, dir);
           model->set_gradient_checkpointing(0, 0);
           cells.push_back(cell);
+          std::fprintf(stderr, "grid cell %zu: %s micro-batch %lld source %lld checkpointed %lld+%lld %s: %+.2f%%\n",
+                       cells.size(), m.name.c_str(), static_cast<long long>(mb), static_cast<long long>(s),
+                       static_cast<long long>(cell.knobs.encoder_checkpointed),
+                       static_cast<long long>(cell.knobs.decoder_checkpointed), optim::to_string(kind),
+                       100.0 * cell.error());
         }
       }
     }
