@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/memory/device_memory.h"
+#include "fitsum/model/loss.h"
 #include "fitsum/model/micro_step.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
@@ -138,7 +139,8 @@ double ShapeFit::operator()(const BatchShape& shape) const {
 }
 
 double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_layers, std::int64_t decoder_layers,
-                              std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers) const {
+                              std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers,
+                              double decoder_adjust, double encoder_backward_adjust) const {
   const auto e = static_cast<double>(encoder_layers), d = static_cast<double>(decoder_layers);
   const auto ce = static_cast<double>(std::clamp<std::int64_t>(checkpointed_encoder_layers, 0, encoder_layers));
   const auto cd = static_cast<double>(std::clamp<std::int64_t>(checkpointed_decoder_layers, 0, decoder_layers));
@@ -154,7 +156,31 @@ double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_laye
   }
   if (ce < e) encoder_phase = encoder_rest(shape) + encoder_activations;
   if (ce > 0) encoder_phase = std::max(encoder_phase, encoder_recompute(shape) + ce * encoder_checkpointed(shape));
-  return std::max({0.0, decoder_phase, encoder_phase});
+  double encoder_forward = 0.0;
+  if (ce < e) encoder_forward = encoder_forward_plain(shape) + encoder_activations;
+  if (ce > 0) {
+    encoder_forward =
+        std::max(encoder_forward, encoder_forward_checkpointed(shape) + (ce - 1) * encoder_checkpointed(shape));
+  }
+  double forward = decoder_forward_plain(shape) + encoder_activations + cd * decoder_checkpointed(shape) +
+                   (d - cd) * decoder_plain(shape);
+  if (cd > 0) {
+    forward = std::max(forward, decoder_forward_checkpointed(shape) + encoder_activations +
+                                    (cd - 1) * decoder_checkpointed(shape));
+  }
+  return std::max({0.0, encoder_forward, forward + decoder_adjust, decoder_phase + decoder_adjust,
+                   encoder_phase + encoder_backward_adjust});
+}
+
+LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape& shape) {
+  const model::LinearCrossEntropyOptions loss;
+  const double tokens = static_cast<double>(shape.batch) * static_cast<double>(shape.target);
+  const double vocab = static_cast<double>(config.vocab_size);
+  LossHeadModes m;
+  m.chunked = 4.0 * tokens * vocab > static_cast<double>(loss.keep_logits_bytes);
+  m.kept = 4.0 * tokens * (vocab + static_cast<double>(config.d_model));
+  m.chunk = 4.0 * tokens * std::min(vocab, std::max(256.0, std::floor(static_cast<double>(loss.chunk_bytes) / (4.0 * tokens))));
+  return m;
 }
 
 double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
@@ -233,12 +259,15 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
   sample.decoder_layers = copy.config().decoder_layers;
   sample.seconds = std::numeric_limits<double>::max();
   for (int r = 0; r < repetitions; ++r) {
-    std::int64_t before = 0, decoder_peak = 0;
+    std::int64_t before = 0, decoder_peak = 0, encoder_forward_peak = 0;
     model::MicroBatchOptions micro;
     micro.loss_scale = 1.0 / static_cast<double>(shape.batch * shape.target);
     micro.label_smoothing = options.label_smoothing;
     micro.bf16 = options.bf16;
     micro.on_encoder_output = [&](torch::Tensor& encoded) {
+      // The forward pass's encoder part ends here.
+      encoder_forward_peak = read_memory(device).peak_bytes;
+      reset_peak_memory(device);
       if (!encoded.requires_grad()) return;
       encoded.register_hook([&](const torch::Tensor&) {
         decoder_peak = read_memory(device).peak_bytes;
@@ -259,7 +288,9 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
     if (r == 0) {
       const auto positive = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(0, v)); };
       sample.stored_bytes = positive(after_forward.current_bytes - before);
-      sample.decoder_phase_bytes = positive(std::max(after_forward.peak_bytes, decoder_peak) - before);
+      sample.encoder_forward_bytes = positive(encoder_forward_peak - before);
+      sample.decoder_forward_bytes = positive(after_forward.peak_bytes - before);
+      sample.decoder_phase_bytes = positive(decoder_peak - before);
       sample.encoder_phase_bytes = positive(encoder_peak - before);
     }
   }
@@ -299,10 +330,14 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   m.decoder_plain = fit_shape(deep, dp, Terms::decoder_layer);
   m.decoder_checkpointed = fit_shape(deep, dc, Terms::decoder_layer);
   // The rest of each phase: the 1 + 1 copy's bytes less its one layer of each stack, at every shape.
-  std::vector<double> dr, drc, er, erc;
+  std::vector<double> dr, drc, er, erc, efp, efc, dfp, dfc;
   for (const auto& s : shapes) {
     const auto& p11 = find(s, 1, 1, false);
     const auto& c11 = find(s, 1, 1, true);
+    efp.push_back(value(p11.encoder_forward_bytes) - m.encoder_plain(s));
+    efc.push_back(value(c11.encoder_forward_bytes));
+    dfp.push_back(value(p11.decoder_forward_bytes) - m.encoder_plain(s) - m.decoder_plain(s));
+    dfc.push_back(value(c11.decoder_forward_bytes) - m.encoder_checkpointed(s));
     dr.push_back(value(p11.decoder_phase_bytes) - m.encoder_plain(s) - m.decoder_plain(s));
     drc.push_back(value(c11.decoder_phase_bytes) - m.encoder_checkpointed(s) - m.decoder_checkpointed(s));
     er.push_back(value(p11.encoder_phase_bytes) - m.encoder_plain(s));
@@ -312,6 +347,10 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   m.decoder_recompute = fit_shape(shapes, drc, Terms::all);
   m.encoder_rest = fit_shape(shapes, er, Terms::all);
   m.encoder_recompute = fit_shape(shapes, erc, Terms::all);
+  m.encoder_forward_plain = fit_shape(shapes, efp, Terms::all);
+  m.encoder_forward_checkpointed = fit_shape(shapes, efc, Terms::all);
+  m.decoder_forward_plain = fit_shape(shapes, dfp, Terms::all);
+  m.decoder_forward_checkpointed = fit_shape(shapes, dfc, Terms::all);
   return m;
 }
 
@@ -384,6 +423,16 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
       }
       largest = largest.detach().clone();  // outlives the copy
     }
+  }
+  for (auto& sample : c.samples) {
+    // In the kept mode, as the fits assume (LossHeadModes).
+    const auto head = loss_head_modes(config, sample.shape);
+    if (!head.chunked) continue;
+    const auto kept = static_cast<std::uint64_t>(head.kept), chunk = static_cast<std::uint64_t>(head.chunk);
+    sample.stored_bytes += kept;
+    sample.decoder_forward_bytes += kept - chunk;  // chunk <= 4 M V < kept
+    sample.decoder_phase_bytes += kept - chunk;
+    sample.encoder_phase_bytes += kept;
   }
   c.memory = fit_layer_memory(shapes, c.samples);
   c.speed = fit_speed(c.samples);

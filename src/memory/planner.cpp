@@ -77,8 +77,13 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   p.weights = c.weight_bytes;
   p.gradients = c.gradient_bytes;
   p.optimizer_state = fixed.optimizer_state;
-  p.activations = static_cast<std::uint64_t>(
-      std::llround(c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd)));
+  // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
+  // the kept gradient, with one chunk of logits in the decoder's phases.
+  const auto head = loss_head_modes(c.config, shape);
+  const double activations =
+      head.chunked ? c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd, head.chunk - head.kept, -head.kept)
+                   : c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd);
+  p.activations = static_cast<std::uint64_t>(std::llround(activations));
   p.optimizer_transient = c.optimizer(knobs.optimizer).transient_bytes;
   p.peak = p.weights + p.gradients + p.optimizer_state + std::max(p.activations, p.optimizer_transient);
   double recompute = 0.0;

@@ -7,6 +7,7 @@
 
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/checkpoint_folders.h"
+#include "fitsum/io/checkpoint_state.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/best_model.h"
@@ -178,38 +179,35 @@ void Trainer::resume(const fs::path& checkpoint) {
   io::load_weights(*in_.model, folder);
   in_.model->to(in_.device);
 
-  const auto position = util::read_json_file(checkpoint / "fitsum_state.json");
+  const auto position_file = checkpoint / "fitsum_state.json";
+  const auto position = io::parse_checkpoint_position(util::read_json_file(position_file), position_file);
   const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
   const auto data_seed = args_.data_seed.value_or(args_.seed);
-  if (position.at("seed").get<std::int64_t>() != args_.seed ||
-      position.value("data_seed", position.at("seed").get<std::int64_t>()) != data_seed ||
-      position.at("train_examples").get<std::size_t>() != in_.train_examples.size() ||
-      position.at("examples_per_step").get<std::int64_t>() != per_step) {
+  const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
+  if (position.seed != args_.seed || position.data_seed != data_seed || position.train_examples != examples ||
+      position.examples_per_step != per_step) {
     throw std::invalid_argument("cannot resume exactly from '" + checkpoint.string() + "': it was made with seed " +
-                                position.at("seed").dump() + ", " + position.at("train_examples").dump() +
-                                " training examples and " + position.at("examples_per_step").dump() +
+                                std::to_string(position.seed) + ", " + std::to_string(position.train_examples) +
+                                " training examples and " + std::to_string(position.examples_per_step) +
                                 " examples per optimizer step; now they are " + std::to_string(args_.seed) + ", " +
-                                std::to_string(in_.train_examples.size()) + " and " + std::to_string(per_step));
+                                std::to_string(examples) + " and " + std::to_string(per_step));
   }
-  epoch_ = position.at("epoch");
-  step_in_epoch_ = position.at("step_in_epoch");
-  global_step_ = position.at("global_step");
-  loss_since_log_ = position.at("loss_since_log");
-  steps_since_log_ = position.at("steps_since_log");
-  total_loss_ = position.at("total_loss");
-  last_grad_norm_ = position.at("last_grad_norm");
-  io::check_checkpoint_position(checkpoint / "fitsum_state.json", epoch_, step_in_epoch_, global_step_,
+  io::check_checkpoint_position(position_file, position.epoch, position.step_in_epoch, position.global_step,
                                 steps_per_epoch_);
-  evaluations_without_improvement_ = position.value("evaluations_without_improvement", std::int64_t{0});
-  const auto state = util::read_json_file(checkpoint / "trainer_state.json");
-  log_history_ = nlohmann::ordered_json::parse(state.at("log_history").dump());
-  if (state.contains("best_metric") && state["best_metric"].is_number()) best_metric_ = state["best_metric"];
-  if (state.contains("best_global_step") && state["best_global_step"].is_number()) {
-    best_global_step_ = state["best_global_step"].get<std::int64_t>();
-  }
-  if (state.contains("best_model_checkpoint") && state["best_model_checkpoint"].is_string()) {
-    best_model_checkpoint_ = state["best_model_checkpoint"];
-  }
+  epoch_ = position.epoch;
+  step_in_epoch_ = position.step_in_epoch;
+  global_step_ = position.global_step;
+  loss_since_log_ = position.loss_since_log;
+  steps_since_log_ = position.steps_since_log;
+  total_loss_ = position.total_loss;
+  last_grad_norm_ = position.last_grad_norm;
+  evaluations_without_improvement_ = position.evaluations_without_improvement;
+  const auto state_file = checkpoint / "trainer_state.json";
+  auto state = io::parse_trainer_state(util::read_json_file(state_file), state_file);
+  log_history_ = std::move(state.log_history);
+  best_metric_ = state.best_metric;
+  if (state.best_global_step) best_global_step_ = *state.best_global_step;
+  if (!state.best_model_checkpoint.empty()) best_model_checkpoint_ = state.best_model_checkpoint;
 
   io::SafetensorsReader optimizer_file(checkpoint / "optimizer.safetensors");
   std::map<std::string, torch::Tensor> optimizer_state;

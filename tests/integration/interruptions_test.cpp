@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -144,12 +145,35 @@ TEST(Interruptions, ADamagedCheckpointPositionIsRefused) {
   const auto out = dir / "out";
   auto r = run_command(train(data, out, "--max_steps 1 --save_steps 1"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const std::int64_t bad : {std::int64_t{-7}}) {  // 10^12 and other cases: CheckpointFolders unit test
-    auto state = util::read_json_file(out / "checkpoint-1" / "fitsum_state.json");
-    state["step_in_epoch"] = bad;  // -7 crashed (SIGSEGV)
-    util::write_json_file_atomic(out / "checkpoint-1" / "fitsum_state.json", state);
+  // Each damage alone, in a copy of the good files: -7 crashed (SIGSEGV); the wrong types escaped as raw JSON library
+  // errors without the file. 10^12 and other positions: the CheckpointFolders unit test.
+  const auto position_file = out / "checkpoint-1" / "fitsum_state.json";
+  const auto state_file = out / "checkpoint-1" / "trainer_state.json";
+  const auto good_position = util::read_json_file(position_file);
+  const auto good_state = util::read_json_file(state_file);
+  struct Damage {
+    bool position;  // fitsum_state.json, else trainer_state.json
+    std::function<void(nlohmann::json&)> edit;
+    std::string expected;
+  };
+  const std::vector<Damage> damages = {
+      {true, [](nlohmann::json& j) { j["step_in_epoch"] = -7; }, "field 'step_in_epoch' is -7; it must not be negative"},
+      {true, [](nlohmann::json& j) { j["epoch"] = "one"; }, "field 'epoch' must be an integer, found string"},
+      {true, [](nlohmann::json& j) { j.erase("seed"); }, "field 'seed' is missing"},
+      {true, [](nlohmann::json& j) { j["total_loss"] = nullptr; }, "field 'total_loss' must be a number, found null"},
+      {false, [](nlohmann::json& j) { j["log_history"] = 3; }, "field 'log_history' must be an array, found number"},
+      {false, [](nlohmann::json& j) { j["best_model_checkpoint"] = 7; }, "field 'best_model_checkpoint' must be a string"},
+  };
+  for (const auto& damage : damages) {
+    auto position = good_position;
+    auto state = good_state;
+    damage.edit(damage.position ? position : state);
+    util::write_json_file_atomic(position_file, position);
+    util::write_json_file_atomic(state_file, state);
     r = run_command(train(data, out, "--max_steps 2 --resume_from_checkpoint latest"));
-    expect_one_line_error(r, 1, "step_in_epoch " + std::to_string(bad));
+    expect_one_line_error(r, 1, damage.expected);
+    EXPECT_NE(r.output.find(damage.position ? "fitsum_state.json" : "trainer_state.json"), std::string::npos)
+        << r.output;
   }
 }
 

@@ -40,6 +40,9 @@ TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredOnASubsetOfTheGrid) {
 memory::Calibration synthetic_calibration() {
   memory::Calibration c;
   c.config = model::pegasus_shape("small");  // 6 + 6 layers: FLOPs for the speed model
+  // The synthetic rests hold no LM head: with a small vocabulary no shape here runs the loss head chunked
+  // (memory::LossHeadModes), which would subtract a head these numbers do not have.
+  c.config.vocab_size = 8000;
   c.counts.trainable = 1'000'000;
   c.counts.matrix_elements = 990'000;
   c.counts.matrix_rows_plus_cols = 10'000;
@@ -212,7 +215,7 @@ TEST(Planner, KeepsExplicitKnobsAndNamesTheBudgetWhenNothingFits) {
 // requested one) that fits beside its weights, gradients and optimizer state, and its peak covers evaluation; when
 // not even one example can be evaluated, nothing fits and the minimum budget says what evaluation needs.
 TEST(Planner, EvaluationBatchIsLoweredUntilItFitsAndCountsInThePeak) {
-  const auto c = synthetic_calibration();  // pegasus-small's shapes (6 + 6 layers, d_model 512, 96103 tokens)
+  const auto c = synthetic_calibration();  // pegasus-small's widths (6 + 6 layers, d_model 512), 8000 tokens
   memory::EvaluationLoad load;
   load.batch = 64;
   load.num_beams = 8;

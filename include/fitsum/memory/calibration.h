@@ -25,14 +25,20 @@ struct ShapeFit {
   double operator()(const BatchShape& shape) const;
 };
 
-// One micro-step's memory, per layer and per backward phase (see the top of this file). With E encoder layers of
-// which the bottom ce are checkpointed and D decoder layers of which the bottom cd are:
+// One micro-step's memory, per layer and per phase (see the top of this file). With E encoder layers of which the
+// bottom ce are checkpointed and D decoder layers of which the bottom cd are:
 //   encoder activations  A = (E - ce) encoder_plain + ce encoder_checkpointed
+//   encoder forward      max(encoder_forward_plain + A                                            when ce < E,
+//                            encoder_forward_checkpointed + (ce - 1) encoder_checkpointed        when ce > 0)
+//   decoder forward      max(decoder_forward_plain + A + cd decoder_checkpointed + (D - cd) decoder_plain,
+//                            decoder_forward_checkpointed + A + (cd - 1) decoder_checkpointed    when cd > 0)
 //   decoder phase        max(decoder_rest + A + cd decoder_checkpointed + (D - cd) decoder_plain   when cd < D,
 //                            decoder_recompute + A + cd decoder_checkpointed                        when cd > 0)
 //   encoder phase        max(encoder_rest + A                                                       when ce < E,
 //                            encoder_recompute + ce encoder_checkpointed                            when ce > 0)
-// and the transient is the larger phase.
+// and the transient is the largest phase. A checkpointed layer's forward computes its full activations and drops
+// them, while only the layers below it hold theirs: its peak does not add to the plain layers above it (bottom
+// checkpointed encoder layers and plain ones above are the case where that matters).
 struct LayerMemory {
   ShapeFit encoder_plain;         // stored by one encoder layer that keeps its activations
   ShapeFit encoder_checkpointed;  // stored by one checkpointed encoder layer (its input)
@@ -42,10 +48,17 @@ struct LayerMemory {
   ShapeFit decoder_recompute;  // the same while a checkpointed decoder layer recomputes its activations
   ShapeFit encoder_rest;
   ShapeFit encoder_recompute;
+  ShapeFit encoder_forward_plain;         // the encoder forward's peak beyond its plain layers' activations
+  ShapeFit encoder_forward_checkpointed;  // the encoder forward's peak while its one checkpointed layer runs
+  ShapeFit decoder_forward_plain;         // the decoder forward's (and head's) peak beyond every stored activation
+  ShapeFit decoder_forward_checkpointed;  // the same while its one checkpointed layer runs, beyond the encoder's
   // Transient bytes of a micro-step of `shape` with the bottom `encoder_checkpointed` / `decoder_checkpointed`
-  // layers of `encoder_layers` / `decoder_layers` checkpointed.
+  // layers of `encoder_layers` / `decoder_layers` checkpointed. `decoder_adjust` is added to the phases after the
+  // encoder's forward (the decoder's forward and backward), `encoder_backward_adjust` to the encoder's backward
+  // phase (LossHeadModes: a shape whose loss head runs chunked).
   double transient(const BatchShape& shape, std::int64_t encoder_layers, std::int64_t decoder_layers,
-                   std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers) const;
+                   std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers,
+                   double decoder_adjust = 0.0, double encoder_backward_adjust = 0.0) const;
 };
 
 // Seconds of one micro-step: overhead + FLOPs / rate (FLOPs: the model's matrix products, plus the forward of each
@@ -61,13 +74,30 @@ struct OptimizerCost {
   double seconds = 0.0;               // clip + step over the whole model
 };
 
+// The fused LM head and loss (model/loss.h) keep a micro-step's (M, V) logits, turned into their gradient, while
+// they take at most LinearCrossEntropyOptions::keep_logits_bytes (M label tokens, V the vocabulary), and walk the
+// vocabulary in chunks beyond. What the two modes hold differs by terms known exactly: kept, the saved gradient and
+// its product with the head (4 M (V + D) bytes, from the head's forward until the backward pass ends); chunked, one
+// chunk of logits at a time in the head's forward and backward (4 M chunk). Neither is there during the encoder's
+// forward. The rests of the layer model are fitted in the first mode
+// (samples of shapes that ran chunked are converted), and a prediction for a shape that runs chunked is converted
+// back: the probes' few tokens must not decide which mode a large micro-batch is planned in.
+struct LossHeadModes {
+  bool chunked = false;  // `shape` runs in the chunked mode
+  double kept = 0.0;     // bytes the kept mode holds beyond the chunked one, through the backward pass
+  double chunk = 0.0;    // bytes of the chunked mode's chunk of logits
+};
+LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape& shape);
+
 struct ProbeSample {
   BatchShape shape;
   std::int64_t encoder_layers = 1;  // of the reduced-depth copy
   std::int64_t decoder_layers = 1;
   bool checkpointed = false;        // every layer of the copy
   std::uint64_t stored_bytes = 0;   // live when the forward pass ended
-  std::uint64_t decoder_phase_bytes = 0;
+  std::uint64_t encoder_forward_bytes = 0;  // peak of the forward pass until the encoder's output
+  std::uint64_t decoder_forward_bytes = 0;  // peak of the rest of the forward pass (decoder, head and loss)
+  std::uint64_t decoder_phase_bytes = 0;    // peaks of the backward pass's two phases
   std::uint64_t encoder_phase_bytes = 0;
   double flops = 0.0;
   double seconds = 0.0;  // the fastest of the timed repetitions

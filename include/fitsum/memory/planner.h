@@ -9,9 +9,11 @@
 // The micro-step transient is measured, not modelled by hand, on reduced-depth copies of the model (the same
 // config with 1 + 1 and 2 + 2 layers, random weights, the real vocabulary and widths), with and without activation
 // checkpointing, at seven batch shapes (five for the deeper copy) up to the run's longest lengths. The tracking allocator gives each probe's
-// bytes exactly: the activations stored when the forward pass ends, and the peaks of the two phases of the backward
-// pass (the decoder's, until the gradient of the encoder output is complete; then the encoder's, which holds only
-// encoder activations). The differences between the depths give, per shape, what one layer of each stack stores
+// bytes exactly: the activations stored when the forward pass ends, the peaks of the forward pass's two parts (until
+// the encoder's output, then the decoder, head and loss) and of the backward pass's two phases (the decoder's, until
+// the gradient of the encoder output is complete; then the encoder's, which holds only encoder activations). The
+// loss head's two modes (kept logits or vocabulary chunks, calibration.h LossHeadModes) differ by terms counted
+// exactly, so a probe in one mode predicts a micro-batch in the other. The differences between the depths give, per shape, what one layer of each stack stores
 // (plain or checkpointed) and what the rest of the step holds (LayerMemory); each is then fitted in the shape,
 //     c0 + B * (c1 S + c2 T + c3 S^2 + c4 T^2 + c5 S T)        (B micro-batch, S source, T target length),
 // and the full depth is predicted per layer. Backward runs the chain top down: a checkpointed layer recomputes its
