@@ -47,7 +47,10 @@ std::vector<Phase> measure_phases(model::Seq2SeqLM& model, const memory::Evaluat
   torch::manual_seed(3);
   const auto& config = model->config();
   const auto predicted = memory::predict_evaluation(config, load);
-  auto [ids, mask] = sources(load.batch, load.source_length, config.vocab_size);
+  // Named tensors, not a structured binding: the lambdas below capture them (C++17 clang refuses bindings there).
+  const auto inputs = sources(load.batch, load.source_length, config.vocab_size);
+  const auto& ids = inputs.first;
+  const auto& mask = inputs.second;
   std::vector<Phase> phases;
   // Each phase runs in its own autocast region, as evaluation does.
   phases.push_back({"encoder", predicted.encoder, measure([&] {
