@@ -10,10 +10,9 @@
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const auto text = fitsum::fuzz::as_text(data, size);
-  const auto split = text.find('\0');
-  const auto position_text = text.substr(0, split);
-  const auto state_text = split == std::string_view::npos ? std::string_view() : text.substr(split + 1);
+  const auto documents = fitsum::fuzz::two_documents(fitsum::fuzz::as_text(data, size));  // captured: not a binding
+  const auto position_text = documents.first;
+  const auto state_text = documents.second;
   fitsum::fuzz::expect_only_documented_errors([&] {
     const auto position = fitsum::io::parse_checkpoint_position(
         fitsum::util::parse_json(position_text, "fitsum_state.json"), "fitsum_state.json");

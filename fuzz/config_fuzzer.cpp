@@ -12,9 +12,9 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto text = fitsum::fuzz::as_text(data, size);
-  const auto split = text.find('\0');
-  const auto config_text = text.substr(0, split);
-  const auto generation_text = split == std::string_view::npos ? std::string_view() : text.substr(split + 1);
+  const auto documents = fitsum::fuzz::two_documents(text);  // the lambdas capture them: no structured binding
+  const auto config_text = documents.first;
+  const auto generation_text = documents.second;
   fitsum::fuzz::expect_only_documented_errors([&] {
     auto config = fitsum::util::parse_json(config_text, "config.json");
     const auto model = fitsum::io::model_config_from_hf(config, "config.json");

@@ -13,11 +13,20 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace fitsum::fuzz {
 
 inline std::string_view as_text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
+}
+
+// Inputs that hold two documents (a config.json and a generation_config.json, a fitsum_state.json and a
+// trainer_state.json) separate them by a NUL byte; the second is empty when there is none.
+inline std::pair<std::string_view, std::string_view> two_documents(std::string_view text) {
+  const auto split = text.find('\0');
+  if (split == std::string_view::npos) return {text, std::string_view()};
+  return {text.substr(0, split), text.substr(split + 1)};
 }
 
 // Writes the input to a file named `name` in a folder private to this process, and returns its path.
