@@ -4,6 +4,7 @@
 // same examples and training finishes).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -66,6 +67,20 @@ memory::Calibration synthetic_calibration() {
   return c;
 }
 
+// The synthetic calibration's request: effective batch 8, 512 source and 64 target tokens; with `fixed`, that optimizer
+// as an explicit --optim.
+memory::PlanRequest synthetic_request(std::optional<optim::OptimizerType> fixed = std::nullopt) {
+  memory::PlanRequest request;
+  request.effective_batch = 8;
+  request.source_length = 512;
+  request.target_length = 64;
+  if (fixed) {
+    request.optimizer = *fixed;
+    request.optimizer_policy = memory::OptimizerPolicy::fixed;
+  }
+  return request;
+}
+
 TEST(Planner, TheTransientFollowsTheLayerModel) {
   const auto c = synthetic_calibration();
   const memory::BatchShape shape{2, 512, 64};
@@ -82,10 +97,7 @@ TEST(Planner, TheTransientFollowsTheLayerModel) {
 
 TEST(Planner, KeepsTheEffectiveBatchAndFallsBackFromAdamWOnlyWhenItCannotFit) {
   const auto c = synthetic_calibration();
-  memory::PlanRequest request;
-  request.effective_batch = 8;
-  request.source_length = 512;
-  request.target_length = 64;
+  auto request = synthetic_request();
   request.budget = 12'000'000;  // AdamW's 16 MB of static memory cannot fit
   const auto plan = memory::choose_plan(c, request);
   ASSERT_TRUE(plan.chosen.has_value());
@@ -120,13 +132,8 @@ TEST(Planner, KeepsTheEffectiveBatchAndFallsBackFromAdamWOnlyWhenItCannotFit) {
 
 TEST(Planner, ChecksTheLeastRecomputationThatFitsAmongEveryLayerSet) {
   const auto c = synthetic_calibration();
-  memory::PlanRequest request;
-  request.effective_batch = 8;
+  auto request = synthetic_request(optim::OptimizerType::adafactor);
   request.micro_batch = 8;
-  request.source_length = 512;
-  request.target_length = 64;
-  request.optimizer = optim::OptimizerType::adafactor;
-  request.optimizer_policy = memory::OptimizerPolicy::fixed;
   // Between no checkpointing (8.08 MB + 3.76 MB) and all (8.08 MB + 1.60 MB), with the margin.
   request.budget = 11'000'000;
   const auto plan = memory::choose_plan(c, request);
@@ -157,12 +164,7 @@ TEST(Planner, ChecksTheLeastRecomputationThatFitsAmongEveryLayerSet) {
 
 TEST(Planner, EquallyFastCandidatesAreBrokenByAFixedRuleNotByTimingNoise) {
   auto c = synthetic_calibration();
-  memory::PlanRequest request;
-  request.effective_batch = 8;
-  request.source_length = 512;
-  request.target_length = 64;
-  request.optimizer = optim::OptimizerType::adafactor;
-  request.optimizer_policy = memory::OptimizerPolicy::fixed;
+  auto request = synthetic_request(optim::OptimizerType::adafactor);
   request.budget = 11'000'000;  // micro-batch 8 needs a partial set; 4 fits without checkpointing
   const auto probe = memory::choose_plan(c, request);
   const memory::Candidate* eight = nullptr;
@@ -191,13 +193,8 @@ TEST(Planner, EquallyFastCandidatesAreBrokenByAFixedRuleNotByTimingNoise) {
 
 TEST(Planner, KeepsExplicitKnobsAndNamesTheBudgetWhenNothingFits) {
   const auto c = synthetic_calibration();
-  memory::PlanRequest request;
-  request.effective_batch = 8;
-  request.source_length = 512;
-  request.target_length = 64;
+  auto request = synthetic_request(optim::OptimizerType::adamw_torch);
   request.micro_batch = 2;  // --no_resplit
-  request.optimizer = optim::OptimizerType::adamw_torch;
-  request.optimizer_policy = memory::OptimizerPolicy::fixed;
   request.checkpointed_layers = std::pair<std::int64_t, std::int64_t>{6, 6};
   request.budget = 12'000'000;
   const auto plan = memory::choose_plan(c, request);
@@ -222,13 +219,8 @@ TEST(Planner, EvaluationBatchIsLoweredUntilItFitsAndCountsInThePeak) {
   load.source_length = 512;
   load.target_length = 64;
   load.max_length = 128;
-  memory::PlanRequest request;
-  request.effective_batch = 8;
+  auto request = synthetic_request(optim::OptimizerType::adafactor);
   request.micro_batch = 8;
-  request.source_length = 512;
-  request.target_length = 64;
-  request.optimizer = optim::OptimizerType::adafactor;
-  request.optimizer_policy = memory::OptimizerPolicy::fixed;
   request.evaluation = load;
   const auto resident = 8'000'000 + memory::static_training_memory(c.counts, optim::OptimizerType::adafactor,
                                                                    memory::StorageDtype::fp32)
@@ -265,10 +257,7 @@ TEST(Planner, EvaluationBatchIsLoweredUntilItFitsAndCountsInThePeak) {
 // predicted peak is a part: here the cuBLAS workspace (32 MiB) and 20 MiB segments dwarf the synthetic model.
 TEST(Planner, OnCudaTheBudgetCapsPredictedReservedBytes) {
   const auto c = synthetic_calibration();
-  memory::PlanRequest request;
-  request.effective_batch = 8;
-  request.source_length = 512;
-  request.target_length = 64;
+  auto request = synthetic_request();
   request.optimizer_policy = memory::OptimizerPolicy::free;
   request.budget = std::uint64_t{1} << 40;
   memory::CudaPlanInputs cuda;

@@ -13,6 +13,16 @@
 namespace fitsum::test {
 namespace {
 
+// Example `i`: `source` copies of token 110 + i and `labels` copies of 120 + i, each ended by eos.
+data::Example uniform_example(std::int64_t source, std::int64_t labels, int i) {
+  data::Example e;
+  e.input_ids = std::vector<data::TokenId>(static_cast<std::size_t>(source), 110 + i);
+  e.input_ids.back() = 1;
+  e.labels = std::vector<data::TokenId>(static_cast<std::size_t>(labels), 120 + i);
+  e.labels->back() = 1;
+  return e;
+}
+
 TEST(Trainer, OutOfMemorySaysWhatHeldTheMemoryAndWhichKnobsHelp) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("oom");
@@ -24,12 +34,7 @@ TEST(Trainer, OutOfMemorySaysWhatHeldTheMemoryAndWhichKnobsHelp) {
   train::TrainerInputs inputs;
   inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
   for (int i = 0; i < 8; ++i) {
-    data::Example e;
-    e.input_ids = std::vector<data::TokenId>(40, 110 + i);
-    e.input_ids.back() = 1;
-    e.labels = std::vector<data::TokenId>(30, 120 + i);
-    e.labels->back() = 1;
-    inputs.train_examples.push_back(e);
+    inputs.train_examples.push_back(uniform_example(40, 30, i));
   }
   train::Trainer trainer(args, std::move(inputs));
   auto& allocator = memory::TrackingCpuAllocator::instance();
@@ -63,11 +68,7 @@ TEST(Trainer, EvaluationLossEqualsFullLogitsLoss) {
   train::TrainerInputs inputs;
   inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
   for (int i = 0; i < 5; ++i) {
-    data::Example e;
-    e.input_ids = std::vector<data::TokenId>(6 + i, 110 + i);
-    e.input_ids.back() = 1;
-    e.labels = std::vector<data::TokenId>(3 + 2 * i, 120 + i);
-    e.labels->back() = 1;
+    const auto e = uniform_example(6 + i, 3 + 2 * i, i);
     inputs.train_examples.push_back(e);
     inputs.eval_examples.push_back(e);
   }
@@ -108,12 +109,7 @@ TEST(Trainer, FreezeEmbedsKeepsTheSharedEmbeddingAndTrainsTheRest) {
   inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
   auto model = inputs.model;
   for (int i = 0; i < 4; ++i) {
-    data::Example e;
-    e.input_ids = std::vector<data::TokenId>(20, 110 + i);
-    e.input_ids.back() = 1;
-    e.labels = std::vector<data::TokenId>(10, 120 + i);
-    e.labels->back() = 1;
-    inputs.train_examples.push_back(e);
+    inputs.train_examples.push_back(uniform_example(20, 10, i));
   }
   const auto shared_before = model->model->shared->weight.detach().clone();
   const auto& layer = model->model->encoder->layers[0];
@@ -147,11 +143,7 @@ TEST(Trainer, TrainerStateIsRewrittenAtEveryLogEvaluationAndSave) {
   train::TrainerInputs inputs;
   inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
   for (int i = 0; i < 4; ++i) {
-    data::Example e;
-    e.input_ids = std::vector<data::TokenId>(5 + i, 110 + i);
-    e.input_ids.back() = 1;
-    e.labels = std::vector<data::TokenId>(3 + i, 120 + i);
-    e.labels->back() = 1;
+    const auto e = uniform_example(5 + i, 3 + i, i);
     inputs.train_examples.push_back(e);
     inputs.eval_examples.push_back(e);
   }
