@@ -114,8 +114,8 @@ CudaPlanInputs cuda_plan_inputs(model::Seq2SeqLMImpl& model, const FitRequest& r
 }
 
 // On CUDA, or when allocator settings are given, the CUDA model needs the parameters' shapes.
-bool needs_cuda_inputs(const c10::Device& device, const FitRequest& request) {
-  return device.is_cuda() || request.cuda_alloc_conf.has_value();
+bool needs_cuda_inputs(const c10::Device& device, const std::optional<util::CudaAllocConf>& cuda_alloc_conf) {
+  return device.is_cuda() || cuda_alloc_conf.has_value();
 }
 
 // The planner's request, with the CUDA model's inputs when there are any.
@@ -251,16 +251,16 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
   if (auto refused = check_static_memory(model.config(), request)) return *refused;
   const auto device = model.parameters().front().device();
   std::optional<CudaPlanInputs> cuda;
-  if (needs_cuda_inputs(device, request)) cuda = cuda_plan_inputs(model, request, device);
+  if (needs_cuda_inputs(device, request.cuda_alloc_conf)) cuda = cuda_plan_inputs(model, request, device);
   return fit(model.config(), device, request, std::move(cuda));
 }
 
-bool can_fit_without_weights(const c10::Device& device, const FitRequest& request) {
-  return !needs_cuda_inputs(device, request);
+bool can_fit_without_weights(const c10::Device& device, const std::optional<util::CudaAllocConf>& cuda_alloc_conf) {
+  return !needs_cuda_inputs(device, cuda_alloc_conf);
 }
 
 FitResult fit_training(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request) {
-  if (!can_fit_without_weights(device, request)) {
+  if (!can_fit_without_weights(device, request.cuda_alloc_conf)) {
     throw std::invalid_argument("fit_training without a model: the CUDA allocator model needs the parameters' shapes");
   }
   if (auto refused = check_static_memory(config, request)) return *refused;

@@ -323,9 +323,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   memory::start_tracking(runtime.device);
   const auto budget = memory::resolve_memory_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device);
   if (auto refused = refusal_before_loading(job, budget)) return *refused;
-  memory::FitRequest needs;
-  needs.cuda_alloc_conf = runtime.cuda_alloc_conf;
-  const bool weights = !memory::can_fit_without_weights(runtime.device, needs);
+  const bool weights = !memory::can_fit_without_weights(runtime.device, runtime.cuda_alloc_conf);
   auto m = load_model_and_tokenizer(job, report, weights);
   std::vector<data::Example> examples;
   if (!job.train_file.empty()) {

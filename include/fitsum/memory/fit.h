@@ -86,7 +86,7 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request);
 // The same without the model's weights, from its config, where nothing else is needed: on the CPU without CUDA
 // allocator settings (the probe builds its own reduced-depth copies). `fitsum plan` then neither loads nor
 // initialises the model (2.3 GB for pegasus-large). Throws std::invalid_argument where the model is needed.
-bool can_fit_without_weights(const c10::Device& device, const FitRequest& request);
+bool can_fit_without_weights(const c10::Device& device, const std::optional<util::CudaAllocConf>& cuda_alloc_conf);
 FitResult fit_training(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request);
 
 // Thrown by callers that cannot go on without a plan (fitsum train): carries the result for the message and the
