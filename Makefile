@@ -98,10 +98,13 @@ TORCH2_BUILD_DIR ?= build-cuda
 $(TORCH2_BUILD_DIR)/CMakeCache.txt:
 	bash scripts/torch2.sh configure $(TORCH2_BUILD_DIR)
 
+# build-cuda: fitsum, the gpu test program and the NCCL check, then ldd and the no-GPU checks.
 build-cuda: deps
 	$(MAKE) $(TORCH2_BUILD_DIR)/CMakeCache.txt
 	JOBS=$(JOBS) bash scripts/torch2.sh build $(TORCH2_BUILD_DIR)
 	bash scripts/torch2.sh check $(TORCH2_BUILD_DIR)
 
+# test-torch2: the default suite (what make test runs) built and run against that LibTorch, on the CPU.
 test-torch2: build-cuda
-	cd $(TORCH2_BUILD_DIR) && ctest --output-on-failure -LE "slow|gpu" -j $(JOBS) $(CTEST_FLAGS)
+	JOBS=$(JOBS) bash scripts/torch2.sh build $(TORCH2_BUILD_DIR) $(DEFAULT_TARGETS)
+	cd $(TORCH2_BUILD_DIR) && ctest --output-on-failure -LE "slow|gpu|hf" -E "_NOT_BUILT$$" -j $(JOBS) $(CTEST_FLAGS)

@@ -4,6 +4,8 @@
 #   bash scripts/torch2.sh venv BUILD_DIR        the pinned PyTorch from PyPI in BUILD_DIR/venv (skipped when there)
 #   bash scripts/torch2.sh configure BUILD_DIR   CMake against that LibTorch (or FITSUM_TORCH2_PYTHON's), in BUILD_DIR
 #   bash scripts/torch2.sh build BUILD_DIR [TARGET...]
+#                                                TARGETs, or the CUDA build's programs: fitsum, fitsum_gpu_tests and,
+#                                                where configure found NCCL, fitsum_nccl_check
 #   bash scripts/torch2.sh check BUILD_DIR       ldd resolves libtorch_cuda and NCCL; --device cuda fails in one line
 #
 # PyPI's Linux x86-64 wheels of PyTorch are CUDA builds, so this is always the CUDA configuration: it compiles the
@@ -128,7 +130,14 @@ check() {
 case "$command" in
   venv) make_venv ;;
   configure) make_venv && configure "$@" ;;
-  build) cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" ${1:+--target "$@"} ;;
+  build)
+    targets=("$@")
+    if [[ ${#targets[@]} -eq 0 ]]; then
+      targets=(fitsum fitsum_gpu_tests)
+      if grep -q "^build fitsum_nccl_check" "$build_dir/build.ninja" 2>/dev/null; then targets+=(fitsum_nccl_check); fi
+    fi
+    cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" --target "${targets[@]}"
+    ;;
   check) check ;;
   *) echo "torch2: unknown command '$command' (venv, configure, build, check)" >&2; exit 2 ;;
 esac

@@ -30,6 +30,10 @@ int main() {
   std::vector<at::Tensor> tensors{torch::full({4}, 3.0, torch::TensorOptions().device(torch::kCUDA))};
   group->allreduce(tensors)->wait();
   const double sum = tensors[0].sum().item<double>();
+  // Without an explicit shutdown the group's watchdog thread keeps the process from exiting (what
+  // torch.distributed.destroy_process_group() does in Python); seen on an H200 with LibTorch 2.11.
+  group->shutdown();
+  group.reset();
   std::filesystem::remove(path);
   std::printf("nccl check: all-reduce on 1 rank: sum %.1f (expected 12.0)\n", sum);
   return sum == 12.0 ? 0 : 1;
