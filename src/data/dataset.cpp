@@ -229,7 +229,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     if (tokenizer == nullptr) {
       throw context.bad(options.text_column,
                         "is text, but no tokenizer was found (the model folder has no "
-                        "spiece.model): pass tokenizer_name DIR, or pre-tokenized records");
+                        "spiece.model or tokenizer.json): pass tokenizer_name DIR, or pre-tokenized records");
     }
     // Bounded by the maximum lengths: a 100 MB record costs what its first max_source_length tokens cost.
     bool cut = false;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "fitsum/io/hf_config.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::io {
@@ -51,10 +52,11 @@ ResolvedSource resolve_source(const ModelSource& source) {
   const fs::path tokenizer_dir = !source.tokenizer_name.empty() ? fs::path(source.tokenizer_name)
                                  : r.pretrained                 ? fs::path(source.model_name_or_path)
                                                                 : r.config_file.parent_path();
-  if (!source.tokenizer_name.empty() && !fs::exists(tokenizer_dir / "spiece.model")) {
-    throw std::runtime_error("tokenizer_name '" + source.tokenizer_name + "' has no spiece.model");
+  const bool has_tokenizer = !tokenizer::PegasusTokenizer::tokenizer_file(tokenizer_dir).empty();
+  if (!source.tokenizer_name.empty() && !has_tokenizer) {
+    throw std::runtime_error("tokenizer_name '" + source.tokenizer_name + "' has no spiece.model or tokenizer.json");
   }
-  if (fs::exists(tokenizer_dir / "spiece.model")) r.tokenizer_dir = tokenizer_dir;
+  if (has_tokenizer) r.tokenizer_dir = tokenizer_dir;
   return r;
 }
 

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "fitsum/tokenizer/tokenizer_json.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::tokenizer {
@@ -149,24 +150,43 @@ bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length) {
   return true;
 }
 
-PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
-  const fs::path file = dir / "spiece.model";
+fs::path PegasusTokenizer::tokenizer_file(const fs::path& dir) {
   std::error_code error;
-  if (fs::exists(fs::symlink_status(file, error))) {
-    util::require_regular_file(file, "the SentencePiece model");  // present but a FIFO, folder, device: say so
-  } else {
-    throw std::runtime_error("no spiece.model in '" + dir.string() +
-                             "': fitsum needs the SentencePiece model of a PEGASUS checkpoint; copy it there or "
-                             "pass tokenizer_name with a folder that has one");
+  for (const char* name : {"spiece.model", "tokenizer.json"}) {
+    if (fs::exists(fs::symlink_status(dir / name, error))) return dir / name;
+  }
+  return {};
+}
+
+PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
+  const fs::path file = tokenizer_file(dir);
+  if (file.empty()) {
+    throw std::runtime_error("no spiece.model or tokenizer.json in '" + dir.string() +
+                             "': fitsum needs the tokenizer of a PEGASUS checkpoint; copy it there or pass "
+                             "tokenizer_name with a folder that has one");
   }
   return PegasusTokenizer(file);
 }
 
-PegasusTokenizer::PegasusTokenizer(const fs::path& spiece_model) : model_(spiece_model) {
+namespace {
+
+SentencePieceModel load_model(const fs::path& file) {
+  if (file.filename() != "tokenizer.json") {
+    util::require_regular_file(file, "the SentencePiece model");  // present but a FIFO, folder, device: say so
+    return SentencePieceModel(file);
+  }
+  util::require_regular_file(file, "the tokenizer");
+  return SentencePieceModel::from_serialized(pegasus_sentencepiece_from_tokenizer_json(file, PegasusTokenizer::kOffset),
+                                             file);
+}
+
+}  // namespace
+
+PegasusTokenizer::PegasusTokenizer(const fs::path& model_file) : model_(load_model(model_file)) {
   // HF's fixed layout assumes PEGASUS's pieces: <pad> and </s> (never produced) and <unk> at 2, so that an
   // unknown piece lands on 105, the id of the literal "<unk>" token.
   if (model_.unk_id() + kOffset != kUnkId || !model_.is_control(0) || !model_.is_control(1)) {
-    throw std::runtime_error("'" + spiece_model.string() +
+    throw std::runtime_error("'" + model_file.string() +
                              "' does not have PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2; found <unk> at " +
                              std::to_string(model_.unk_id()) + "): it is not a PEGASUS spiece.model");
   }

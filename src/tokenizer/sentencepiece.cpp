@@ -31,6 +31,7 @@ struct ShimApi {
   fs::path path;
   decltype(&fitsum_spm_last_error) last_error = nullptr;
   decltype(&fitsum_spm_load) load = nullptr;
+  decltype(&fitsum_spm_load_serialized) load_serialized = nullptr;
   decltype(&fitsum_spm_free) free = nullptr;
   decltype(&fitsum_spm_piece_size) piece_size = nullptr;
   decltype(&fitsum_spm_unk_id) unk_id = nullptr;
@@ -107,6 +108,7 @@ ShimApi open_shim() {
     }
     resolve(handle, path, "fitsum_spm_last_error", api.last_error);
     resolve(handle, path, "fitsum_spm_load", api.load);
+    resolve(handle, path, "fitsum_spm_load_serialized", api.load_serialized);
     resolve(handle, path, "fitsum_spm_free", api.free);
     resolve(handle, path, "fitsum_spm_piece_size", api.piece_size);
     resolve(handle, path, "fitsum_spm_unk_id", api.unk_id);
@@ -155,6 +157,17 @@ SentencePieceModel::SentencePieceModel(const fs::path& model_file) : file_(model
   if (model_ == nullptr) {
     throw std::runtime_error("cannot load SentencePiece model '" + model_file.string() + "': " + shim().last_error());
   }
+}
+
+SentencePieceModel SentencePieceModel::from_serialized(const std::string& serialized, const fs::path& source) {
+  SentencePieceModel model;
+  model.file_ = source;
+  model.model_ = shim().load_serialized(serialized.data(), serialized.size());
+  if (model.model_ == nullptr) {
+    throw std::runtime_error("cannot load the SentencePiece model rebuilt from '" + source.string() +
+                             "': " + shim().last_error());
+  }
+  return model;
 }
 
 SentencePieceModel::~SentencePieceModel() {

@@ -18,14 +18,14 @@ namespace fitsum::io {
 struct ModelSource {
   std::string model_name_or_path;  // an HF model folder (config.json + weights)
   std::string config_name;         // a config.json (or a folder holding one) for random initialisation
-  std::string tokenizer_name;      // a folder with spiece.model; defaults to the model's folder
+  std::string tokenizer_name;      // a folder with spiece.model or tokenizer.json; defaults to the model's folder
   std::string config_overrides;    // "dropout=0.0,attention_dropout=0.0"
 };
 
 struct LoadedModel {
   model::Seq2SeqLM model{nullptr};
   nlohmann::json config_json;           // after overrides: what saved folders carry
-  std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
+  std::filesystem::path tokenizer_dir;  // empty when neither spiece.model nor tokenizer.json was found
   bool random_init = false;
   LoadReport report;
   std::string description;  // one line for the log
@@ -40,7 +40,7 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
 struct ModelPreview {
   model::ModelConfig config;
   nlohmann::json config_json;           // after overrides, as LoadedModel's
-  std::filesystem::path tokenizer_dir;  // empty when no spiece.model was found
+  std::filesystem::path tokenizer_dir;  // empty when neither spiece.model nor tokenizer.json was found
   std::string description;              // where the config comes from, for the log
 };
 ModelPreview preview_model(const ModelSource& source);

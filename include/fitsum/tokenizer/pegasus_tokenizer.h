@@ -34,14 +34,18 @@ class PegasusTokenizer {
   static constexpr TokenId kOffset = 103;         // ids below are reserved; SentencePiece id k is k + kOffset
   static constexpr TokenId kUnkId = kOffset + 2;  // <unk>: SentencePiece's unknown piece 2
 
-  // Loads `dir/spiece.model`; throws std::runtime_error with a hint when the folder has none.
+  // The file a folder's tokenizer is read from: spiece.model, else tokenizer.json (transformers 5 saves only that;
+  // tokenizer_json.h); empty when it has neither.
+  static fs::path tokenizer_file(const fs::path& dir);
+  // Loads the folder's tokenizer_file(); throws std::runtime_error with a hint when the folder has none.
   static PegasusTokenizer from_folder(const fs::path& dir);
-  // Loads a SentencePiece model with PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2); throws otherwise.
-  explicit PegasusTokenizer(const fs::path& spiece_model);
+  // Loads a SentencePiece model with PEGASUS's piece layout (<pad> 0, </s> 1, <unk> 2), or the one rebuilt from a
+  // file named tokenizer.json; throws otherwise.
+  explicit PegasusTokenizer(const fs::path& model_file);
 
   TokenId vocab_size() const { return vocab_size_; }  // pieces + 103 (96103 for PEGASUS)
   bool is_special(TokenId id) const { return id >= 0 && id <= kUnkId; }
-  const fs::path& model_file() const { return model_.file(); }
+  const fs::path& model_file() const { return model_.file(); }  // spiece.model or tokenizer.json
 
   // Token ids of `text` followed by </s>. With `max_length`, keeps the first max_length - 1 ids and the </s>, as
   // HF's truncation=True does (max_length must be at least 1), and sets `*truncated` when given. The work is then

@@ -30,6 +30,8 @@ class SentencePieceModel {
  public:
   // Loads a serialized model (e.g. spiece.model); throws std::runtime_error naming the file on failure.
   explicit SentencePieceModel(const fs::path& model_file);
+  // Loads a serialized ModelProto built in memory (tokenizer_json.h); `source` names the file it came from.
+  static SentencePieceModel from_serialized(const std::string& serialized, const fs::path& source);
   ~SentencePieceModel();
   SentencePieceModel(SentencePieceModel&& other) noexcept;
   SentencePieceModel& operator=(SentencePieceModel&& other) noexcept;
@@ -53,6 +55,7 @@ class SentencePieceModel {
   const fs::path& file() const { return file_; }
 
  private:
+  SentencePieceModel() = default;
   fitsum_spm_model* model_ = nullptr;
   fs::path file_;
 };

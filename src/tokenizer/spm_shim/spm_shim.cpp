@@ -41,10 +41,13 @@ FITSUM_SPM_EXPORT int fitsum_spm_abi_version(void) { return FITSUM_SPM_ABI_VERSI
 
 FITSUM_SPM_EXPORT const char* fitsum_spm_last_error(void) { return last_error.c_str(); }
 
-FITSUM_SPM_EXPORT fitsum_spm_model* fitsum_spm_load(const char* path) {
+namespace {
+
+template <typename LoadFunction>
+fitsum_spm_model* load_with(LoadFunction load) {
   try {
     auto* model = new fitsum_spm_model();
-    const auto status = model->processor.Load(path);
+    const auto status = load(model->processor);
     if (!status.ok()) {
       last_error = status.ToString();
       delete model;
@@ -55,6 +58,18 @@ FITSUM_SPM_EXPORT fitsum_spm_model* fitsum_spm_load(const char* path) {
     last_error = e.what();
     return nullptr;
   }
+}
+
+}  // namespace
+
+FITSUM_SPM_EXPORT fitsum_spm_model* fitsum_spm_load(const char* path) {
+  return load_with([&](sentencepiece::SentencePieceProcessor& processor) { return processor.Load(path); });
+}
+
+FITSUM_SPM_EXPORT fitsum_spm_model* fitsum_spm_load_serialized(const char* data, size_t size) {
+  return load_with([&](sentencepiece::SentencePieceProcessor& processor) {
+    return processor.LoadFromSerializedProto(std::string_view(data, size));
+  });
 }
 
 FITSUM_SPM_EXPORT void fitsum_spm_free(fitsum_spm_model* model) { delete model; }

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 // Bumped whenever a signature below changes, so that a stale library is refused instead of misused.
-#define FITSUM_SPM_ABI_VERSION 1
+#define FITSUM_SPM_ABI_VERSION 2
 
 typedef struct fitsum_spm_model fitsum_spm_model;
 
@@ -31,6 +31,8 @@ const char* fitsum_spm_last_error(void);
 
 // Loads a serialized SentencePiece model file; NULL on failure.
 fitsum_spm_model* fitsum_spm_load(const char* path);
+// Loads a model from its serialized bytes (a ModelProto built in memory); NULL on failure.
+fitsum_spm_model* fitsum_spm_load_serialized(const char* data, size_t size);
 void fitsum_spm_free(fitsum_spm_model* model);
 
 // Number of pieces in the model (its own ids are 0 .. size-1).
