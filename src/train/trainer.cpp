@@ -322,7 +322,9 @@ void Trainer::log_training(double epoch_value) {
   nlohmann::ordered_json entry;
   entry["loss"] = loss_since_log_ / static_cast<double>(std::max<std::int64_t>(1, steps_since_log_));
   entry["grad_norm"] = last_grad_norm_;
-  entry["learning_rate"] = schedule_.lr(global_step_);
+  // The rate the step just taken used (transformers >= 4.51, huggingface/transformers#36973; earlier versions
+  // logged the next step's rate, docs/hf.md).
+  entry["learning_rate"] = schedule_.lr(global_step_ - 1);
   entry["epoch"] = epoch_value;
   entry["step"] = global_step_;
   entry["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens_since_log_) / seconds : 0.0;

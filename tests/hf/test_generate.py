@@ -5,10 +5,35 @@ import json
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 
 from harness import FAMILIES, assert_close, probe, read_json, save_batch, save_model, shared_path
 
 PEGASUS = FAMILIES["pegasus"]
+# transformers 4.50 rewrote beam search (vectorised). Two things changed that fitsum, which follows 4.37-4.49, does not
+# copy (docs/hf.md):
+# - finished beam outputs are padded with `pad_token_id or eos_token_id[0]`, which takes eos when pad_token_id is 0
+#   (PEGASUS's), so the ids after a hypothesis's </s> are </s> instead of <pad>;
+# - with early_stopping=False and a positive length_penalty, when to stop uses the best running beam's score instead
+#   of the best candidate's, which changes the outcome in the case listed below.
+HF_VECTORISED_BEAMS = Version(transformers.__version__) >= Version("4.50")
+CHANGED_BY_VECTORISED_BEAMS = [dict(num_beams=4, max_length=12, length_penalty=2.0, early_stopping=False)]
+
+
+def hf_padding_as_pad(sequences, kwargs, pad=0, eos=1):
+    """HF >= 4.50's beam outputs with the positions after each sequence's first </s> checked to hold </s> and
+    given back as <pad>, the id transformers < 4.50 and fitsum write there."""
+    if not HF_VECTORISED_BEAMS or kwargs.get("num_beams", 1) == 1:
+        return sequences
+    out = sequences.clone()
+    for row in out:
+        ends = (row[1:] == eos).nonzero()
+        if len(ends):
+            first = int(ends[0]) + 1
+            assert bool((row[first + 1:] == eos).all()), f"{kwargs}: HF pads a finished beam with other than </s>"
+            row[first + 1:] = pad
+    return out
 
 
 def sources(vocab, seed, batch=4, length=14, pad=0, eos=1):
@@ -62,6 +87,11 @@ def compare(tmp_path, model, folder, ids, mask, cases):
     failures = []
     for kwargs, result in zip(cases, got):
         sequences, scores = hf_generate(model, ids, mask, kwargs)
+        sequences = hf_padding_as_pad(sequences, kwargs)
+        if HF_VECTORISED_BEAMS and kwargs in CHANGED_BY_VECTORISED_BEAMS:
+            # Documented: the outcome follows transformers < 4.50 here; it must still differ from 4.50's.
+            assert result["sequences"] != sequences.tolist(), f"{kwargs}: now equal to transformers >= 4.50"
+            continue
         if result["sequences"] != sequences.tolist():
             failures.append(f"{kwargs}: ids differ\n  fitsum {result['sequences']}\n  hf     {sequences.tolist()}")
             continue

@@ -5,13 +5,23 @@ kept last), and those of PegasusTokenizerFast (tokenizers) wherever the two HF t
 They do not always agree: on under 1% of the records (validation 2 of 818, test 5 of 819, train 102 of 14,732 at these
 lengths) the fast tokenizer segments otherwise than sentencepiece: runs of a repeated character ("ll" + "l" against
 "l" + "ll", "*****" + "*" against "*" + "*****"), and characters outside the vocabulary, which the two map to <unk>
-differently. fitsum follows sentencepiece, as the slow tokenizer does; the test bounds the disagreement at 1%."""
+differently. fitsum follows sentencepiece, as the slow tokenizer does; the test bounds the disagreement at 1%.
+
+transformers 5 has no slow PEGASUS tokenizer: PegasusTokenizer is the tokenizers one, built from spiece.model with a
+normalizer that no longer drops trailing whitespace, so a text ending in a space or a newline gets the piece "▁"
+(id 110) before </s> (4,055 of the 29,464 SAMSum training texts), where sentencepiece and fitsum give none. With
+transformers 5 the test checks that every record equals HF's ids or differs by exactly that piece on a text that
+ends in whitespace, apart from the repeated-character segmentations (bounded at 1% as above)."""
 import pytest
+import transformers
+from packaging.version import Version
 from transformers import PegasusTokenizer, PegasusTokenizerFast
 
 from harness import fitsum, read_jsonl, shared_path
 
 MAX_SOURCE, MAX_TARGET = 256, 48  # short enough that many dialogues and some summaries are truncated
+HAS_SLOW_TOKENIZER = Version(transformers.__version__) < Version("5")
+SPACE_PIECE = 110  # "▁" alone
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +46,9 @@ def test_samsum_ids_equal_slow_and_fast_tokenizers(tmp_path, tokenizers, split):
     got = [(g["input_ids"], g["labels"]) for g in read_jsonl(out)]
     records = read_jsonl(data)
     assert len(got) == len(records)
+    if not HAS_SLOW_TOKENIZER:
+        check_tokenizers_only_transformers(split, records, got, encode(slow, records))
+        return
     want_slow, want_fast = encode(slow, records), encode(fast, records)
 
     bad = [i for i, (g, w) in enumerate(zip(got, want_slow)) if g != w]
@@ -48,3 +61,25 @@ def test_samsum_ids_equal_slow_and_fast_tokenizers(tmp_path, tokenizers, split):
     print(f"{split}: {len(records)} records equal PegasusTokenizer; PegasusTokenizerFast segments {len(disagree)} "
           f"of them differently")
     assert sum(len(x) == MAX_SOURCE for x, _ in want_slow) > 0, "truncation is not exercised"
+
+
+def check_tokenizers_only_transformers(split, records, got, want):
+    """transformers 5: equal ids, or HF's trailing-whitespace piece as the only difference, or (at most 1%) one of the
+    repeated-character segmentations in which tokenizers differs from sentencepiece."""
+    def trailing_space_only(g, w, text):
+        return text != text.rstrip() and w == g[:-1] + [SPACE_PIECE, g[-1]]
+
+    trailing, other = 0, []
+    for i, (g, w, r) in enumerate(zip(got, want, records)):
+        for g_ids, w_ids, text in ((g[0], w[0], r["dialogue"]), (g[1], w[1], r["summary"])):
+            if g_ids == w_ids:
+                continue
+            if trailing_space_only(g_ids, w_ids, text):
+                trailing += 1
+            else:
+                other.append(i)
+    assert len(other) <= len(records) // 100, (f"{split}: {len(other)} records differ otherwise than by the trailing "
+                                               f"piece, first id {records[other[0]]['id']}")
+    assert trailing > 0, "no text ends in whitespace: the transformers 5 difference is not exercised"
+    print(f"{split}: {len(records)} records; {trailing} texts differ by HF's trailing-whitespace piece, "
+          f"{len(other)} records by segmentation")

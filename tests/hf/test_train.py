@@ -10,18 +10,49 @@ import os
 import pytest
 import torch
 import transformers
+from packaging.version import Version
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from harness import FAMILIES, assert_close, fitsum, load_file, read_json, save_model, write_jsonl
 
 PEGASUS = FAMILIES["pegasus"]
 STEPS = 5
-# transformers 4.47 (seen with 4.47.1), for a model without loss kwargs such as PEGASUS: once the Trainer knows a
-# step's label tokens (num_items_in_batch) it no longer divides the micro-batch losses by gradient_accumulation_steps,
-# neither in backward nor in what it logs. Its gradients and logged losses are then gradient_accumulation_steps times
-# the step's mean; the updates still agree with fitsum's when clipping normalises the gradient (max_grad_norm below
-# every step's gradient norm), and Adafactor and AdamW are insensitive to that scale.
-HF_SUMS_MICRO_BATCHES = transformers.__version__.startswith("4.47.")
+# transformers 4.47 (seen with 4.47.1) for a model without loss kwargs such as PEGASUS, and 5.x for PEGASUS, whose
+# forward declares loss kwargs its loss then ignores: the Trainer no longer divides the micro-batch losses by
+# gradient_accumulation_steps, neither in backward nor in what it logs. Its gradients and logged losses are then
+# gradient_accumulation_steps times the step's mean; the updates still agree with fitsum's when clipping normalises
+# the gradient (max_grad_norm below every step's gradient norm), and Adafactor and AdamW are insensitive to that scale.
+HF_VERSION = Version(transformers.__version__)
+# transformers 4.51 logs the learning rate the step used (huggingface/transformers#36973); earlier versions logged the
+# next step's. fitsum logs the step's.
+HF_LOGS_NEXT_LR = HF_VERSION < Version("4.51")
+
+
+def pegasus_loss_takes_num_items(model):
+    """Whether the installed PEGASUS's loss divides by num_items_in_batch when given it."""
+    ids = torch.tensor([[5, 6, 7, 1]])
+    labels = torch.tensor([[8, 9, 1]])
+    was_training = model.training
+    model.eval()  # no dropout: the two losses differ only if num_items_in_batch is used
+    try:
+        with torch.no_grad():
+            plain = model(input_ids=ids, labels=labels).loss
+            given = model(input_ids=ids, labels=labels, num_items_in_batch=torch.tensor(1000)).loss
+    except TypeError:
+        return False
+    finally:
+        model.train(was_training)
+    return not torch.allclose(plain, given)
+
+
+def hf_sums_micro_batch_means(trainer):
+    """Whether the Trainer adds PEGASUS's micro-batch mean losses up instead of averaging them (no division by
+    gradient_accumulation_steps, in backward and in what it logs). transformers 4.47: always, once it knows a step's
+    label tokens (num_items_in_batch). Later versions: when the model's forward declares loss kwargs, which 5.x's
+    PEGASUS does (**kwargs) while its loss ignores num_items_in_batch (huggingface/transformers#47688)."""
+    if HF_VERSION < Version("4.48"):
+        return not trainer.model_accepts_loss_kwargs
+    return trainer.model_accepts_loss_kwargs and not pegasus_loss_takes_num_items(trainer.model)
 
 
 def make_records(count, label_lengths, vocab, seed, source=(9, 16)):
@@ -161,12 +192,17 @@ def test_trajectory_equals_seq2seq_trainer(tmp_path, optim, accumulation, batch,
     for step, (got, want, hf_log) in enumerate(zip(logs, want_losses, hf_logs), start=1):
         assert got["step"] == hf_log["step"] == step
         assert_close(got["loss"], want, 1e-4, f"step {step} loss")
-        scale = accumulation if HF_SUMS_MICRO_BATCHES and not trainer.model_accepts_loss_kwargs else 1
+        scale = accumulation if hf_sums_micro_batch_means(trainer) else 1
         assert abs(hf_log["loss"] - round(want * scale, 4)) <= 1.5e-4, f"step {step}: HF logged {hf_log['loss']}"
         assert_close(got["grad_norm"] * scale, hf_log["grad_norm"], 1e-4, f"step {step} grad_norm (x {scale})")
         if scale != 1:
-            assert got["grad_norm"] > k["max_grad_norm"], "clipping no longer hides transformers 4.47's scale"
-        assert_close(got["learning_rate"], hf_log["learning_rate"], 1e-6, f"step {step} learning_rate")
+            assert got["grad_norm"] > k["max_grad_norm"], "clipping no longer hides the Trainer's scale"
+        if not HF_LOGS_NEXT_LR:
+            assert_close(got["learning_rate"], hf_log["learning_rate"], 1e-6, f"step {step} learning_rate")
+        elif step < STEPS:
+            assert_close(logs[step]["learning_rate"], hf_log["learning_rate"], 1e-6,
+                         f"step {step + 1} learning_rate (logged by transformers < 4.51 at step {step})")
+    assert logs[0]["learning_rate"] == 0.0, "linear warmup starts at 0: the first step's rate"
     compare_weights(weights, trainer.model, f"{optim} accumulation {accumulation}")
 
 
@@ -200,11 +236,12 @@ def test_unequal_label_tokens_are_weighted_by_tokens(tmp_path):
     first_weighted = sum(m for m, _ in weighted.micro[:4])
     assert_close(logs[0]["loss"], first_weighted, 1e-4, "step 1 loss (token-weighted)")
     compare_weights(weights, weighted.model, "token-weighted accumulation")
-    if plain.model_accepts_loss_kwargs:
+    if plain.model_accepts_loss_kwargs and pegasus_loss_takes_num_items(plain.model):
         # A transformers whose PEGASUS takes loss kwargs weights by tokens itself: fitsum equals its plain run too.
         compare_weights(weights, plain.model, "plain Seq2SeqTrainer (token-weighted by transformers)")
     else:
-        # transformers 4.47: PEGASUS takes no loss kwargs, so the Trainer averages micro-batch means.
+        # transformers 4.47 (PEGASUS takes no loss kwargs) and 5.x (it declares them and ignores num_items_in_batch):
+        # the Trainer averages (4.47) or adds up (5.x) the micro-batches' means, weighting them equally.
         assert abs(logs[0]["loss"] - plain_losses[0]) > 1e-3 * abs(plain_losses[0]), \
             "the data no longer separates token weighting from the mean of micro-batch means"
         with pytest.raises(AssertionError):
