@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "fitsum/model/loss.h"
+#include "fitsum/util/torch_compat.h"
 
 namespace fitsum::memory {
 
@@ -32,10 +33,12 @@ Widths widths_of(const model::ModelConfig& c) {
 }
 
 // One layer over `rows` x `length` queries attending to `keys` positions with `heads` heads and `ffn` wide
-// feed-forward: the larger of the attention block (scores and probabilities, the layer input, its norm, queries,
-// keys, values and the context) and the feed-forward block (input, norm, the product and its activation).
+// feed-forward: the larger of the attention block (scores and probabilities where the attention path keeps them,
+// the layer input, its norm, queries, keys, values and the context) and the feed-forward block (input, norm, the
+// product and its activation).
 double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn) {
-  const double attention = 2.0 * rows * heads * length * keys + rows * (5.0 * length + 2.0 * keys) * w.d;
+  const double scores = FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys : 0.0;
+  const double attention = scores + rows * (5.0 * length + 2.0 * keys) * w.d;
   const double feed_forward = rows * length * (2.0 * ffn + 2.0 * w.d);
   return w.act * std::max(attention, feed_forward);
 }

@@ -75,12 +75,8 @@ bool adds_dummy_prefix(const json& metaspace) {
   return scheme != metaspace.end() && scheme->is_string() && (*scheme == "always" || *scheme == "first");
 }
 
-}  // namespace
-
-std::string pegasus_sentencepiece_from_tokenizer_json(const fs::path& tokenizer_json, int reserved_ids) {
-  const Reader reader(tokenizer_json);
-  const json document = util::read_json_file(tokenizer_json);
-
+// The pieces and trainer settings of the Unigram model: <pad>, </s>, then the vocabulary from <unk> on.
+void add_model(const Reader& reader, const json& document, int reserved_ids, spm::ModelProto& proto) {
   const json& model = reader.member(document, "model", "model");
   const std::string type = reader.string(reader.member(model, "type", "model.type"), "model.type");
   if (type != "Unigram") reader.fail("model.type", "is " + type + ", not Unigram");
@@ -98,12 +94,10 @@ std::string pegasus_sentencepiece_from_tokenizer_json(const fs::path& tokenizer_
     if (!b->is_boolean()) reader.fail("model.byte_fallback", "is not true or false");
     byte_fallback = b->get<bool>();
   }
-
   const auto entry = [&](std::size_t i) -> std::pair<std::string, double> {
     const json& e = vocab[i];
-    const std::string field = "model.vocab[" + std::to_string(i) + "]";
     if (!e.is_array() || e.size() != 2 || !e[0].is_string() || !e[1].is_number()) {
-      reader.fail(field, "is not a [piece, score] pair");
+      reader.fail("model.vocab[" + std::to_string(i) + "]", "is not a [piece, score] pair");
     }
     return {e[0].get<std::string>(), e[1].get<double>()};
   };
@@ -111,7 +105,33 @@ std::string pegasus_sentencepiece_from_tokenizer_json(const fs::path& tokenizer_
     reader.fail("model.vocab", "does not start with PEGASUS's <pad>, </s> and have <unk> at " +
                                    std::to_string(unk_id));
   }
+  using Piece = spm::ModelProto::SentencePiece;
+  const auto add = [&](const std::string& piece, double score, Piece::Type piece_type) {
+    auto* p = proto.add_pieces();
+    p->set_piece(piece);
+    p->set_score(static_cast<float>(score));
+    p->set_type(piece_type);
+  };
+  add("<pad>", 0.0, Piece::CONTROL);
+  add("</s>", 0.0, Piece::CONTROL);
+  add("<unk>", entry(unk_id).second, Piece::UNKNOWN);
+  for (std::size_t i = unk_id + 1; i < vocab.size(); ++i) {
+    const auto [piece, score] = entry(i);
+    if (piece.empty()) reader.fail("model.vocab[" + std::to_string(i) + "]", "is an empty piece");
+    add(piece, score, score == 0.0 ? Piece::USER_DEFINED : Piece::NORMAL);
+  }
+  auto* trainer = proto.mutable_trainer_spec();
+  trainer->set_model_type(spm::TrainerSpec::UNIGRAM);
+  trainer->set_vocab_size(proto.pieces_size());
+  trainer->set_byte_fallback(byte_fallback);
+  trainer->set_pad_id(0);
+  trainer->set_eos_id(1);
+  trainer->set_unk_id(2);
+  trainer->set_bos_id(-1);
+}
 
+// SentencePiece's normalizer: the Precompiled character map, and what Metaspace and Replace stand for.
+void add_normalizer(const Reader& reader, const json& document, spm::ModelProto& proto) {
   const json& normalizer = reader.member(document, "normalizer", "normalizer");
   const json* precompiled = find_component(normalizer, "Precompiled", "normalizers");
   if (precompiled == nullptr) reader.fail("normalizer", "has no Precompiled character map (SentencePiece's)");
@@ -128,36 +148,21 @@ std::string pegasus_sentencepiece_from_tokenizer_json(const fs::path& tokenizer_
   const std::string replacement =
       reader.string(reader.member(*metaspace, "replacement", "pre_tokenizer.replacement"), "pre_tokenizer.replacement");
   if (replacement != "\xE2\x96\x81") reader.fail("pre_tokenizer.replacement", "is not U+2581");
+  auto* spec = proto.mutable_normalizer_spec();
+  spec->set_precompiled_charsmap(charsmap);
+  spec->set_add_dummy_prefix(adds_dummy_prefix(*metaspace));
+  spec->set_remove_extra_whitespaces(collapses_spaces(normalizer));
+  spec->set_escape_whitespaces(true);
+}
 
+}  // namespace
+
+std::string pegasus_sentencepiece_from_tokenizer_json(const fs::path& tokenizer_json, int reserved_ids) {
+  const Reader reader(tokenizer_json);
+  const json document = util::read_json_file(tokenizer_json);
   spm::ModelProto proto;
-  const auto add = [&](const std::string& piece, double score, spm::ModelProto::SentencePiece::Type piece_type) {
-    auto* p = proto.add_pieces();
-    p->set_piece(piece);
-    p->set_score(static_cast<float>(score));
-    p->set_type(piece_type);
-  };
-  add("<pad>", 0.0, spm::ModelProto::SentencePiece::CONTROL);
-  add("</s>", 0.0, spm::ModelProto::SentencePiece::CONTROL);
-  add("<unk>", entry(unk_id).second, spm::ModelProto::SentencePiece::UNKNOWN);
-  for (std::size_t i = unk_id + 1; i < vocab.size(); ++i) {
-    const auto [piece, score] = entry(i);
-    if (piece.empty()) reader.fail("model.vocab[" + std::to_string(i) + "]", "is an empty piece");
-    add(piece, score, score == 0.0 ? spm::ModelProto::SentencePiece::USER_DEFINED
-                                   : spm::ModelProto::SentencePiece::NORMAL);
-  }
-  auto* trainer = proto.mutable_trainer_spec();
-  trainer->set_model_type(spm::TrainerSpec::UNIGRAM);
-  trainer->set_vocab_size(proto.pieces_size());
-  trainer->set_byte_fallback(byte_fallback);
-  trainer->set_pad_id(0);
-  trainer->set_eos_id(1);
-  trainer->set_unk_id(2);
-  trainer->set_bos_id(-1);
-  auto* normalizer_spec = proto.mutable_normalizer_spec();
-  normalizer_spec->set_precompiled_charsmap(charsmap);
-  normalizer_spec->set_add_dummy_prefix(adds_dummy_prefix(*metaspace));
-  normalizer_spec->set_remove_extra_whitespaces(collapses_spaces(normalizer));
-  normalizer_spec->set_escape_whitespaces(true);
+  add_model(reader, document, reserved_ids, proto);
+  add_normalizer(reader, document, proto);
   std::string serialized;
   if (!proto.SerializeToString(&serialized)) reader.fail("model", "cannot be serialized as a SentencePiece model");
   return serialized;

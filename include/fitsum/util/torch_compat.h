@@ -9,6 +9,10 @@
 
 // at::scaled_dot_product_attention with a `scale` argument (fused flash / memory-efficient kernels) since 2.1.
 #define FITSUM_HAS_SDPA FITSUM_TORCH_AT_LEAST(2, 1)
+// Whether attention holds its (T, S) scores and probabilities: fitsum's math path (1.13) does; the fused kernels
+// behind scaled_dot_product_attention (CPU flash attention, CUDA flash / memory-efficient) work in blocks and keep
+// none (measured on the CPU with 2.14: tests/model/evaluation_memory_test.cpp).
+#define FITSUM_ATTENTION_KEEPS_SCORES (!FITSUM_HAS_SDPA)
 
 // c10::Allocator::allocate is const up to 2.2 and not from 2.3 (pytorch/pytorch#120969), which also made
 // copy_data a pure virtual of every allocator. An allocator subclass declares
