@@ -33,12 +33,14 @@ Widths widths_of(const model::ModelConfig& c) {
 }
 
 // One layer over `rows` x `length` queries attending to `keys` positions with `heads` heads and `ffn` wide
-// feed-forward: the larger of the attention block (scores and probabilities where the attention path keeps them,
-// the layer input, its norm, queries, keys, values and the context) and the feed-forward block (input, norm, the
-// product and its activation).
+// feed-forward: the larger of the attention block (the layer input, its norm, queries, keys, values and the context,
+// plus what the attention path holds: the scores and probabilities on the math path; on the fused kernels of
+// scaled_dot_product_attention, contiguous copies of the queries, keys and values and the output in head layout)
+// and the feed-forward block (input, norm, the product and its activation).
 double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn) {
-  const double scores = FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys : 0.0;
-  const double attention = scores + rows * (5.0 * length + 2.0 * keys) * w.d;
+  const double kernel = FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys
+                                                      : rows * (2.0 * length + 2.0 * keys) * w.d;
+  const double attention = kernel + rows * (5.0 * length + 2.0 * keys) * w.d;
   const double feed_forward = rows * length * (2.0 * ffn + 2.0 * w.d);
   return w.act * std::max(attention, feed_forward);
 }
