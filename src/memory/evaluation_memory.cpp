@@ -34,9 +34,12 @@ Widths widths_of(const model::ModelConfig& c) {
 
 // One layer over `rows` x `length` queries attending to `keys` positions with `heads` heads and `ffn` wide
 // feed-forward: the larger of the attention block (the layer input, its norm, queries, keys, values and the context,
-// plus what the attention path holds: the scores and probabilities on the math path; on the fused kernels of
-// scaled_dot_product_attention, contiguous copies of the queries, keys and values and the output in head layout)
-// and the feed-forward block (input, norm, the product and its activation).
+// plus what the attention path holds) and the feed-forward block (input, norm, the product and its activation).
+// The math path (1.13) holds the scores and probabilities. The fused kernels of scaled_dot_product_attention (2.x)
+// hold none; measured with LibTorch 2.14 on the CPU, an encoder layer then peaks at 11 (rows, S, d) tensors where
+// the count above has 7, and the 4 more are counted as rows x (2 length + 2 keys) x d. That is exact for the encoder
+// and loss passes but not yet attributed to tensors (the CPU flash kernel itself allocates only its output), and it
+// over-counts decoding without the cache (docs/platforms.md).
 double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn) {
   const double kernel = FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys
                                                       : rows * (2.0 * length + 2.0 * keys) * w.d;
