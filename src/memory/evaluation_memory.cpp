@@ -41,8 +41,8 @@ Widths widths_of(const model::ModelConfig& c) {
 // and loss passes but not yet attributed to tensors (the CPU flash kernel itself allocates only its output), and it
 // over-counts decoding without the cache (docs/platforms.md).
 double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn) {
-  const double kernel = FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys
-                                                      : rows * (2.0 * length + 2.0 * keys) * w.d;
+  const double kernel =
+      FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys : rows * (2.0 * length + 2.0 * keys) * w.d;
   const double attention = kernel + rows * (5.0 * length + 2.0 * keys) * w.d;
   const double feed_forward = rows * length * (2.0 * ffn + 2.0 * w.d);
   return w.act * std::max(attention, feed_forward);

@@ -171,10 +171,8 @@ PegasusTokenizer PegasusTokenizer::from_folder(const fs::path& dir) {
 namespace {
 
 SentencePieceModel load_model(const fs::path& file) {
-  if (file.filename() != "tokenizer.json") {
-    util::require_regular_file(file, "the SentencePiece model");  // present but a FIFO, folder, device: say so
-    return SentencePieceModel(file);
-  }
+  // Both refuse a FIFO, folder or device by name: the SentencePieceModel constructor, and require_regular_file here.
+  if (file.filename() != "tokenizer.json") return SentencePieceModel(file);
   util::require_regular_file(file, "the tokenizer");
   return SentencePieceModel::from_serialized(pegasus_sentencepiece_from_tokenizer_json(file, PegasusTokenizer::kOffset),
                                              file);

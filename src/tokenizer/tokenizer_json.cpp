@@ -84,8 +84,8 @@ void add_model(const Reader& reader, const json& document, int reserved_ids, spm
   if (!vocab.is_array()) reader.fail("model.vocab", "is not a list");
   const json& unk = reader.member(model, "unk_id", "model.unk_id");
   if (!unk.is_number_integer() || unk.get<std::int64_t>() != reserved_ids + 2) {
-    reader.fail("model.unk_id", "is " + unk.dump() + ", PEGASUS's layout has <unk> at " +
-                                    std::to_string(reserved_ids + 2));
+    reader.fail("model.unk_id",
+                "is " + unk.dump() + ", PEGASUS's layout has <unk> at " + std::to_string(reserved_ids + 2));
   }
   const auto unk_id = static_cast<std::size_t>(reserved_ids + 2);
   if (vocab.size() <= unk_id) reader.fail("model.vocab", "has " + std::to_string(vocab.size()) + " entries");
@@ -102,8 +102,7 @@ void add_model(const Reader& reader, const json& document, int reserved_ids, spm
     return {e[0].get<std::string>(), e[1].get<double>()};
   };
   if (entry(0).first != "<pad>" || entry(1).first != "</s>" || entry(unk_id).first != "<unk>") {
-    reader.fail("model.vocab", "does not start with PEGASUS's <pad>, </s> and have <unk> at " +
-                                   std::to_string(unk_id));
+    reader.fail("model.vocab", "does not start with PEGASUS's <pad>, </s> and have <unk> at " + std::to_string(unk_id));
   }
   using Piece = spm::ModelProto::SentencePiece;
   const auto add = [&](const std::string& piece, double score, Piece::Type piece_type) {
@@ -135,9 +134,9 @@ void add_normalizer(const Reader& reader, const json& document, spm::ModelProto&
   const json& normalizer = reader.member(document, "normalizer", "normalizer");
   const json* precompiled = find_component(normalizer, "Precompiled", "normalizers");
   if (precompiled == nullptr) reader.fail("normalizer", "has no Precompiled character map (SentencePiece's)");
-  const std::string encoded = reader.string(reader.member(*precompiled, "precompiled_charsmap",
-                                                          "normalizer.precompiled_charsmap"),
-                                            "normalizer.precompiled_charsmap");
+  const std::string encoded =
+      reader.string(reader.member(*precompiled, "precompiled_charsmap", "normalizer.precompiled_charsmap"),
+                    "normalizer.precompiled_charsmap");
   std::string charsmap;
   if (!google::protobuf::Base64Unescape(encoded, &charsmap) || charsmap.empty()) {
     reader.fail("normalizer.precompiled_charsmap", "is not base64");

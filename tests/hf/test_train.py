@@ -189,10 +189,10 @@ def test_trajectory_equals_seq2seq_trainer(tmp_path, optim, accumulation, batch,
 
     assert len(logs) == STEPS and len(hf_logs) == STEPS
     want_losses = step_losses(trainer.micro, accumulation, token_weighted=False)
+    scale = accumulation if hf_sums_micro_batch_means(trainer) else 1
     for step, (got, want, hf_log) in enumerate(zip(logs, want_losses, hf_logs), start=1):
         assert got["step"] == hf_log["step"] == step
         assert_close(got["loss"], want, 1e-4, f"step {step} loss")
-        scale = accumulation if hf_sums_micro_batch_means(trainer) else 1
         assert abs(hf_log["loss"] - round(want * scale, 4)) <= 1.5e-4, f"step {step}: HF logged {hf_log['loss']}"
         assert_close(got["grad_norm"] * scale, hf_log["grad_norm"], 1e-4, f"step {step} grad_norm (x {scale})")
         if scale != 1:

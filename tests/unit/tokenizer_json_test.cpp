@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -85,8 +86,7 @@ TEST(TokenizerJson, SpieceModelIsPreferredWhenBothArePresent) {
 }
 
 // Writes the tiny tokenizer.json after `edit` and returns the error loading it gives ("" when none).
-template <typename Edit>
-std::string error_after(const std::string& name, Edit edit) {
+std::string error_after(const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
   std::ifstream in(test::shared_dir() / "data" / "pegasus-tiny" / "tokenizer.json");
   nlohmann::json document = nlohmann::json::parse(in);
   edit(document);
@@ -106,28 +106,39 @@ std::string error_after(const std::string& name, Edit edit) {
 TEST(TokenizerJson, RefusesWhatIsNotPegasussTokenizerNamingTheField) {
   FITSUM_REQUIRE_SHARED();
   using nlohmann::json;
-  EXPECT_NE(error_after("bpe", [](json& d) { d["model"]["type"] = "BPE"; }).find("model.type: is BPE, not Unigram"),
-            std::string::npos);
-  EXPECT_NE(error_after("unk", [](json& d) { d["model"]["unk_id"] = 3; }).find("model.unk_id: is 3"),
-            std::string::npos);
-  EXPECT_NE(error_after("pair", [](json& d) { d["model"]["vocab"][200] = "word"; }).find("model.vocab[200]"),
-            std::string::npos);
-  EXPECT_NE(error_after("short", [](json& d) { d["model"]["vocab"] = json::array({json::array({"<pad>", 0.0})}); })
-                .find("model.vocab: has 1 entries"),
-            std::string::npos);
-  EXPECT_NE(error_after("layout", [](json& d) { d["model"]["vocab"][105][0] = "<oov>"; }).find("model.vocab"),
-            std::string::npos);
-  EXPECT_NE(error_after("normalizer", [](json& d) { d["normalizer"] = json{{"type", "NFKC"}}; })
-                .find("normalizer: has no Precompiled"),
-            std::string::npos);
-  EXPECT_NE(error_after("charsmap", [](json& d) { d["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "!!"; })
-                .find("precompiled_charsmap: is not base64"),
-            std::string::npos);
-  EXPECT_NE(error_after("metaspace", [](json& d) { d["pre_tokenizer"] = json{{"type", "Whitespace"}}; })
-                .find("pre_tokenizer: has no Metaspace"),
-            std::string::npos);
-  EXPECT_NE(error_after("model", [](json& d) { d.erase("model"); }).find("model: missing"), std::string::npos);
-  EXPECT_NE(error_after("array", [](json& d) { d = json::array(); }).find("model: missing"), std::string::npos);
+  struct Case {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::string expected;  // part of the error
+  };
+  const std::vector<Case> cases = {
+      {"bpe", [](json& d) { d["model"]["type"] = "BPE"; }, "model.type: is BPE, not Unigram"},
+      {"unk", [](json& d) { d["model"]["unk_id"] = 3; }, "model.unk_id: is 3"},
+      {"pair", [](json& d) { d["model"]["vocab"][200] = "word"; }, "model.vocab[200]"},
+      {"short",
+       [](json& d) {
+         d["model"]["vocab"] = json::array({json::array({"<pad>", 0.0})});
+       },
+       "model.vocab: has 1 entries"},
+      {"layout", [](json& d) { d["model"]["vocab"][105][0] = "<oov>"; }, "model.vocab"},
+      {"normalizer",
+       [](json& d) {
+         d["normalizer"] = json{{"type", "NFKC"}};
+       },
+       "normalizer: has no Precompiled"},
+      {"charsmap", [](json& d) { d["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "!!"; },
+       "precompiled_charsmap: is not base64"},
+      {"metaspace",
+       [](json& d) {
+         d["pre_tokenizer"] = json{{"type", "Whitespace"}};
+       },
+       "pre_tokenizer: has no Metaspace"},
+      {"model", [](json& d) { d.erase("model"); }, "model: missing"},
+      {"array", [](json& d) { d = json::array(); }, "model: missing"},
+  };
+  for (const auto& c : cases) {
+    EXPECT_NE(error_after(c.name, c.edit).find(c.expected), std::string::npos) << c.name;
+  }
 }
 
 TEST(TokenizerJson, RefusesATruncatedFileWithItsName) {

@@ -9,6 +9,11 @@
 
 namespace fitsum::cli {
 
+void add_tokenizer_name_flag(CLI::App& command, std::string& tokenizer_name) {
+  command.add_option("--tokenizer_name", tokenizer_name,
+                     "folder with spiece.model or tokenizer.json (default: the model's)");
+}
+
 void add_tokenization_flags(CLI::App& command, data::DataOptions& options) {
   command.add_option("--text_column", options.text_column, "Column holding the text to summarize")
       ->capture_default_str();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,9 @@ namespace fitsum::cli {
 
 // --text_column, --summary_column, --max_source_length, --max_target_length, --skip_bad_records
 void add_tokenization_flags(CLI::App& command, data::DataOptions& options);
+
+// --tokenizer_name: the folder whose spiece.model or tokenizer.json tokenizes text records (default: the model's)
+void add_tokenizer_name_flag(CLI::App& command, std::string& tokenizer_name);
 
 // --max_train_samples, --max_eval_samples
 void add_sample_limit_flags(CLI::App& command, data::DataOptions& options);

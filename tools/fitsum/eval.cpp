@@ -119,7 +119,7 @@ void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "Evaluate a model on a dataset: loss, generated summaries, ROUGE");
   cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
-  cmd->add_option("--tokenizer_name", a->tokenizer_name, "folder with spiece.model or tokenizer.json (default: the model's)");
+  add_tokenizer_name_flag(*cmd, a->tokenizer_name);
   cmd->add_option("--test_file", a->test_file, "jsonl, json or csv; text or pre-tokenized")->required();
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")->capture_default_str();
   cmd->add_option("--predictions_file", a->predictions_file,

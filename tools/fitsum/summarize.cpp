@@ -67,7 +67,8 @@ void run_summarize(SummarizeArgs a) {
   auto& model = *loaded.model;
   model.to(runtime.device);
   if (loaded.tokenizer_dir.empty()) {
-    throw std::invalid_argument("'" + a.model_dir + "' has no spiece.model or tokenizer.json: pass --tokenizer_name DIR");
+    throw std::invalid_argument("'" + a.model_dir +
+                                "' has no spiece.model or tokenizer.json: pass --tokenizer_name DIR");
   }
   const auto tokenizer = tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir);
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
@@ -108,7 +109,7 @@ void add_summarize_command(CLI::App& app) {
                                  "Print one summary per input: a dataset file, or dialogues on stdin separated by "
                                  "blank lines");
   cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
-  cmd->add_option("--tokenizer_name", a->tokenizer_name, "folder with spiece.model or tokenizer.json (default: the model's)");
+  add_tokenizer_name_flag(*cmd, a->tokenizer_name);
   cmd->add_option("--input_file", a->input_file, "jsonl, json or csv (default: plain text on stdin)");
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per batch")->capture_default_str();
   add_tokenization_flags(*cmd, a->data);

@@ -33,7 +33,8 @@ struct TokenizeArgs {
 void run_tokenize(TokenizeArgs args) {
   if (args.model.empty() && args.tokenizer_name.empty()) {
     throw std::invalid_argument(
-        "fitsum tokenize needs --model DIR (a Hugging Face model folder with spiece.model or tokenizer.json) or --tokenizer_name DIR");
+        "fitsum tokenize needs --model DIR (a Hugging Face model folder with spiece.model or tokenizer.json) or "
+        "--tokenizer_name DIR");
   }
   if (args.max_samples && *args.max_samples < 1) {
     throw std::invalid_argument("--max_samples must be at least 1");
@@ -105,10 +106,13 @@ void add_tokenize_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("tokenize", "Tokenize a dataset file (jsonl, json, csv) and write token ids as JSON Lines");
   auto args = std::make_shared<TokenizeArgs>();
-  command->add_option("--model", args->model, "Hugging Face model folder; its spiece.model (or tokenizer.json) and config.json are read")
+  command
+      ->add_option("--model", args->model,
+                   "Hugging Face model folder; its spiece.model (or tokenizer.json) and config.json are read")
       ->check(CLI::ExistingDirectory);
   command
-      ->add_option("--tokenizer_name", args->tokenizer_name, "Folder with the spiece.model or tokenizer.json to use instead of --model's")
+      ->add_option("--tokenizer_name", args->tokenizer_name,
+                   "Folder with the spiece.model or tokenizer.json to use instead of --model's")
       ->check(CLI::ExistingDirectory);
   command->add_option("--input_file", args->input_file, "Dataset file: .jsonl, .json or .csv")
       ->required()

@@ -29,7 +29,7 @@ CLI::Option* add_parsed(CLI::App& group, const std::string& name, T& field, Pars
 void add_model_flags(CLI::App& g, io::ModelSource& model) {
   g.add_option("--model_name_or_path", model.model_name_or_path, "Hugging Face model folder to fine-tune");
   g.add_option("--config_name", model.config_name, "config.json for training from random weights");
-  g.add_option("--tokenizer_name", model.tokenizer_name, "folder with spiece.model or tokenizer.json (default: the model's)");
+  add_tokenizer_name_flag(g, model.tokenizer_name);
   g.add_option("--config_overrides", model.config_overrides,
                "change config fields at load, e.g. \"dropout=0.0,attention_dropout=0.0\"");
 }
