@@ -56,7 +56,10 @@ def samsum(split, source="shared"):
 # ---- tokenizers trained here (no hub): a byte-level BPE for tiny-bart, a SentencePiece model for tiny-t5 ----
 
 def train_bart_bpe(out_dir, vocab_size=600):
-    """Byte-level BPE with BART's special tokens first (<s> 0, <pad> 1, </s> 2, <unk> 3, <mask> 4)."""
+    """Byte-level BPE with BART's special tokens first (<s> 0, <pad> 1, </s> 2, <unk> 3, <mask> 4). Kept when the
+    folder has it already (delete vocab.json to train again)."""
+    if os.path.exists(os.path.join(out_dir, "vocab.json")):
+        return BartTokenizer(os.path.join(out_dir, "vocab.json"), os.path.join(out_dir, "merges.txt"))
     from tokenizers import ByteLevelBPETokenizer
     texts = [r["dialogue"] for r in samsum("train")[:3000]] + [r["summary"] for r in samsum("train")[:3000]]
     bpe = ByteLevelBPETokenizer()
@@ -73,7 +76,10 @@ def train_bart_bpe(out_dir, vocab_size=600):
 
 
 def train_t5_spm(out_dir, vocab_size=400):
-    """A unigram SentencePiece model with T5's piece layout: <pad> 0, </s> 1, <unk> 2, no <s>."""
+    """A unigram SentencePiece model with T5's piece layout: <pad> 0, </s> 1, <unk> 2, no <s>. Kept when the folder
+    has it already (delete spiece.model to train again)."""
+    if os.path.exists(os.path.join(out_dir, "spiece.model")):
+        return T5Tokenizer(os.path.join(out_dir, "spiece.model"), legacy=True)
     import sentencepiece as spm
     with tempfile.TemporaryDirectory() as tmp:
         corpus = os.path.join(tmp, "corpus.txt")
@@ -101,6 +107,7 @@ T5_COMMON = dict(d_model=32, d_kv=6, d_ff=64, num_layers=2, num_decoder_layers=3
                  relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0,
                  layer_norm_epsilon=1e-6, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                  initializer_factor=1.0)
+PRETRAIN_STEPS = {"bart": 300, "t5": 400}
 CASES = {
     "tiny-bart": dict(family="bart", seed=1234, lr=1e-3, wd=0.01),
     "tiny-t5": dict(family="t5", seed=2345, lr=1e-3, wd=0.01, feed_forward_proj="relu", tie_word_embeddings=True),
@@ -119,8 +126,9 @@ def make_model(case, vocab_size):
 
 
 def content_range(case, tokenizer_size):
-    # ids that are ordinary text: past the special tokens (BART 0..4, T5 0..2), below T5's extra ids
-    return (5, tokenizer_size) if case["family"] == "bart" else (3, tokenizer_size - 100)
+    # ids that are ordinary text: past the special tokens (BART 0..4, T5 0..2). T5's copy task uses 40 of them: a
+    # tiny T5 learns to copy from a large vocabulary much more slowly than a tiny BART.
+    return (5, tokenizer_size) if case["family"] == "bart" else (3, 43)
 
 
 def wrap(case, tokens):
@@ -138,10 +146,11 @@ def pad_batch(rows, pad, width=None):
     return ids, mask
 
 
-def pretrain(model, case, lo, hi, steps=300):
+def pretrain(model, case, lo, hi):
     """A short copy task so that greedy and beam outputs are peaked rather than near-ties of a random model."""
     g = torch.Generator().manual_seed(case["seed"] + 7)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    steps = PRETRAIN_STEPS[case["family"]]
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if case["family"] == "bart" else 1e-2)
     pad = model.config.pad_token_id
     model.train()
     loss = None
@@ -282,7 +291,8 @@ def make_fixture(name, tokenizer_size):
                               "no clipping, constant lr",
                   "losses_before_each_step": adam_losses,
                   "params_after_steps": {k: sample(adam_params[k]) for k in probe}},
-        "pretrain": {"task": "copy the source, 300 AdamW steps", "final_batch_loss": pre_loss},
+        "pretrain": {"task": f"copy the source, {PRETRAIN_STEPS[case['family']]} AdamW steps",
+                     "final_batch_loss": pre_loss},
         "generate": generation,
     }
     with open(os.path.join(out_dir, "case.json"), "w") as f:
@@ -408,8 +418,26 @@ def write_param_counts():
         json.dump(out, f, indent=1)
 
 
+def write_relative_buckets():
+    """tests/data/t5_relative_buckets.json: T5Attention._relative_position_bucket for relative positions
+    (memory - query) -300..300, bidirectional (encoder) and causal (decoder), for T5's 32 buckets / distance 128 and
+    the tiny fixtures' 8 / 20."""
+    from transformers.models.t5.modeling_t5 import T5Attention
+    relative = torch.arange(-300, 301)
+    out = {"versions": VERSIONS, "relative_positions": relative.tolist(), "cases": []}
+    for buckets, distance in ((32, 128), (8, 20)):
+        for bidirectional in (True, False):
+            b = T5Attention._relative_position_bucket(relative, bidirectional=bidirectional, num_buckets=buckets,
+                                                      max_distance=distance)
+            out["cases"].append({"num_buckets": buckets, "max_distance": distance, "bidirectional": bidirectional,
+                                 "buckets": b.tolist()})
+    with open(os.path.join(HERE, "t5_relative_buckets.json"), "w") as f:
+        json.dump(out, f)
+
+
 def main():
     which = sys.argv[1:] or ["models", "tokenizers", "params"]
+    write_relative_buckets()
     if "params" in which:
         write_param_counts()
     if which == ["params"]:
@@ -421,10 +449,10 @@ def main():
     os.makedirs(t5_dir, exist_ok=True)
     bart_tok = train_bart_bpe(bart_dir)
     t5_tok = train_t5_spm(t5_dir)
-    if "models" in which:
-        make_fixture("tiny-bart", len(bart_tok))
-        make_fixture("tiny-t5", len(t5_tok))
-        make_fixture("tiny-t5-v1_1", len(t5_tok))
+    # "models" makes all three; a fixture's name makes that one
+    for name in CASES:
+        if "models" in which or name in which:
+            make_fixture(name, len(bart_tok) if CASES[name]["family"] == "bart" else len(t5_tok))
     if "tokenizers" in which:
         write_tokenizer_vectors(bart_tok, t5_tok)
 
