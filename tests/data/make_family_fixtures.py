@@ -17,7 +17,8 @@ tests/data/family_param_counts.json: transformers' parameter counts for the six 
 Everything here is random or trained from SAMSum: no hub download. Run in a virtual environment that has
 transformers (the versions used are recorded in every file it writes):
 
-    python3 -m venv --system-site-packages VENV && VENV/bin/pip install transformers==4.35.2 sentencepiece
+    apt-get install python3-torch python3-sentencepiece      (Debian's torch 1.13 and SentencePiece 0.1.97)
+    python3 -m venv --system-site-packages VENV && VENV/bin/pip install transformers==4.35.2
     VENV/bin/python tests/data/make_family_fixtures.py [models] [tokenizers] [params]   (all three by default;
                                                   from the project root, ../shared beside it)
 
@@ -44,7 +45,13 @@ PROJECT = os.path.normpath(os.path.join(HERE, "..", ".."))
 SHARED = os.path.normpath(os.path.join(PROJECT, "..", "shared"))
 FIXTURES = os.path.join(HERE, "fixtures")
 TOKENIZERS = os.path.join(HERE, "tokenizers")
-VERSIONS = {"transformers": transformers.__version__, "torch": torch.__version__}
+import sentencepiece  # noqa: E402
+import tokenizers  # noqa: E402
+
+# Tokenizer vectors need the SentencePiece that fitsum links (Debian's 0.1.97): 0.2 breaks some ties of equal-score
+# segmentations the other way ("*" + "*******" against "*******" + "*"), so its ids differ on a few SAMSum records.
+VERSIONS = {"transformers": transformers.__version__, "torch": torch.__version__,
+            "sentencepiece": sentencepiece.__version__, "tokenizers": tokenizers.__version__}
 
 
 def samsum(split, source="shared"):
@@ -332,33 +339,46 @@ def encode(tok, text, **kw):
     return tok(text, add_special_tokens=True, **kw)["input_ids"]
 
 
+SAMPLE = {"train": 100, "validation": 20, "test": 20}  # records of the bundled data/samsum written out in full
+
+
 def vectors(tok, with_decode_unskipped=True):
-    """Full records: edge cases and the bundled SAMSum sample (ids, truncations, decodes)."""
+    """Full records: edge cases (with token strings) and the first records of the bundled SAMSum sample (ids,
+    truncations, decodes)."""
     out = []
     texts = [("edge", t) for t in EDGE_CASES]
-    for split in ("train", "validation", "test"):
-        for r in samsum(split, source="project"):
+    for split, count in SAMPLE.items():
+        for r in samsum(split, source="project")[:count]:
             texts.append((f"{split}:{r['id']}:dialogue", r["dialogue"]))
             texts.append((f"{split}:{r['id']}:summary", r["summary"]))
     for source, text in texts:
         ids = encode(tok, text)
-        rec = {"source": source, "text": text, "ids": ids, "tokens": tok.convert_ids_to_tokens(ids),
+        rec = {"source": source, "text": text, "ids": ids,
                "truncated_16": encode(tok, text, truncation=True, max_length=16),
                "decoded": tok.decode(ids, skip_special_tokens=True),
                "decoded_no_cleanup": tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)}
         if with_decode_unskipped:
             rec["decoded_with_special"] = tok.decode(ids, skip_special_tokens=False)
+        if source == "edge":
+            rec["tokens"] = tok.convert_ids_to_tokens(ids)
         out.append(rec)
     return out
 
 
+HASH_CHUNK = 64  # records per hash line
+
+
 def hashes(tok):
-    """Every SAMSum record of ../shared (all splits): token count and FNV-1a 64 of the int32 ids."""
+    """Every SAMSum record of ../shared (all splits), in chunks of HASH_CHUNK records: [split, index of the first
+    record, records, tokens, FNV-1a 64 of the int32 ids of dialogue then summary of each record in order]."""
     out = []
     for split in ("train", "validation", "test"):
-        for r in samsum(split):
-            d, s = encode(tok, r["dialogue"]), encode(tok, r["summary"])
-            out.append([split, r["id"], len(d), fnv1a64(d), len(s), fnv1a64(s)])
+        records = samsum(split)
+        for start in range(0, len(records), HASH_CHUNK):
+            ids = []
+            for r in records[start:start + HASH_CHUNK]:
+                ids += encode(tok, r["dialogue"]) + encode(tok, r["summary"])
+            out.append([split, start, len(records[start:start + HASH_CHUNK]), len(ids), fnv1a64(ids)])
     return out
 
 
