@@ -314,12 +314,16 @@ EDGE_CASES = [
     "Hello   \n  world", "trailing spaces   ", "   leading spaces", "tab\tinside", "x\u000by", "x\u000cy",
     "info sep\u001cone\u001dtwo\u001ethree\u001ffour", "next line\u0085here", "nbsp\u00a0here", "ogham\u1680space",
     "en\u2002quad", "line\u2028sep", "para\u2029sep", "narrow\u202fnbsp", "math\u205fspace", "ideo\u3000space",
-    "zero\u200bwidth", "mongolian\u180eseparator", "I'm sure you're right, they've said he'll do it and she'd agree. It's Tom's.",
+    "zero\u200bwidth", "mongolian\u180eseparator",
+    "I'm sure you're right, they've said he'll do it and she'd agree. It's Tom's.",
     "DON'T SHOUT I'M HERE", "rock 'n' roll", "'s 't 're", "numbers 12345 and 3.14159 and 1,000,000",
     "٣٤٥ arabic digits ٣", "Ⅻ roman numeral", "½ fraction", "emoji 😀😃🎉 and 👍🏽", "family 👨‍👩‍👧",
     "中文字符测试", "日本語のテキスト", "한국어 텍스트", "Привет, как дела?", "مرحبا بالعالم", "עברית",
     "Ｆｕｌｌｗｉｄｔｈ", "ﬁ ligature", "café naïve résumé", "e\u0301 combining", "<file_gif>", "<file_photo> ok",
     "http://example.com/path?q=1&r=2", "mail@example.com", "!!!???...", "--- *** ###", "a" * 300,
+    # where the whitespace classes of Python's re (U+001C..U+001F), ICU (no U+000B, U+0085) and PCRE2's own \s
+    # (U+180E) would split differently from the regex module's
+    "a \u001cb", "a \u001fb", "a \u0085b", "a \u000bb", "a \u00a0b", "a\u180e \u180eb", "x \u180e\u180e y",
     "<s>", "</s>", "<pad>", "<unk>", "<mask>", "Hello <mask> world", "Hello<mask>world", "Hello   <mask>   world",
     "x </s> y", "a<s>b</s>c", "<|endoftext|>", "<extra_id_0>", "Hello <extra_id_0> world", "Hello<extra_id_1>world",
     "a <extra_id_99> b <extra_id_5>", "<extra_id_100>", "▁already▁marked", "\u2581", "tab\t<mask>\tx",
