@@ -1,4 +1,4 @@
-// Implements include/fitsum/tokenizer/tokenizer.h: the helpers all families share and the choice of family for a
+// Implements include/fitsum/tokenizer/tokenizer.h: the functions all families share and the choice of family for a
 // folder (tokenizer_config.json's tokenizer_class, else config.json's model_type, else the files present).
 #include "fitsum/tokenizer/tokenizer.h"
 
