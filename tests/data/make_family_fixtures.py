@@ -235,6 +235,7 @@ def make_fixture(name, tokenizer_size):
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
     model.train()
+    model.zero_grad(set_to_none=True)  # the copy task's last step left its gradients behind
     out = model(**batch, output_hidden_states=False)
     out.loss.backward()
     named = dict(model.named_parameters())
