@@ -8,6 +8,7 @@ packages=(
   libtorch-dev            # LibTorch 1.13.1, CPU
   libopenblas0-pthread    # without it Debian's reference BLAS runs matmuls ~35x slower
   libsentencepiece-dev
+  libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer
   nlohmann-json3-dev
   libcli11-dev
   libgtest-dev

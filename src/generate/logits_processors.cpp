@@ -63,6 +63,13 @@ void apply_min_length(const at::Tensor& scores, std::int64_t cur_length, std::in
   }
 }
 
+void apply_forced_bos(const at::Tensor& scores, std::int64_t cur_length, std::int64_t forced_bos_token_id) {
+  if (forced_bos_token_id >= 0 && cur_length == 1) {
+    scores.fill_(kMinusInfinity);
+    scores.select(1, forced_bos_token_id).fill_(0.0);
+  }
+}
+
 void apply_forced_eos(const at::Tensor& scores, std::int64_t cur_length, std::int64_t max_length,
                       std::int64_t forced_eos_token_id) {
   if (forced_eos_token_id >= 0 && cur_length == max_length - 1) {
@@ -79,6 +86,7 @@ void apply_logits_processors(const at::Tensor& scores, const at::Tensor& sequenc
   if (options.min_length > 0) {
     apply_min_length(scores, cur_length, options.min_length, options.eos_token_id);
   }
+  apply_forced_bos(scores, cur_length, options.forced_bos_token_id);
   apply_forced_eos(scores, cur_length, options.effective_max_length(), options.forced_eos_token_id);
 }
 

@@ -78,6 +78,8 @@ void GenerationOptions::validate() const {
   }
   require(forced_eos_token_id >= -1,
           "forced_eos_token_id (" + std::to_string(forced_eos_token_id) + ") must be a token id, or -1 for none");
+  require(forced_bos_token_id >= -1,
+          "forced_bos_token_id (" + std::to_string(forced_bos_token_id) + ") must be a token id, or -1 for none");
 }
 
 void GenerationOptions::validate_for(const model::ModelConfig& config) const {
@@ -86,7 +88,8 @@ void GenerationOptions::validate_for(const model::ModelConfig& config) const {
   for (const auto& [name, id] : {std::pair<const char*, std::int64_t>{"decoder_start_token_id", decoder_start_token_id},
                                  {"eos_token_id", eos_token_id},
                                  {"pad_token_id", pad_token_id},
-                                 {"forced_eos_token_id", forced_eos_token_id}}) {
+                                 {"forced_eos_token_id", forced_eos_token_id},
+                                 {"forced_bos_token_id", forced_bos_token_id}}) {
     require(id < vocab, std::string(name) + " (" + std::to_string(id) + ") is outside the model's vocabulary of " +
                             std::to_string(vocab) + " tokens");
   }
@@ -189,9 +192,9 @@ void refuse_unsupported(const FieldReader& r) {
   }
   if (auto v = r.boolean("renormalize_logits")) r.refuse_unless("renormalize_logits", !*v, only);
   if (auto v = r.number("penalty_alpha")) r.refuse_unless("penalty_alpha", *v == 0.0, "contrastive search; " + only);
-  for (const char* name : {"bad_words_ids", "force_words_ids", "constraints", "forced_bos_token_id", "min_new_tokens",
-                           "suppress_tokens", "begin_suppress_tokens", "forced_decoder_ids", "sequence_bias",
-                           "exponential_decay_length_penalty", "max_time"}) {
+  for (const char* name :
+       {"bad_words_ids", "force_words_ids", "constraints", "min_new_tokens", "suppress_tokens", "begin_suppress_tokens",
+        "forced_decoder_ids", "sequence_bias", "exponential_decay_length_penalty", "max_time"}) {
     if (r.find(name)) r.refuse_unless(name, false, only);
   }
 }
@@ -227,6 +230,7 @@ GenerationOptions options_from(const json& j, const std::string& source) {
   }
   o.pad_token_id = r.integer("pad_token_id").value_or(o.eos_token_id);
   o.forced_eos_token_id = r.token("forced_eos_token_id").value_or(-1);
+  o.forced_bos_token_id = r.token("forced_bos_token_id").value_or(-1);
   // Not validated here: explicit options may still change what a file sets (validate() runs before decoding).
   return o;
 }
@@ -236,7 +240,7 @@ bool same_generation(const GenerationOptions& a, const GenerationOptions& b) {
          a.num_beams == b.num_beams && a.length_penalty == b.length_penalty && a.early_stopping == b.early_stopping &&
          a.no_repeat_ngram_size == b.no_repeat_ngram_size && a.decoder_start_token_id == b.decoder_start_token_id &&
          a.eos_token_id == b.eos_token_id && a.pad_token_id == b.pad_token_id &&
-         a.forced_eos_token_id == b.forced_eos_token_id;
+         a.forced_eos_token_id == b.forced_eos_token_id && a.forced_bos_token_id == b.forced_bos_token_id;
 }
 
 }  // namespace
@@ -280,6 +284,7 @@ json to_json(const GenerationOptions& o) {
   j["eos_token_id"] = o.eos_token_id;
   j["pad_token_id"] = o.pad_token_id;
   j["forced_eos_token_id"] = o.forced_eos_token_id >= 0 ? json(o.forced_eos_token_id) : json();
+  j["forced_bos_token_id"] = o.forced_bos_token_id >= 0 ? json(o.forced_bos_token_id) : json();
   j["use_cache"] = o.use_cache;
   return j;
 }

@@ -1,5 +1,5 @@
-// Implements include/fitsum/io/hf_config.h. Defaults are those of transformers' PegasusConfig, so a config.json
-// that omits a field means what it means to HF.
+// Implements include/fitsum/io/hf_config.h. Defaults are those of transformers' PegasusConfig and BartConfig, so a
+// config.json that omits a field means what it means to HF.
 #include "fitsum/io/hf_config.h"
 
 #include <cctype>
@@ -71,6 +71,80 @@ double parse_number(const std::string& text) {
   return value;
 }
 
+// Token ids where PegasusConfig and BartConfig differ; every other default is the same in both.
+struct TokenDefaults {
+  std::int64_t pad, eos, bos, decoder_start, forced_eos;
+};
+constexpr TokenDefaults kPegasusTokens{0, 1, 0, 0, 1};
+constexpr TokenDefaults kBartTokens{1, 2, 0, 2, 2};
+
+// The block layout each family's HF model always has, whatever legacy fields (normalize_before,
+// static_position_embeddings, add_final_layer_norm) say: PegasusModel and BartModel ignore those, so fitsum does too.
+void set_family_layout(model::ModelConfig& c) {
+  const bool bart = c.model_type == "bart";
+  c.normalize_before = !bart;    // PEGASUS pre-LN, BART post-LN
+  c.final_layer_norm = !bart;    // BART's stacks end without a LayerNorm
+  c.layernorm_embedding = bart;  // BART normalises the embeddings
+  c.position_embedding = bart ? model::PositionEmbedding::learned : model::PositionEmbedding::sinusoidal;
+  c.learned_position_offset = 2;  // BartLearnedPositionalEmbedding's offset
+}
+
+// T5Config (v1.0, v1.1, FLAN-T5, mT5): its own field names and T5Config's defaults (t5-small's sizes).
+model::ModelConfig t5_config_from_hf(const json& j, const std::string& source) {
+  model::ModelConfig c;
+  c.model_type = "t5";
+  c.vocab_size = field<std::int64_t>(j, "vocab_size", 32128, source);
+  c.d_model = field<std::int64_t>(j, "d_model", 512, source);
+  c.head_dim = field<std::int64_t>(j, "d_kv", 64, source);
+  c.encoder_ffn_dim = c.decoder_ffn_dim = field<std::int64_t>(j, "d_ff", 2048, source);
+  c.encoder_layers = field<std::int64_t>(j, "num_layers", 6, source);
+  c.decoder_layers = field<std::int64_t>(j, "num_decoder_layers", c.encoder_layers, source);
+  c.encoder_attention_heads = c.decoder_attention_heads = field<std::int64_t>(j, "num_heads", 8, source);
+  c.relative_attention_num_buckets = field<std::int64_t>(j, "relative_attention_num_buckets", 32, source);
+  c.relative_attention_max_distance = field<std::int64_t>(j, "relative_attention_max_distance", 128, source);
+  // T5 uses dropout_rate everywhere: after each block, on the attention probabilities, inside the feed-forward.
+  c.dropout = c.attention_dropout = c.activation_dropout = field<double>(j, "dropout_rate", 0.1, source);
+  c.layer_norm_eps = field<double>(j, "layer_norm_epsilon", 1e-6, source);
+  c.init_std = field<double>(j, "initializer_factor", 1.0, source);
+  // feed_forward_proj "relu" (v1.0) or "gated-gelu" (v1.1: gelu_new); explicit dense_act_fn / is_gated_act win, as
+  // they do when PretrainedConfig sets the remaining fields after T5Config's own.
+  const std::string projection = field<std::string>(j, "feed_forward_proj", "relu", source);
+  const bool gated = projection.rfind("gated-", 0) == 0;
+  std::string activation = gated ? projection.substr(6) : projection;
+  if (projection == "gated-gelu") activation = "gelu_new";
+  c.gated_ffn = field<bool>(j, "is_gated_act", gated, source);
+  c.activation_function = model::activation_from_string(field<std::string>(j, "dense_act_fn", activation, source));
+  c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", true, source);
+  c.pad_token_id = token_field(j, "pad_token_id", 0, source);
+  c.eos_token_id = token_field(j, "eos_token_id", 1, source);
+  c.bos_token_id = c.pad_token_id;  // T5 has no <s>
+  c.decoder_start_token_id = token_field(j, "decoder_start_token_id", c.pad_token_id, source);
+  c.forced_eos_token_id = token_field(j, "forced_eos_token_id", -1, source);
+  // The architecture every T5 is: pre-RMSNorm, relative bias, no biases, unscaled scores, no embedding scale, and a
+  // d_model^-0.5 rescale before a tied head. T5's nn.Embedding has no padding_idx.
+  c.normalize_before = true;
+  c.final_layer_norm = true;
+  c.layernorm_embedding = false;
+  c.position_embedding = model::PositionEmbedding::relative;
+  c.max_position_embeddings = model::kNoPositionLimit;
+  c.normalization = model::Normalization::rms_norm;
+  c.linear_bias = false;
+  c.scale_attention_scores = false;
+  c.scale_embedding = false;
+  c.rescale_tied_lm_head = c.tie_word_embeddings;
+  c.has_final_logits_bias = false;
+  c.embedding_padding_idx = -1;
+  return c;
+}
+
+void validate_config(const model::ModelConfig& c, const std::string& source) {
+  try {
+    c.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(source + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 model::ModelConfig model_config_from_hf(const json& j, const std::string& source) {
@@ -78,13 +152,19 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
     throw std::invalid_argument(source + ": a model config must be a JSON object");
   }
   const std::string model_type = field<std::string>(j, "model_type", "", source);
-  if (model_type != "pegasus") {
+  if (model_type == "t5") {
+    auto c = t5_config_from_hf(j, source);
+    validate_config(c, source);
+    return c;
+  }
+  if (model_type != "pegasus" && model_type != "bart") {
     throw std::invalid_argument(source + ": config field 'model_type' is '" + model_type +
-                                "'; fitsum supports 'pegasus' (BART and T5 are planned)");
+                                "'; fitsum supports 'pegasus', 'bart' and 't5'");
   }
   model::ModelConfig c;
   c.model_type = model_type;
-  // PegasusConfig defaults.
+  const TokenDefaults& tokens = model_type == "bart" ? kBartTokens : kPegasusTokens;
+  // PegasusConfig / BartConfig defaults.
   c.vocab_size = field<std::int64_t>(j, "vocab_size", 50265, source);
   c.d_model = field<std::int64_t>(j, "d_model", 1024, source);
   c.encoder_layers = field<std::int64_t>(j, "encoder_layers", 12, source);
@@ -101,11 +181,11 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
   c.init_std = field<double>(j, "init_std", 0.02, source);
   c.scale_embedding = field<bool>(j, "scale_embedding", false, source);
   c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", true, source);
-  c.pad_token_id = token_field(j, "pad_token_id", 0, source);
-  c.eos_token_id = token_field(j, "eos_token_id", 1, source);
-  c.bos_token_id = token_field(j, "bos_token_id", 0, source);
-  c.decoder_start_token_id = token_field(j, "decoder_start_token_id", 0, source);
-  c.forced_eos_token_id = token_field(j, "forced_eos_token_id", 1, source);
+  c.pad_token_id = token_field(j, "pad_token_id", tokens.pad, source);
+  c.eos_token_id = token_field(j, "eos_token_id", tokens.eos, source);
+  c.bos_token_id = token_field(j, "bos_token_id", tokens.bos, source);
+  c.decoder_start_token_id = token_field(j, "decoder_start_token_id", tokens.decoder_start, source);
+  c.forced_eos_token_id = token_field(j, "forced_eos_token_id", tokens.forced_eos, source);
   c.embedding_padding_idx = c.pad_token_id;
   if (j.contains("embedding_padding_idx")) {  // fitsum's extension, see apply_config_overrides
     c.embedding_padding_idx = j["embedding_padding_idx"].is_null()
@@ -113,12 +193,7 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
                                   : field<std::int64_t>(j, "embedding_padding_idx", c.pad_token_id, source);
   }
 
-  // What HF's PEGASUS always is, whatever the legacy fields (normalize_before, static_position_embeddings,
-  // add_final_layer_norm) say: those are ignored by PegasusModel, so they are ignored here too.
-  c.normalize_before = true;
-  c.final_layer_norm = true;
-  c.layernorm_embedding = false;
-  c.position_embedding = model::PositionEmbedding::sinusoidal;
+  set_family_layout(c);
 
   // Training-time features HF has and fitsum does not (yet): refuse rather than silently differ.
   for (const char* name : {"encoder_layerdrop", "decoder_layerdrop"}) {
@@ -127,11 +202,7 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
                                   "' is not 0; fitsum does not implement LayerDrop (set it to 0.0)");
     }
   }
-  try {
-    c.validate();
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(source + ": " + e.what());
-  }
+  validate_config(c, source);
   return c;
 }
 
@@ -146,11 +217,44 @@ model::ModelConfig read_model_config(const std::filesystem::path& path) {
   return model_config_from_hf(util::read_json_file(file), file.string());
 }
 
+namespace {
+
+// T5's own field names; what T5Config.to_dict would write for them.
+json t5_config_to_hf(const model::ModelConfig& c, json j) {
+  if (!j.contains("architectures")) j["architectures"] = json::array({"T5ForConditionalGeneration"});
+  j["vocab_size"] = c.vocab_size;
+  j["d_model"] = c.d_model;
+  j["d_kv"] = c.encoder_head_dim();
+  j["d_ff"] = c.encoder_ffn_dim;
+  j["num_layers"] = c.encoder_layers;
+  j["num_decoder_layers"] = c.decoder_layers;
+  j["num_heads"] = c.encoder_attention_heads;
+  j["relative_attention_num_buckets"] = c.relative_attention_num_buckets;
+  j["relative_attention_max_distance"] = c.relative_attention_max_distance;
+  j["dropout_rate"] = c.dropout;
+  j["layer_norm_epsilon"] = c.layer_norm_eps;
+  j["initializer_factor"] = c.init_std;
+  const std::string activation = model::to_string(c.activation_function);
+  j["feed_forward_proj"] = c.gated_ffn ? (activation == "gelu_new" ? "gated-gelu" : "gated-" + activation) : activation;
+  j["dense_act_fn"] = activation;
+  j["is_gated_act"] = c.gated_ffn;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["pad_token_id"] = c.pad_token_id;
+  j["eos_token_id"] = c.eos_token_id;
+  j["decoder_start_token_id"] = c.decoder_start_token_id;
+  j["is_encoder_decoder"] = true;
+  return j;
+}
+
+}  // namespace
+
 json model_config_to_hf(const model::ModelConfig& c, const json& original) {
   json j = original.is_object() ? original : json::object();
   j["model_type"] = c.model_type;
+  if (c.model_type == "t5") return t5_config_to_hf(c, std::move(j));
   if (!j.contains("architectures")) {
-    j["architectures"] = json::array({"PegasusForConditionalGeneration"});
+    j["architectures"] =
+        json::array({c.model_type == "bart" ? "BartForConditionalGeneration" : "PegasusForConditionalGeneration"});
   }
   j["vocab_size"] = c.vocab_size;
   j["d_model"] = c.d_model;

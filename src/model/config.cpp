@@ -45,13 +45,17 @@ void ModelConfig::validate() const {
   require_positive(decoder_attention_heads, "decoder_attention_heads", kMaxWidth);
   require_positive(encoder_ffn_dim, "encoder_ffn_dim", kMaxWidth);
   require_positive(decoder_ffn_dim, "decoder_ffn_dim", kMaxWidth);
-  require_positive(max_position_embeddings, "max_position_embeddings", kMaxPositions);
-  if (d_model % encoder_attention_heads != 0) {
+  // Relative positions (T5) have no table, so no limit: the config carries kNoPositionLimit.
+  if (position_embedding != PositionEmbedding::relative) {
+    require_positive(max_position_embeddings, "max_position_embeddings", kMaxPositions);
+  }
+  if (head_dim != 0) require_positive(head_dim, "d_kv", kMaxWidth);
+  if (head_dim == 0 && d_model % encoder_attention_heads != 0) {
     throw std::invalid_argument("config field 'd_model' (" + std::to_string(d_model) +
                                 ") must be divisible by 'encoder_attention_heads' (" +
                                 std::to_string(encoder_attention_heads) + ")");
   }
-  if (d_model % decoder_attention_heads != 0) {
+  if (head_dim == 0 && d_model % decoder_attention_heads != 0) {
     throw std::invalid_argument("config field 'd_model' (" + std::to_string(d_model) +
                                 ") must be divisible by 'decoder_attention_heads' (" +
                                 std::to_string(decoder_attention_heads) + ")");
@@ -100,7 +104,52 @@ Activation activation_from_string(const std::string& name) {
                               "', which fitsum does not support (supported: relu, gelu, gelu_new, silu)");
 }
 
+namespace {
+
+// T5's layout (transformers' T5ForConditionalGeneration): no biases, RMSNorm weights only, the relative position
+// table in the first block of each stack, no final_logits_bias.
+ParameterCounts count_t5_parameters(const ModelConfig& c) {
+  ParameterCounts counts;
+  const std::int64_t d = c.d_model;
+  const auto add_matrix = [&](std::int64_t rows, std::int64_t cols) {
+    counts.trainable += rows * cols;
+    counts.matrix_elements += rows * cols;
+    counts.matrix_rows_plus_cols += rows + cols;
+  };
+  const auto add_norm = [&]() {
+    counts.trainable += d;
+    counts.vector_elements += d;
+  };
+  add_matrix(c.vocab_size, d);                              // shared
+  if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);  // lm_head
+  for (int side = 0; side < 2; ++side) {
+    const bool decoder = side == 1;
+    const std::int64_t heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
+    const std::int64_t inner = heads * (decoder ? c.decoder_head_dim() : c.encoder_head_dim());
+    const std::int64_t ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
+    const auto add_attention = [&]() {
+      for (int i = 0; i < 3; ++i) add_matrix(inner, d);  // q, k, v
+      add_matrix(d, inner);                              // o
+      add_norm();                                        // layer_norm
+    };
+    add_matrix(c.relative_attention_num_buckets, heads);  // block.0's relative_attention_bias
+    for (std::int64_t i = 0; i < (decoder ? c.decoder_layers : c.encoder_layers); ++i) {
+      add_attention();                      // SelfAttention
+      if (decoder) add_attention();         // EncDecAttention
+      add_matrix(ffn, d);                   // wi, or wi_0
+      if (c.gated_ffn) add_matrix(ffn, d);  // wi_1
+      add_matrix(d, ffn);                   // wo
+      add_norm();
+    }
+    add_norm();  // final_layer_norm
+  }
+  return counts;
+}
+
+}  // namespace
+
 ParameterCounts count_parameters(const ModelConfig& c) {
+  if (c.is_t5()) return count_t5_parameters(c);
   ParameterCounts counts;
   const std::int64_t d = c.d_model;
   // Checked: a config is user input, and a count that wraps would be printed as a negative parameter count.

@@ -383,6 +383,10 @@ Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
 
 Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
   config_.validate();
+  if (config_.is_t5()) {
+    throw std::invalid_argument("T5's blocks (RMSNorm, relative position bias, T5 feed-forward) are not part of "
+                                "the model yet: fitsum reads T5 configs for 'fitsum info' only");
+  }
   model = register_module("model", Seq2SeqModel(config_));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module(

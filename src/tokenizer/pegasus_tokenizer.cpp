@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "fitsum/tokenizer/python_text.h"
 #include "fitsum/tokenizer/tokenizer_json.h"
 #include "fitsum/util/files.h"
 
@@ -60,95 +61,7 @@ std::string special_token_string(TokenId id) {
   }
 }
 
-// Python's str.isspace() for one code point.
-bool is_python_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// Decodes the UTF-8 code point starting at `text[pos]` and says how many bytes it has (1 for a stray byte).
-char32_t code_point_at(const std::string& text, std::size_t pos, std::size_t& length) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
-  const unsigned char lead = byte(pos);
-  length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-  if (pos + length > text.size()) {
-    length = 1;
-    return lead;
-  }
-  if (length == 1) {
-    return lead;
-  }
-  char32_t c = lead & (0x7F >> length);
-  for (std::size_t i = 1; i < length; ++i) {
-    c = (c << 6) | (byte(pos + i) & 0x3F);
-  }
-  return c;
-}
-
-// Python's str.strip() on UTF-8 text.
-std::string strip_python_whitespace(const std::string& text) {
-  std::size_t begin = 0;
-  std::size_t length = 0;
-  while (begin < text.size() && is_python_space(code_point_at(text, begin, length))) {
-    begin += length;
-  }
-  std::size_t end = begin;
-  for (std::size_t pos = begin; pos < text.size(); pos += length) {
-    if (!is_python_space(code_point_at(text, pos, length))) {
-      end = pos + length;
-    }
-  }
-  return text.substr(begin, end - begin);
-}
-
-void check_token_id(std::int64_t id, TokenId vocab_size) {
-  if (id < 0 || id >= vocab_size) {
-    throw std::invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary 0.." +
-                                std::to_string(vocab_size - 1) +
-                                " (label padding -100 must be replaced by the pad id before decoding)");
-  }
-}
-
-void replace_all(std::string& text, std::string_view from, std::string_view to) {
-  std::string out;
-  std::size_t start = 0;
-  for (std::size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, start)) {
-    out.append(text, start, pos - start);
-    out.append(to);
-    start = pos + from.size();
-  }
-  if (start == 0) {
-    return;
-  }
-  out.append(text, start, std::string::npos);
-  text = std::move(out);
-}
-
 }  // namespace
-
-std::string clean_up_tokenization(std::string text) {
-  // Same replacements in the same order as HF; each one runs over the result of the previous.
-  static constexpr std::string_view replacements[][2] = {{" .", "."},     {" ?", "?"},     {" !", "!"},   {" ,", ","},
-                                                         {" ' ", "'"},    {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"},
-                                                         {" 've", "'ve"}, {" 're", "'re"}};
-  for (const auto& pair : replacements) {
-    replace_all(text, pair[0], pair[1]);
-  }
-  return text;
-}
-
-bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length) {
-  if (max_length == 0) {
-    throw std::invalid_argument("a maximum length of 0 leaves no room for </s>; use at least 1");
-  }
-  if (ids.size() <= max_length) {
-    return false;
-  }
-  const TokenId last = ids.back();
-  ids.resize(max_length);
-  ids.back() = last;
-  return true;
-}
 
 fs::path PegasusTokenizer::tokenizer_file(const fs::path& dir) {
   std::error_code error;
@@ -290,18 +203,8 @@ std::string PegasusTokenizer::decode(const std::vector<TokenId>& ids, const Deco
     }
   }
   flush();
-  text = strip_python_whitespace(text);
+  text = python_strip(text);
   return options.clean_up_tokenization_spaces ? clean_up_tokenization(std::move(text)) : text;
-}
-
-std::string PegasusTokenizer::decode(const std::vector<std::int64_t>& ids, const DecodeOptions& options) const {
-  std::vector<TokenId> narrow;
-  narrow.reserve(ids.size());
-  for (const std::int64_t id : ids) {
-    check_token_id(id, vocab_size_);
-    narrow.push_back(static_cast<TokenId>(id));
-  }
-  return decode(narrow, options);
 }
 
 std::string PegasusTokenizer::id_to_token(TokenId id) const {

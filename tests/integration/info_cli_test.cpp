@@ -49,6 +49,22 @@ TEST(InfoCommand, ConfigOnlyFolderReportsPegasusLargeCounts) {
   EXPECT_NE(text.output.find("568,699,904"), std::string::npos) << text.output;
 }
 
+// configs/{bart-large-cnn,...,flan-t5-large}: the trainable count equals what transformers reports for the same
+// config.json (tests/data/family_param_counts.json, from tests/data/make_family_fixtures.py).
+TEST(InfoCommand, FamilyConfigsHaveHuggingFacesParameterCounts) {
+  const auto expected = util::read_json_file(source_dir() / "tests" / "data" / "family_param_counts.json");
+  ASSERT_EQ(expected["models"].size(), 6u);
+  for (const auto& [name, model] : expected["models"].items()) {
+    const auto j = info_json(source_dir() / "configs" / name);
+    EXPECT_EQ(j["parameters"]["trainable"], model["num_parameters"]) << name;
+    // BART's only buffer is final_logits_bias (1, vocab); T5 has none.
+    const std::int64_t buffers = model["buffers"].contains("final_logits_bias")
+                                     ? model["buffers"]["final_logits_bias"][1].get<std::int64_t>()
+                                     : 0;
+    EXPECT_EQ(j["parameters"]["frozen"], buffers) << name;
+  }
+}
+
 TEST(InfoCommand, ForwardPassOnRandomInitIsNearUniformLoss) {
   FITSUM_REQUIRE_SHARED();
   auto result = run_command(fitsum_binary().string() + " info --json --forward --model '" +

@@ -28,25 +28,33 @@ struct InfoOptions {
 };
 
 nlohmann::ordered_json architecture_json(const model::ModelConfig& c) {
-  return {{"model_type", c.model_type},
-          {"vocab_size", c.vocab_size},
-          {"d_model", c.d_model},
-          {"encoder_layers", c.encoder_layers},
-          {"decoder_layers", c.decoder_layers},
-          {"encoder_attention_heads", c.encoder_attention_heads},
-          {"decoder_attention_heads", c.decoder_attention_heads},
-          {"encoder_ffn_dim", c.encoder_ffn_dim},
-          {"decoder_ffn_dim", c.decoder_ffn_dim},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"activation_function", model::to_string(c.activation_function)},
-          {"scale_embedding", c.scale_embedding},
-          {"tie_word_embeddings", c.tie_word_embeddings},
-          {"dropout", c.dropout},
-          {"attention_dropout", c.attention_dropout},
-          {"activation_dropout", c.activation_dropout},
-          {"pad_token_id", c.pad_token_id},
-          {"eos_token_id", c.eos_token_id},
-          {"decoder_start_token_id", c.decoder_start_token_id}};
+  nlohmann::ordered_json j = {{"model_type", c.model_type},
+                              {"vocab_size", c.vocab_size},
+                              {"d_model", c.d_model},
+                              {"encoder_layers", c.encoder_layers},
+                              {"decoder_layers", c.decoder_layers},
+                              {"encoder_attention_heads", c.encoder_attention_heads},
+                              {"decoder_attention_heads", c.decoder_attention_heads},
+                              {"encoder_ffn_dim", c.encoder_ffn_dim},
+                              {"decoder_ffn_dim", c.decoder_ffn_dim},
+                              {"max_position_embeddings", c.max_position_embeddings},
+                              {"activation_function", model::to_string(c.activation_function)},
+                              {"scale_embedding", c.scale_embedding},
+                              {"tie_word_embeddings", c.tie_word_embeddings},
+                              {"dropout", c.dropout},
+                              {"attention_dropout", c.attention_dropout},
+                              {"activation_dropout", c.activation_dropout},
+                              {"pad_token_id", c.pad_token_id},
+                              {"eos_token_id", c.eos_token_id},
+                              {"decoder_start_token_id", c.decoder_start_token_id}};
+  if (c.is_t5()) {  // relative positions: no table, no length limit; T5's own widths
+    j["max_position_embeddings"] = nullptr;
+    j["d_kv"] = c.encoder_head_dim();
+    j["gated_ffn"] = c.gated_ffn;
+    j["relative_attention_num_buckets"] = c.relative_attention_num_buckets;
+    j["relative_attention_max_distance"] = c.relative_attention_max_distance;
+  }
+  return j;
 }
 
 nlohmann::ordered_json memory_json(const model::ParameterCounts& counts) {

@@ -1,7 +1,8 @@
 // The logits processors that greedy and beam search apply before choosing tokens, as HF's LogitsProcessorList
 // builds them from a GenerationConfig, in HF's order: NoRepeatNGramLogitsProcessor, MinLengthLogitsProcessor,
-// ForcedEOSTokenLogitsProcessor. Greedy search applies them to the raw logits, beam search to the log-softmax
-// (as HF does); each only sets entries to -inf (or, for the forced eos, 0), so the order matters only for the last.
+// ForcedBOSTokenLogitsProcessor, ForcedEOSTokenLogitsProcessor. Greedy search applies them to the raw logits, beam
+// search to the log-softmax (as HF does); each only sets entries to -inf (or, for the forced eos, 0), so the order
+// matters only for the last.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,8 @@ void ban_repeated_ngrams(const at::Tensor& scores, const at::Tensor& sequences, 
 // eos gets -inf while the sequences (all of length cur_length) are shorter than min_length.
 void apply_min_length(const at::Tensor& scores, std::int64_t cur_length, std::int64_t min_length,
                       std::int64_t eos_token_id);
+// At cur_length == 1 (the decoder start token alone) every token but forced_bos_token_id gets -inf and that one 0.
+void apply_forced_bos(const at::Tensor& scores, std::int64_t cur_length, std::int64_t forced_bos_token_id);
 // At cur_length == max_length - 1 every token but forced_eos_token_id gets -inf and that one gets 0.
 void apply_forced_eos(const at::Tensor& scores, std::int64_t cur_length, std::int64_t max_length,
                       std::int64_t forced_eos_token_id);

@@ -67,6 +67,9 @@ struct GenerationOptions {
   std::int64_t pad_token_id = 0;
   // Forced at position max_length - 1 (ForcedEOSTokenLogitsProcessor); -1: none, GenerationConfig's default.
   std::int64_t forced_eos_token_id = -1;
+  // Forced as the first generated token, right after the decoder start (ForcedBOSTokenLogitsProcessor; BART's
+  // checkpoints set 0, <s>); -1: none.
+  std::int64_t forced_bos_token_id = -1;
 
   // Incremental decoding with the key/value cache. Off recomputes every position at every step: slower, the same
   // tokens; kept for checking the cache.

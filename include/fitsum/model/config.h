@@ -1,6 +1,7 @@
 // The architecture of an encoder-decoder transformer, independent of any file format. One implementation
 // (seq2seq.h) covers the model families through these switches: PEGASUS is pre-LayerNorm with sinusoidal positions
-// and final LayerNorms; BART is post-LayerNorm with learned positions and `layernorm_embedding`. Reading
+// and final LayerNorms; BART is post-LayerNorm with learned positions and `layernorm_embedding`; T5 is pre-RMSNorm
+// with a relative position bias, no biases, unscaled attention scores and its own head width (d_kv). Reading
 // Hugging Face config.json files into this struct lives in io/hf_config.h.
 #pragma once
 
@@ -14,7 +15,16 @@ enum class Activation { relu, gelu, gelu_new, silu };
 enum class PositionEmbedding {
   sinusoidal,  // PEGASUS: fixed table, sin in the first half of the features, cos in the second; not trained
   learned,     // BART: a trained table indexed by position + learned_position_offset
+  relative,    // T5: no table; a learned bias per (bucketed relative position, head) on the attention scores
 };
+
+enum class Normalization {
+  layer_norm,  // PEGASUS, BART: mean and variance, weight and bias
+  rms_norm,    // T5: root mean square only, weight only, computed in float32
+};
+
+// T5's positions have no table and so no length limit; max_position_embeddings is this for T5.
+inline constexpr std::int64_t kNoPositionLimit = std::int64_t{1} << 30;
 
 struct ModelConfig {
   std::string model_type = "pegasus";
@@ -55,11 +65,24 @@ struct ModelConfig {
   // plain reference in ../shared/reference does, for instance).
   std::int64_t embedding_padding_idx = 0;
 
+  // T5's switches (model_type "t5"); the defaults are PEGASUS's and BART's.
+  Normalization normalization = Normalization::layer_norm;
+  bool linear_bias = true;             // T5: no bias in any projection
+  bool scale_attention_scores = true;  // T5: q·k unscaled (the 1/sqrt(d_kv) is folded into its init)
+  std::int64_t head_dim = 0;           // T5's d_kv; 0: d_model / heads
+  bool gated_ffn = false;              // T5 v1.1 / FLAN-T5: act(wi_0 x) * wi_1 x
+  bool rescale_tied_lm_head = false;   // T5 v1.0: decoder output * d_model^-0.5 before the tied head
+  bool has_final_logits_bias = true;   // PEGASUS / BART's buffer; T5 has none
+  std::int64_t relative_attention_num_buckets = 32;
+  std::int64_t relative_attention_max_distance = 128;
+
   // Throws std::invalid_argument naming the field when the combination cannot be built.
   void validate() const;
 
-  std::int64_t encoder_head_dim() const { return d_model / encoder_attention_heads; }
-  std::int64_t decoder_head_dim() const { return d_model / decoder_attention_heads; }
+  std::int64_t encoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / encoder_attention_heads; }
+  std::int64_t decoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / decoder_attention_heads; }
+  // Whether the model needs T5's blocks (RMSNorm, relative position bias, ...).
+  bool is_t5() const { return position_embedding == PositionEmbedding::relative; }
 };
 
 const char* to_string(Activation activation);

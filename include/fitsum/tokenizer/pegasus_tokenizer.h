@@ -15,17 +15,13 @@
 #include <vector>
 
 #include "fitsum/tokenizer/sentencepiece.h"
+#include "fitsum/tokenizer/tokenizer.h"
 
 namespace fitsum::tokenizer {
 
-using TokenId = std::int32_t;
-
-struct DecodeOptions {
-  bool skip_special_tokens = true;           // drop ids 0..105 (<pad>, </s>, masks, <unk_k>, <unk>)
-  bool clean_up_tokenization_spaces = true;  // PEGASUS's tokenizer_config.json sets it
-};
-
-class PegasusTokenizer {
+// skip_special_tokens drops ids 0..105 (<pad>, </s>, masks, <unk_k>, <unk>); PEGASUS's tokenizer_config.json sets
+// clean_up_tokenization_spaces.
+class PegasusTokenizer : public Tokenizer {
  public:
   static constexpr TokenId kPadId = 0;
   static constexpr TokenId kEosId = 1;
@@ -43,8 +39,11 @@ class PegasusTokenizer {
   // file named tokenizer.json; throws otherwise.
   explicit PegasusTokenizer(const fs::path& model_file);
 
-  TokenId vocab_size() const { return vocab_size_; }  // pieces + 103 (96103 for PEGASUS)
-  bool is_special(TokenId id) const { return id >= 0 && id <= kUnkId; }
+  std::string_view name() const override { return "PegasusTokenizer"; }
+  TokenId vocab_size() const override { return vocab_size_; }  // pieces + 103 (96103 for PEGASUS)
+  TokenId pad_id() const override { return kPadId; }
+  TokenId eos_id() const override { return kEosId; }
+  bool is_special(TokenId id) const override { return id >= 0 && id <= kUnkId; }
   const fs::path& model_file() const { return model_.file(); }  // spiece.model or tokenizer.json
 
   // Token ids of `text` followed by </s>. With `max_length`, keeps the first max_length - 1 ids and the </s>, as
@@ -54,17 +53,17 @@ class PegasusTokenizer {
   // Only a run of more than kLongestWordBytes bytes without a space is cut inside the run, where HF, encoding the
   // whole text, could segment the last ids differently.
   std::vector<TokenId> encode(std::string_view text, std::optional<std::size_t> max_length = std::nullopt,
-                              bool* truncated = nullptr) const;
+                              bool* truncated = nullptr) const override;
   static constexpr std::size_t kLongestWordBytes = std::size_t{1} << 20;
   // Appends the token ids of `text` to `ids`, without </s>.
   void encode_without_eos(std::string_view text, std::vector<TokenId>& ids) const;
 
   // Text of `ids`; throws std::invalid_argument for an id outside 0 .. vocab_size()-1 (e.g. label padding -100).
-  std::string decode(const std::vector<TokenId>& ids, const DecodeOptions& options = {}) const;
-  std::string decode(const std::vector<std::int64_t>& ids, const DecodeOptions& options = {}) const;
+  using Tokenizer::decode;
+  std::string decode(const std::vector<TokenId>& ids, const DecodeOptions& options = {}) const override;
 
   // The token string of an id: "<pad>", "<unk_7>", "▁the", ...
-  std::string id_to_token(TokenId id) const;
+  std::string id_to_token(TokenId id) const override;
 
  private:
   void encode_prefix(std::string_view text, std::size_t wanted, std::vector<TokenId>& ids) const;
@@ -72,12 +71,5 @@ class PegasusTokenizer {
   SentencePieceModel model_;
   TokenId vocab_size_ = 0;
 };
-
-// Shortens `ids` (which end in </s>) to `max_length` ids, keeping </s> last, as HF's truncation=True does.
-// Returns whether anything was cut; max_length must be at least 1.
-bool truncate_keeping_eos(std::vector<TokenId>& ids, std::size_t max_length);
-
-// HF's PreTrainedTokenizerBase.clean_up_tokenization: removes the space before . ? ! , and English contractions.
-std::string clean_up_tokenization(std::string text);
 
 }  // namespace fitsum::tokenizer

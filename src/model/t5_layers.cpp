@@ -1,0 +1,90 @@
+// Implements include/fitsum/model/t5_layers.h after transformers' modeling_t5.py (4.35): T5Attention's
+// _relative_position_bucket and compute_bias, T5LayerNorm, T5DenseActDense and T5DenseGatedActDense.
+#include "fitsum/model/t5_layers.h"
+
+#include <cmath>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/dropout.h>
+
+namespace fitsum::model {
+
+torch::Tensor relative_position_bucket(const torch::Tensor& relative_position, bool bidirectional,
+                                       std::int64_t num_buckets, std::int64_t max_distance) {
+  auto buckets = torch::zeros_like(relative_position);
+  auto position = relative_position;
+  if (bidirectional) {
+    num_buckets /= 2;
+    buckets = buckets + (position > 0).to(torch::kLong) * num_buckets;
+    position = position.abs();
+  } else {
+    position = -torch::clamp_max(position, 0);  // distances into the past, future ones at 0
+  }
+  // Half the buckets are exact distances, the other half logarithmic up to max_distance.
+  const std::int64_t max_exact = num_buckets / 2;
+  const auto is_small = position < max_exact;
+  // The float computation HF does, truncated to an integer as its .to(torch.long) does.
+  auto large = max_exact + (torch::log(position.to(torch::kFloat) / static_cast<double>(max_exact)) /
+                            std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)) *
+                            static_cast<double>(num_buckets - max_exact))
+                               .to(torch::kLong);
+  large = torch::clamp_max(large, num_buckets - 1);
+  return buckets + torch::where(is_small, position, large);
+}
+
+RelativePositionBiasImpl::RelativePositionBiasImpl(std::int64_t num_buckets, std::int64_t max_distance,
+                                                   std::int64_t heads, bool bidirectional)
+    : num_buckets_(num_buckets), max_distance_(max_distance), bidirectional_(bidirectional) {
+  relative_attention_bias =
+      register_module("relative_attention_bias", torch::nn::Embedding(torch::nn::EmbeddingOptions(num_buckets, heads)));
+}
+
+torch::Tensor RelativePositionBiasImpl::forward(std::int64_t query_length, std::int64_t past_length) {
+  const auto device = relative_attention_bias->weight.device();
+  const auto long_options = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const std::int64_t key_length = past_length + query_length;
+  auto query = torch::arange(past_length, key_length, long_options).unsqueeze(1);                     // (T, 1)
+  auto key = torch::arange(0, key_length, long_options).unsqueeze(0);                                 // (1, S)
+  auto buckets = relative_position_bucket(key - query, bidirectional_, num_buckets_, max_distance_);  // (T, S)
+  auto values = relative_attention_bias->forward(buckets);                                            // (T, S, H)
+  return values.permute({2, 0, 1}).unsqueeze(0);                                                      // (1, H, T, S)
+}
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto variance = x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true);  // (..., 1) in float32
+  auto normed = x * torch::rsqrt(variance + eps_);
+  if (weight.scalar_type() == torch::kBFloat16 || weight.scalar_type() == torch::kHalf) {
+    normed = normed.to(weight.scalar_type());
+  }
+  return weight * normed;
+}
+
+T5FeedForwardImpl::T5FeedForwardImpl(std::int64_t d_model, std::int64_t d_ff, bool gated) {
+  const auto linear = [](std::int64_t in, std::int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  if (gated) {
+    wi_0 = register_module("wi_0", linear(d_model, d_ff));
+    wi_1 = register_module("wi_1", linear(d_model, d_ff));
+  } else {
+    wi = register_module("wi", linear(d_model, d_ff));
+  }
+  wo = register_module("wo", linear(d_ff, d_model));
+}
+
+torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout, bool training) {
+  torch::Tensor h;  // (B, T, d_ff)
+  if (!wi.is_empty()) {
+    h = torch::relu(wi->forward(x));
+  } else {
+    h = torch::gelu(wi_0->forward(x), "tanh") * wi_1->forward(x);  // gelu_new is the tanh approximation
+  }
+  h = torch::nn::functional::dropout(h, torch::nn::functional::DropoutFuncOptions().p(dropout).training(training));
+  return wo->forward(h);
+}
+
+}  // namespace fitsum::model

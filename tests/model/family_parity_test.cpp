@@ -1,0 +1,174 @@
+// The BART family against values computed by Hugging Face transformers itself (tests/data/fixtures/tiny-bart,
+// written by tests/data/make_family_fixtures.py): loss, logits, encoder states and gradients with HF's embedding
+// semantics (padding_idx = pad), and generate() with explicit options and with the checkpoint's own defaults
+// (forced_bos_token_id, no_repeat_ngram_size 3, min_length, length_penalty 2.0, num_beams 4), cached and not.
+// Tolerances are those of ../shared/fixtures/README.md.
+#include <gtest/gtest.h>
+
+#include "fitsum/generate/generate.h"
+#include "fitsum/io/hf_config.h"
+#include "fitsum/generate/options.h"
+#include "fixture_support.h"
+#include "test_support.h"
+#include "tolerance.h"
+
+namespace fitsum::test {
+namespace {
+
+class FamilyParity : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::filesystem::path dir() const { return source_dir() / "tests" / "data" / "fixtures" / GetParam(); }
+  nlohmann::json read_case() const { return util::read_json_file(dir() / "case.json"); }
+};
+
+TEST_P(FamilyParity, ConfigHasTheFamilysLayout) {
+  auto model = load_fixture_model(dir(), false);
+  const auto& config = model->config();
+  EXPECT_EQ(config.model_type, "bart");
+  EXPECT_FALSE(config.normalize_before);
+  EXPECT_TRUE(config.layernorm_embedding);
+  EXPECT_FALSE(config.final_layer_norm);
+  EXPECT_EQ(config.position_embedding, model::PositionEmbedding::learned);
+  EXPECT_EQ(config.decoder_start_token_id, 2);
+  EXPECT_EQ(config.embedding_padding_idx, config.pad_token_id);
+  std::int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+  EXPECT_EQ(parameters, read_case()["trainable_parameters"].get<std::int64_t>());
+}
+
+TEST_P(FamilyParity, DecoderInputsAreLabelsShiftedRight) {
+  const auto c = read_case();
+  auto model = load_fixture_model(dir(), false);
+  EXPECT_TRUE(torch::equal(model->shift_tokens_right(long_tensor(c["labels"])), long_tensor(c["decoder_input_ids"])));
+}
+
+TEST_P(FamilyParity, ForwardMatchesTransformers) {
+  const auto c = read_case();
+  auto model = load_fixture_model(dir(), false);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto out = model->forward(long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), long_tensor(c["labels"]));
+  EXPECT_CLOSE(out.loss.item<double>(), c["loss"].get<double>(), relative(1e-5));
+  EXPECT_EQ(out.logits.sizes().vec(), c["logits"]["shape"].get<std::vector<std::int64_t>>());
+  expect_samples_near(out.logits, c["logits"], 1e-4, "logits");
+  expect_samples_near(out.encoder_hidden_state, c["encoder_last_hidden_state"], 1e-4, "encoder_last_hidden_state");
+}
+
+TEST_P(FamilyParity, GradientsMatchTransformers) {
+  const auto c = read_case();
+  auto model = load_fixture_model(dir(), false);
+  model->train();  // every dropout of the fixture is 0
+  auto out = model->forward(long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), long_tensor(c["labels"]));
+  out.loss.backward();
+  auto params = model->named_parameters();
+  for (const auto& item : c["grads"].items()) {
+    ASSERT_TRUE(params.contains(item.key())) << item.key();
+    const auto& grad = params[item.key()].grad();
+    ASSERT_TRUE(grad.defined()) << item.key();
+    expect_samples_near(grad, item.value(), rms_tolerance(item.value(), grad.numel()), "grad of " + item.key());
+  }
+  double sum_sq = 0.0;
+  for (const auto& p : model->parameters()) {
+    if (p.grad().defined()) sum_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  EXPECT_CLOSE(std::sqrt(sum_sq), c["grad_global_l2"].get<double>(), relative(1e-5));
+}
+
+// Options as the fixture's case passed them to generate(), on top of the checkpoint's own defaults.
+generate::GenerationOptions options_for(const std::filesystem::path& dir, const nlohmann::json& g) {
+  auto options = generate::load_generation_options(dir);
+  if (g.contains("num_beams")) options.num_beams = g["num_beams"].get<std::int64_t>();
+  if (g.contains("max_length")) options.max_length = g["max_length"].get<std::int64_t>();
+  if (g.contains("length_penalty")) options.length_penalty = g["length_penalty"].get<double>();
+  if (g.contains("min_length")) options.min_length = g["min_length"].get<std::int64_t>();
+  if (g.contains("no_repeat_ngram_size")) options.no_repeat_ngram_size = g["no_repeat_ngram_size"].get<std::int64_t>();
+  if (g.contains("early_stopping")) {
+    options.early_stopping =
+        g["early_stopping"].get<bool>() ? generate::EarlyStopping::on_full : generate::EarlyStopping::heuristic;
+  }
+  if (g.contains("forced_bos_token_id")) {
+    options.forced_bos_token_id =
+        g["forced_bos_token_id"].is_null() ? -1 : g["forced_bos_token_id"].get<std::int64_t>();
+  }
+  return options;
+}
+
+TEST_P(FamilyParity, GenerationMatchesTransformers) {
+  const auto c = read_case();
+  const auto& g = c["generate"];
+  auto model = load_fixture_model(dir(), false);
+  const auto ids = long_tensor(g["input_ids"]);
+  const auto mask = long_tensor(g["attention_mask"]);
+  for (const char* name : {"greedy", "beam", "beam_min_length", "greedy_no_repeat_ngram", "defaults"}) {
+    for (const bool use_cache : {true, false}) {
+      auto options = options_for(dir(), g[name]);
+      options.use_cache = use_cache;
+      const auto result = generate::generate(*model, ids, mask, options);
+      EXPECT_TRUE(torch::equal(result.sequences, long_tensor(g[name]["sequences"])))
+          << name << (use_cache ? " (cache)" : " (no cache)") << "\n got " << result.sequences;
+      if (g[name].contains("sequence_scores")) {
+        const auto want = torch::tensor(g[name]["sequence_scores"].get<std::vector<double>>(), torch::kDouble);
+        EXPECT_CLOSE(result.sequence_scores.to(torch::kDouble), want, absolute(1e-4)) << name;
+      }
+    }
+  }
+}
+
+TEST_P(FamilyParity, CheckpointDefaultsAreTheFamilysGenerationSettings) {
+  const auto c = read_case();
+  const auto& expected = c["generate"]["defaults_config"];
+  const auto options = generate::load_generation_options(dir());
+  EXPECT_EQ(options.num_beams, expected["num_beams"].get<std::int64_t>());
+  EXPECT_EQ(options.no_repeat_ngram_size, expected["no_repeat_ngram_size"].get<std::int64_t>());
+  EXPECT_EQ(options.min_length, expected["min_length"].get<std::int64_t>());
+  EXPECT_EQ(options.length_penalty, expected["length_penalty"].get<double>());
+  EXPECT_EQ(options.forced_bos_token_id, expected["forced_bos_token_id"].get<std::int64_t>());
+  EXPECT_EQ(options.forced_eos_token_id, expected["forced_eos_token_id"].get<std::int64_t>());
+  EXPECT_EQ(options.decoder_start_token_id, expected["decoder_start_token_id"].get<std::int64_t>());
+  EXPECT_EQ(options.early_stopping, generate::EarlyStopping::on_full);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bart, FamilyParity, ::testing::Values("tiny-bart"));
+
+// T5's config.json as transformers saved it: the switches of every T5, and the parameter count of the model
+// transformers built from it (the model itself is not built: T5's blocks are not wired in yet).
+TEST(FamilyConfig, T5ConfigsReadAsTransformersBuildsThem) {
+  for (const std::string name : {"tiny-t5", "tiny-t5-v1_1"}) {
+    const auto dir = source_dir() / "tests" / "data" / "fixtures" / name;
+    const auto c = io::read_model_config(dir);
+    const bool v1_1 = name == "tiny-t5-v1_1";
+    EXPECT_EQ(c.model_type, "t5");
+    EXPECT_TRUE(c.is_t5());
+    EXPECT_EQ(c.normalization, model::Normalization::rms_norm);
+    EXPECT_FALSE(c.linear_bias);
+    EXPECT_FALSE(c.scale_attention_scores);
+    EXPECT_FALSE(c.has_final_logits_bias);
+    EXPECT_EQ(c.encoder_head_dim(), 6);  // d_kv, not d_model / heads = 8
+    EXPECT_EQ(c.encoder_layers, 2);
+    EXPECT_EQ(c.decoder_layers, 3);
+    EXPECT_EQ(c.relative_attention_num_buckets, 8);
+    EXPECT_EQ(c.relative_attention_max_distance, 20);
+    EXPECT_EQ(c.layer_norm_eps, 1e-6);
+    EXPECT_EQ(c.decoder_start_token_id, 0);
+    EXPECT_EQ(c.embedding_padding_idx, -1);
+    EXPECT_EQ(c.gated_ffn, v1_1);
+    EXPECT_EQ(c.activation_function, v1_1 ? model::Activation::gelu_new : model::Activation::relu);
+    EXPECT_EQ(c.tie_word_embeddings, !v1_1);
+    EXPECT_EQ(c.rescale_tied_lm_head, !v1_1);
+    const auto expected = util::read_json_file(dir / "case.json")["trainable_parameters"].get<std::int64_t>();
+    EXPECT_EQ(model::count_parameters(c).trainable, expected) << name;
+    EXPECT_EQ(model::count_parameters(c).frozen, 0) << name;
+    EXPECT_THROW(model::Seq2SeqLM{c}, std::invalid_argument) << "T5 is refused until its blocks are wired in";
+  }
+}
+
+TEST(FamilyConfig, BartCountsLikeTransformers) {
+  const auto dir = source_dir() / "tests" / "data" / "fixtures" / "tiny-bart";
+  const auto c = io::read_model_config(dir);
+  EXPECT_EQ(model::count_parameters(c).trainable,
+            util::read_json_file(dir / "case.json")["trainable_parameters"].get<std::int64_t>());
+  EXPECT_EQ(model::count_parameters(c).frozen, c.vocab_size);  // final_logits_bias
+}
+
+}  // namespace
+}  // namespace fitsum::test

@@ -1,0 +1,224 @@
+// BartTokenizer and T5Tokenizer against the ids and texts of Hugging Face's slow tokenizers
+// (tests/data/tokenizers/*.jsonl, written by tests/data/make_family_fixtures.py with transformers): edge cases
+// (whitespace classes, literal special tokens, sentinels, emoji, scripts), the bundled SAMSum sample with truncation
+// and decoding, and an id hash of every SAMSum record in ../shared. Plus load_tokenizer's choice of family.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "fitsum/tokenizer/bart_tokenizer.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/t5_tokenizer.h"
+#include "fitsum/util/files.h"
+#include "test_support.h"
+
+namespace fitsum::tokenizer {
+namespace {
+
+using Ids = std::vector<TokenId>;
+
+fs::path vectors_dir() { return test::source_dir() / "tests" / "data" / "tokenizers"; }
+fs::path fixture(const std::string& name) { return test::source_dir() / "tests" / "data" / "fixtures" / name; }
+
+struct Vectors {
+  nlohmann::json header;
+  std::vector<nlohmann::json> records;
+};
+
+Vectors read_vectors(const std::string& name) {
+  std::ifstream in(vectors_dir() / (name + ".jsonl"));
+  Vectors vectors;
+  std::string line;
+  if (!std::getline(in, line)) throw std::runtime_error("no vectors " + name);
+  vectors.header = nlohmann::json::parse(line);
+  while (std::getline(in, line)) vectors.records.push_back(nlohmann::json::parse(line));
+  return vectors;
+}
+
+const BartTokenizer& gpt2() {
+  static const BartTokenizer tokenizer = BartTokenizer::from_folder(test::source_dir() / "data" / "gpt2");
+  return tokenizer;
+}
+
+const T5Tokenizer& t5_over_pegasus_model() {
+  static const T5Tokenizer tokenizer(test::source_dir() / "data" / "pegasus" / "spiece.model");
+  return tokenizer;
+}
+
+// FNV-1a 64 over the ids as little-endian int32, as the generator hashes them.
+std::string fnv1a64(const Ids& ids) {
+  std::uint64_t hash = 0xCBF29CE484222325ULL;
+  for (const TokenId id : ids) {
+    const auto value = static_cast<std::uint32_t>(id);
+    for (int shift = 0; shift < 32; shift += 8) {
+      hash ^= (value >> shift) & 0xFF;
+      hash *= 0x100000001B3ULL;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+void expect_special_ids(const Tokenizer& tokenizer, const nlohmann::json& header) {
+  EXPECT_EQ(tokenizer.vocab_size(), header["len"].get<TokenId>());
+  for (const auto& [token, id] : header["special_ids"].items()) {
+    EXPECT_EQ(tokenizer.id_to_token(id.get<TokenId>()), token);
+    EXPECT_TRUE(tokenizer.is_special(id.get<TokenId>())) << token;
+  }
+}
+
+// Every record: ids, truncation to 16, decoded text with and without clean-up, and with special tokens kept.
+void expect_vectors(const Tokenizer& tokenizer, const std::string& name) {
+  const Vectors vectors = read_vectors(name);
+  expect_special_ids(tokenizer, vectors.header);
+  ASSERT_GT(vectors.records.size(), 300u);
+  for (const auto& record : vectors.records) {
+    const std::string text = record["text"];
+    const std::string where = name + " " + record["source"].get<std::string>();
+    const Ids ids = record["ids"].get<Ids>();
+    ASSERT_EQ(tokenizer.encode(text), ids) << where;
+    EXPECT_EQ(tokenizer.encode(text, 16), record["truncated_16"].get<Ids>()) << where;
+    EXPECT_EQ(tokenizer.decode(ids), record["decoded"].get<std::string>()) << where;
+    EXPECT_EQ(tokenizer.decode(ids, {true, false}), record["decoded_no_cleanup"].get<std::string>()) << where;
+    EXPECT_EQ(tokenizer.decode(ids, {false, true}), record["decoded_with_special"].get<std::string>()) << where;
+    if (!record.contains("tokens")) continue;  // token strings are written for the edge cases
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(tokenizer.id_to_token(ids[i]), record["tokens"][i].get<std::string>()) << where << " token " << i;
+    }
+  }
+}
+
+// Every SAMSum record of ../shared, in the generator's chunks of records: token count and hash of the ids of each
+// record's dialogue then summary, in order.
+void expect_samsum_hashes(const Tokenizer& tokenizer, const std::string& name) {
+  const Vectors vectors = read_vectors(name);
+  std::map<std::string, std::vector<nlohmann::json>> splits;
+  for (const std::string split : {"train", "validation", "test"}) {
+    std::ifstream in(test::shared_dir() / "data" / "samsum" / (split + ".jsonl"));
+    for (std::string line; std::getline(in, line);) splits[split].push_back(nlohmann::json::parse(line));
+  }
+  std::size_t records = 0;
+  for (const auto& chunk : vectors.records) {
+    const auto& split = splits.at(chunk[0].get<std::string>());
+    const auto first = chunk[1].get<std::size_t>();
+    const auto count = chunk[2].get<std::size_t>();
+    Ids ids;
+    for (std::size_t i = first; i < first + count; ++i) {
+      for (const char* column : {"dialogue", "summary"}) {
+        const Ids part = tokenizer.encode(split.at(i)[column].get<std::string>());
+        ids.insert(ids.end(), part.begin(), part.end());
+      }
+    }
+    const std::string where = name + " " + chunk[0].get<std::string>() + " records " + std::to_string(first) + ".." +
+                              std::to_string(first + count - 1);
+    EXPECT_EQ(ids.size(), chunk[3].get<std::size_t>()) << where;
+    EXPECT_EQ(fnv1a64(ids), chunk[4].get<std::string>()) << where;
+    records += count;
+  }
+  EXPECT_EQ(records, 16369u);
+}
+
+TEST(BartTokenizer, ReproducesHuggingFaceOnGpt2Files) { expect_vectors(gpt2(), "bart-gpt2"); }
+
+TEST(BartTokenizer, ReproducesHuggingFaceOnEverySamsumRecord) {
+  FITSUM_REQUIRE_SHARED();
+  expect_samsum_hashes(gpt2(), "bart-gpt2-samsum");
+}
+
+TEST(BartTokenizer, ReproducesHuggingFaceOnTheTinyFixturesBpe) {
+  expect_vectors(BartTokenizer::from_folder(fixture("tiny-bart")), "bart-tiny");
+}
+
+TEST(BartTokenizer, ReadsTheSameTokenizerFromTokenizerJson) {
+  // A folder with only tokenizer.json: its vocabulary, merges and added tokens give the same ids.
+  const fs::path dir = test::temp_dir("bart_tokenizer_json");
+  fs::copy_file(fixture("tiny-bart") / "tokenizer.json", dir / "tokenizer.json");
+  const BartTokenizer from_json = BartTokenizer::from_folder(dir);
+  const BartTokenizer from_files = BartTokenizer::from_folder(fixture("tiny-bart"));
+  EXPECT_EQ(from_json.vocab_size(), from_files.vocab_size());
+  EXPECT_EQ(from_json.mask_id(), from_files.mask_id());
+  for (const auto& record : read_vectors("bart-tiny").records) {
+    const std::string text = record["text"];
+    EXPECT_EQ(from_json.encode(text), from_files.encode(text)) << record["source"];
+  }
+}
+
+TEST(BartTokenizer, AppendsMissingSpecialTokensInHuggingFacesOrder) {
+  // GPT-2's vocabulary has none of BART's special tokens: they follow its 50257 entries.
+  EXPECT_EQ(gpt2().bos_id(), 50257);
+  EXPECT_EQ(gpt2().eos_id(), 50258);
+  EXPECT_EQ(gpt2().unk_id(), 50259);
+  EXPECT_EQ(gpt2().pad_id(), 50260);
+  EXPECT_EQ(gpt2().mask_id(), 50261);
+  EXPECT_EQ(gpt2().vocab_size(), 50262);
+}
+
+TEST(BartTokenizer, MaskEatsTheSpaceBeforeIt) {
+  const Ids with_space = gpt2().encode("Hello <mask>");
+  const Ids without_space = gpt2().encode("Hello<mask>");
+  EXPECT_EQ(with_space, without_space);
+  EXPECT_EQ(with_space[with_space.size() - 2], gpt2().mask_id());
+}
+
+TEST(BartTokenizer, RefusesTextThatIsNotUtf8AndTruncationWithoutRoom) {
+  EXPECT_THROW(gpt2().encode(std::string("caf\xC3", 4)), std::invalid_argument);
+  EXPECT_THROW(gpt2().encode("hello", 1), std::invalid_argument);
+  EXPECT_EQ(gpt2().encode("hello world", 2), (Ids{gpt2().bos_id(), gpt2().eos_id()}));
+}
+
+TEST(T5Tokenizer, ReproducesHuggingFaceOnALargeSentencePieceModel) {
+  expect_vectors(t5_over_pegasus_model(), "t5-pegasus-spm");
+}
+
+TEST(T5Tokenizer, ReproducesHuggingFaceOnEverySamsumRecord) {
+  FITSUM_REQUIRE_SHARED();
+  expect_samsum_hashes(t5_over_pegasus_model(), "t5-pegasus-spm-samsum");
+}
+
+TEST(T5Tokenizer, ReproducesHuggingFaceOnTheTinyFixturesModel) {
+  expect_vectors(T5Tokenizer::from_folder(fixture("tiny-t5")), "t5-tiny");
+}
+
+TEST(T5Tokenizer, PutsSentinelsAboveThePieces) {
+  const T5Tokenizer& tokenizer = t5_over_pegasus_model();
+  EXPECT_EQ(tokenizer.vocab_size(), 96000 + 100);
+  EXPECT_EQ(tokenizer.sentinel_id(0), 96099);
+  EXPECT_EQ(tokenizer.sentinel_id(99), 96000);
+  EXPECT_EQ(tokenizer.id_to_token(96099), "<extra_id_0>");
+  EXPECT_EQ(tokenizer.encode("<extra_id_0>"), (Ids{96099, 1}));
+  EXPECT_EQ(tokenizer.encode("done </s>").back(), 1);
+  EXPECT_NE(tokenizer.encode("done </s>").end()[-2], 1);  // no second </s>
+}
+
+TEST(T5Tokenizer, RefusesAModelWithoutT5sPieceLayout) {
+  // PEGASUS's tiny model has <pad> 0, </s> 1, <unk> 2 as well; a BPE file is no SentencePiece model at all.
+  EXPECT_THROW(T5Tokenizer(test::source_dir() / "data" / "gpt2" / "merges.txt"), std::runtime_error);
+}
+
+TEST(LoadTokenizer, ChoosesTheFamilyFromTheFolder) {
+  EXPECT_EQ(load_tokenizer(fixture("tiny-bart"))->name(), "BartTokenizer");
+  EXPECT_EQ(load_tokenizer(fixture("tiny-t5"))->name(), "T5Tokenizer");
+  // config.json says t5, and the folder has no spiece.model: T5's error, not PEGASUS's or BART's
+  try {
+    load_tokenizer(fixture("tiny-t5-v1_1"));
+    ADD_FAILURE() << "a T5 folder without spiece.model loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("T5 checkpoint"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(load_tokenizer(test::source_dir() / "data" / "pegasus")->name(), "PegasusTokenizer");
+  EXPECT_EQ(load_tokenizer(test::source_dir() / "data" / "gpt2")->name(), "BartTokenizer");
+  EXPECT_THROW(load_tokenizer(test::temp_dir("no_tokenizer")), std::runtime_error);
+}
+
+TEST(LoadTokenizer, EmptyTextIsTheTemplateAlone) {
+  EXPECT_TRUE(gpt2().is_empty_text({gpt2().bos_id(), gpt2().eos_id()}));
+  EXPECT_TRUE(t5_over_pegasus_model().is_empty_text({1}));
+  EXPECT_FALSE(t5_over_pegasus_model().is_empty_text({5, 1}));
+}
+
+}  // namespace
+}  // namespace fitsum::tokenizer
