@@ -106,7 +106,7 @@ void check_pretokenized_length(const RecordContext& context, const std::string& 
 // embedding table, which LibTorch reports as "index out of range in self" from inside the forward pass. Not a bad
 // record that skip_bad_records may drop: every record would be, so the run stops naming both sizes.
 void check_ids_fit_the_model(const RecordContext& context, const std::string& field, const std::vector<TokenId>& ids,
-                             const tokenizer::PegasusTokenizer& tokenizer, std::int64_t vocab_size) {
+                             const tokenizer::Tokenizer& tokenizer, std::int64_t vocab_size) {
   if (tokenizer.vocab_size() <= vocab_size) return;
   const auto outside = std::find_if(ids.begin(), ids.end(), [&](TokenId id) { return id >= vocab_size; });
   if (outside == ids.end()) return;
@@ -192,12 +192,12 @@ std::string ReadStats::summary(const DataOptions& options) const {
   return out.str();
 }
 
-Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
+Example make_example(const Record& record, const fs::path& file, const tokenizer::Tokenizer& tokenizer,
                      const DataOptions& options, ReadStats* stats) {
   return make_example(record, file, &tokenizer, tokenizer.vocab_size(), options, stats);
 }
 
-Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+Example make_example(const Record& record, const fs::path& file, const tokenizer::Tokenizer* tokenizer,
                      std::int64_t vocab_size, const DataOptions& options, ReadStats* stats) {
   const RecordContext context(file, record);
   Example example;
@@ -228,8 +228,8 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     const std::string& text = context.text(options.text_column, "text_column");
     if (tokenizer == nullptr) {
       throw context.bad(options.text_column,
-                        "is text, but no tokenizer was found (the model folder has no "
-                        "spiece.model or tokenizer.json): pass tokenizer_name DIR, or pre-tokenized records");
+                        std::string("is text, but no tokenizer was found (the model folder has no ") +
+                            tokenizer::kTokenizerFiles + "): pass tokenizer_name DIR, or pre-tokenized records");
     }
     // Bounded by the maximum lengths: a 100 MB record costs what its first max_source_length tokens cost.
     bool cut = false;
@@ -237,7 +237,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
         tokenizer->encode(options.source_prefix + text, static_cast<std::size_t>(options.max_source_length), &cut);
     check_ids_fit_the_model(context, options.text_column, example.input_ids, *tokenizer, vocab_size);
     // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix.
-    const bool empty = options.source_prefix.empty() ? example.input_ids.size() == 1
+    const bool empty = options.source_prefix.empty() ? tokenizer->is_empty_text(example.input_ids)
                                                      : text.find_first_not_of(" \t\r\n") == std::string::npos;
     counts.empty_text = empty ? 1 : 0;
     counts.truncated_sources = cut ? 1 : 0;
@@ -257,13 +257,12 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
   return example;
 }
 
-ExampleReader::ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
-                             const DataOptions& options, std::optional<std::int64_t> max_samples)
+ExampleReader::ExampleReader(const fs::path& file, const tokenizer::Tokenizer& tokenizer, const DataOptions& options,
+                             std::optional<std::int64_t> max_samples)
     : ExampleReader(file, &tokenizer, tokenizer.vocab_size(), options, max_samples) {}
 
-ExampleReader::ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
-                             std::int64_t vocab_size, const DataOptions& options,
-                             std::optional<std::int64_t> max_samples)
+ExampleReader::ExampleReader(const fs::path& file, const tokenizer::Tokenizer* tokenizer, std::int64_t vocab_size,
+                             const DataOptions& options, std::optional<std::int64_t> max_samples)
     : records_(file), tokenizer_(tokenizer), vocab_size_(vocab_size), options_(options), max_samples_(max_samples) {
   options_.validate();
 }
@@ -295,15 +294,15 @@ bool ExampleReader::next(Example& example) {
   }
 }
 
-std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::Tokenizer& tokenizer,
                                    const DataOptions& options, std::optional<std::int64_t> max_samples,
                                    ReadStats* stats) {
   return read_examples(file, &tokenizer, tokenizer.vocab_size(), options, max_samples, stats);
 }
 
-std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
-                                   std::int64_t vocab_size, const DataOptions& options,
-                                   std::optional<std::int64_t> max_samples, ReadStats* stats) {
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::Tokenizer* tokenizer, std::int64_t vocab_size,
+                                   const DataOptions& options, std::optional<std::int64_t> max_samples,
+                                   ReadStats* stats) {
   ExampleReader reader(file, tokenizer, vocab_size, options, max_samples);
   std::vector<Example> examples;
   Example example;
@@ -346,10 +345,8 @@ void append_json_line(std::string& out, const Example& example) {
   out += "}\n";
 }
 
-std::size_t drop_empty_examples(std::vector<Example>& examples) {
-  const auto only_eos = [](const std::vector<TokenId>& ids) {
-    return ids.size() == 1 && ids[0] == tokenizer::PegasusTokenizer::kEosId;
-  };
+std::size_t drop_empty_examples(std::vector<Example>& examples, const std::vector<TokenId>& empty_text_ids) {
+  const auto only_eos = [&](const std::vector<TokenId>& ids) { return ids == empty_text_ids; };
   const std::size_t before = examples.size();
   examples.erase(std::remove_if(examples.begin(), examples.end(),
                                 [&](const Example& example) {

@@ -347,8 +347,9 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_tensors(model::Seq2Se
 }
 
 const std::vector<std::string>& tokenizer_file_names() {
-  static const std::vector<std::string> names = {"spiece.model", "tokenizer.json", "tokenizer_config.json",
-                                                 "special_tokens_map.json", "added_tokens.json"};
+  static const std::vector<std::string> names = {"spiece.model",     "tokenizer.json",        "vocab.json",
+                                                 "merges.txt",       "tokenizer_config.json", "special_tokens_map.json",
+                                                 "added_tokens.json"};
   return names;
 }
 

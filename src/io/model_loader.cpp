@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "fitsum/io/hf_config.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::io {
@@ -20,7 +20,7 @@ struct ResolvedSource {
   fs::path config_file;
   nlohmann::json config_json;  // after overrides
   model::ModelConfig config;
-  fs::path tokenizer_dir;  // empty when no spiece.model was found
+  fs::path tokenizer_dir;  // empty when no tokenizer files were found
 };
 
 ResolvedSource resolve_source(const ModelSource& source) {
@@ -52,9 +52,9 @@ ResolvedSource resolve_source(const ModelSource& source) {
   const fs::path tokenizer_dir = !source.tokenizer_name.empty() ? fs::path(source.tokenizer_name)
                                  : r.pretrained                 ? fs::path(source.model_name_or_path)
                                                                 : r.config_file.parent_path();
-  const bool has_tokenizer = !tokenizer::PegasusTokenizer::tokenizer_file(tokenizer_dir).empty();
+  const bool has_tokenizer = tokenizer::has_tokenizer(tokenizer_dir);
   if (!source.tokenizer_name.empty() && !has_tokenizer) {
-    throw std::runtime_error("tokenizer_name '" + source.tokenizer_name + "' has no spiece.model or tokenizer.json");
+    throw std::runtime_error("tokenizer_name '" + source.tokenizer_name + "' has no " + tokenizer::kTokenizerFiles);
   }
   if (has_tokenizer) r.tokenizer_dir = tokenizer_dir;
   return r;

@@ -74,8 +74,14 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir) {
   if (family == "t5") return std::make_unique<T5Tokenizer>(T5Tokenizer::from_folder(dir));
   if (family == "pegasus") return std::make_unique<PegasusTokenizer>(PegasusTokenizer::from_folder(dir));
   throw std::runtime_error("no tokenizer in '" + dir.string() +
-                           "': expected spiece.model (PEGASUS, T5) or vocab.json + merges.txt / tokenizer.json "
+                           "': expected spiece.model (PEGASUS, T5), tokenizer.json or vocab.json + merges.txt "
                            "(BART); pass --tokenizer_name with a folder that has one");
+}
+
+bool has_tokenizer(const fs::path& dir) {
+  std::error_code error;
+  const auto present = [&](const char* name) { return fs::exists(fs::symlink_status(dir / name, error)); };
+  return present("spiece.model") || present("tokenizer.json") || (present("vocab.json") && present("merges.txt"));
 }
 
 void check_token_id(std::int64_t id, TokenId vocab_size) {

@@ -9,7 +9,7 @@
 #include "fitsum/eval/rouge_aggregate.h"
 #include "fitsum/generate/generate.h"
 #include "fitsum/model/seq2seq.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::train {
@@ -86,7 +86,7 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
 }
 
 EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
-                                const tokenizer::PegasusTokenizer* tokenizer, const EvaluationOptions& options,
+                                const tokenizer::Tokenizer* tokenizer, const EvaluationOptions& options,
                                 const c10::Device& device) {
   const auto start = std::chrono::steady_clock::now();
   EvaluationResult result;

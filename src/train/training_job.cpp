@@ -11,7 +11,7 @@
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/static_memory.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
 #include "fitsum/util/files.h"
@@ -86,7 +86,7 @@ void check_free_disk(const TrainingJob& job, const Report& report) {
 struct ModelAndTokenizer {
   io::LoadedModel loaded;  // without `weights`, its model is null and the rest comes from the preview
   model::ModelConfig config;
-  std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
 };
 
 // Loads the model (or with `weights` false only its config) and its tokenizer; lowers the maximum lengths to the
@@ -109,10 +109,18 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
   }
   job.data.validate();
   if (!m.loaded.tokenizer_dir.empty()) {
-    m.tokenizer =
-        std::make_shared<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(m.loaded.tokenizer_dir));
+    m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
   }
   return m;
+}
+
+// What an empty text encodes to: the tokenizer's template around nothing, or for pre-tokenized data without a
+// tokenizer the model family's (BART: <s> </s>; PEGASUS and T5: </s>).
+std::vector<tokenizer::TokenId> empty_text_ids(const ModelAndTokenizer& m) {
+  if (m.tokenizer) return m.tokenizer->encode("");
+  const auto eos = static_cast<tokenizer::TokenId>(m.config.eos_token_id);
+  if (m.config.model_type == "bart") return {static_cast<tokenizer::TokenId>(m.config.bos_token_id), eos};
+  return {eos};
 }
 
 std::vector<data::Example> read_split(const std::string& file, const ModelAndTokenizer& m,
@@ -123,7 +131,7 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
       data::read_examples(file, m.tokenizer.get(), m.config.vocab_size, options, max_samples, &stats);
   say(report, std::string(what) + " " + file + ": " + stats.summary(options));
   if (drop_empty) {
-    const auto dropped = data::drop_empty_examples(examples);
+    const auto dropped = data::drop_empty_examples(examples, empty_text_ids(m));
     if (dropped > 0) {
       say(report, std::string(what) + ": dropped " + std::to_string(dropped) +
                       " examples with an empty text or summary (keep_empty_examples keeps them)");

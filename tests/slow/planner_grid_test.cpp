@@ -13,14 +13,14 @@ namespace {
 TEST(PlannerGrid, EveryCellWithinTenPercentAndNoneUnderTheMargin) {
   std::vector<GridCell> cells;
   const GridCheckpointing partial{1, 2};
-  for (const auto& m : {grid_model_small(), grid_model_large(), grid_model_real_vocab()}) {
+  for (const auto& m : {grid_model_small(), grid_model_bart_small(), grid_model_large(), grid_model_real_vocab()}) {
     run_grid(m, {1, 2, 4, 8}, {128, 512}, 64, {kNone, partial, kEvery},
              {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
   }
   run_grid(grid_model_large_shaped(), {1, 4}, {512}, 128, {kNone, partial, kEvery}, {optim::OptimizerType::adafactor},
            cells);
   print_grid(cells);
-  ASSERT_EQ(cells.size(), 3u * 48u + 6u);
+  ASSERT_EQ(cells.size(), 4u * 48u + 6u);
   double worst = 0.0;
   for (const auto& c : cells) {
     worst = std::max(worst, std::abs(c.error()));

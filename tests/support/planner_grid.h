@@ -17,10 +17,12 @@
 
 namespace fitsum::test {
 
-// Random-init PEGASUS layouts with a shrunk vocabulary, so a grid cell trains in about a second.
+// Random-init layouts with a shrunk vocabulary, so a grid cell trains in about a second: PEGASUS's unless `config`
+// names another family's config.json (relative to the source folder).
 struct GridModel {
   std::string name;
   std::string overrides;
+  std::string config = "configs/pegasus-tiny/config.json";
 };
 
 inline GridModel grid_model_small() {
@@ -32,6 +34,13 @@ inline GridModel grid_model_large() {
   return {"d256-L4",
           "vocab_size=16000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
           "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8"};
+}
+// BART's layout (post-LayerNorm, layernorm_embedding, learned positions, biases) at the small model's sizes.
+inline GridModel grid_model_bart_small() {
+  return {"bart-d128-L2",
+          "vocab_size=8000,d_model=128,encoder_layers=2,decoder_layers=2,encoder_ffn_dim=512,"
+          "decoder_ffn_dim=512,encoder_attention_heads=4,decoder_attention_heads=4",
+          "configs/bart-base/config.json"};
 }
 // The real PEGASUS vocabulary (96103 tokens: the LM head and its loss dominate the transient).
 inline GridModel grid_model_real_vocab() {
@@ -57,7 +66,7 @@ inline const GridCheckpointing kEvery{kAll, kAll};
 
 inline model::Seq2SeqLM make_grid_model(const GridModel& m) {
   io::ModelSource source;
-  source.config_name = (source_dir() / "configs" / "pegasus-tiny" / "config.json").string();
+  source.config_name = (source_dir() / m.config).string();
   source.config_overrides = m.overrides;
   return io::load_model(source, 7).model;
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "fitsum/data/dataset.h"
+#include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "test_support.h"
 
 namespace fitsum::data {
@@ -164,7 +165,7 @@ TEST(Dataset, ReaderStopsAtTheFirstBadRecordOrSkipsAndCounts) {
   EXPECT_EQ(limited.skipped_bad, 0u);  // stops before reading further
 
   std::vector<Example> all = examples;
-  EXPECT_EQ(drop_empty_examples(all), 1u);
+  EXPECT_EQ(drop_empty_examples(all, pegasus().encode("")), 1u);
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].input_ids, kEricIds);
 }

@@ -13,7 +13,7 @@
 #include "fitsum/eval/rouge.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/io/model_loader.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
 #include "fitsum/util/files.h"
 #include "generation_flags.h"
@@ -62,9 +62,9 @@ void run_eval(EvalArgs a) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
   a.data.validate();
-  std::optional<tokenizer::PegasusTokenizer> tokenizer;
-  if (!loaded.tokenizer_dir.empty()) tokenizer.emplace(tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir));
-  const auto* tok = tokenizer ? &*tokenizer : nullptr;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  if (!loaded.tokenizer_dir.empty()) tokenizer = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  const tokenizer::Tokenizer* tok = tokenizer.get();
 
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;

@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/io/model_loader.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
 #include "generation_flags.h"
 #include "runtime_flags.h"
@@ -35,7 +35,7 @@ constexpr std::size_t kMaxDialogueBytes = std::size_t{16} << 20;
 
 // Dialogues on stdin (blocks of lines separated by blank lines), each encoded as soon as it ends: what is held is
 // token ids, at most max_source_length per dialogue, and one dialogue's first kMaxDialogueBytes.
-std::vector<data::Example> read_stdin_examples(const tokenizer::PegasusTokenizer& tokenizer, std::size_t max_length) {
+std::vector<data::Example> read_stdin_examples(const tokenizer::Tokenizer& tokenizer, std::size_t max_length) {
   std::vector<data::Example> examples;
   std::string line, current;
   const auto flush = [&]() {
@@ -67,10 +67,11 @@ void run_summarize(SummarizeArgs a) {
   auto& model = *loaded.model;
   model.to(runtime.device);
   if (loaded.tokenizer_dir.empty()) {
-    throw std::invalid_argument("'" + a.model_dir +
-                                "' has no spiece.model or tokenizer.json: pass --tokenizer_name DIR");
+    throw std::invalid_argument("'" + a.model_dir + "' has no " + tokenizer::kTokenizerFiles +
+                                ": pass --tokenizer_name DIR");
   }
-  const auto tokenizer = tokenizer::PegasusTokenizer::from_folder(loaded.tokenizer_dir);
+  const auto tokenizer_owner = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }

@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/data/dataset.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::cli {
@@ -33,7 +33,7 @@ struct TokenizeArgs {
 void run_tokenize(TokenizeArgs args) {
   if (args.model.empty() && args.tokenizer_name.empty()) {
     throw std::invalid_argument(
-        "fitsum tokenize needs --model DIR (a Hugging Face model folder with spiece.model or tokenizer.json) or "
+        "fitsum tokenize needs --model DIR (a Hugging Face model folder with its tokenizer files) or "
         "--tokenizer_name DIR");
   }
   if (args.max_samples && *args.max_samples < 1) {
@@ -43,8 +43,9 @@ void run_tokenize(TokenizeArgs args) {
     clamp_lengths_to_model_config(args.data, args.model);
   }
   args.data.validate();
-  const tokenizer::PegasusTokenizer tokenizer =
-      tokenizer::PegasusTokenizer::from_folder(args.tokenizer_name.empty() ? args.model : args.tokenizer_name);
+  const std::filesystem::path tokenizer_dir = args.tokenizer_name.empty() ? args.model : args.tokenizer_name;
+  const auto tokenizer_owner = tokenizer::load_tokenizer(tokenizer_dir);
+  const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
   // With --model, every id must fit its vocabulary: a --tokenizer_name of another model is refused at the first id
   // past it, naming both sizes, as train and eval refuse it.
   std::int64_t vocab_size = tokenizer.vocab_size();
@@ -62,7 +63,8 @@ void run_tokenize(TokenizeArgs args) {
   data::ExampleReader reader(args.input_file, &tokenizer, vocab_size, args.data, args.max_samples);
 
   std::printf("fitsum tokenize\n");
-  std::printf("  tokenizer          %s (%d ids)\n", tokenizer.model_file().c_str(), tokenizer.vocab_size());
+  std::printf("  tokenizer          %s from %s (%d ids)\n", std::string(tokenizer.name()).c_str(),
+              tokenizer_dir.c_str(), tokenizer.vocab_size());
   std::printf("  input_file         %s (%s)\n", args.input_file.c_str(), data::to_string(reader.format()));
   std::printf("  output_file        %s\n", args.output_file.c_str());
   std::printf("  text_column        %s\n", args.data.text_column.c_str());
@@ -106,13 +108,11 @@ void add_tokenize_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("tokenize", "Tokenize a dataset file (jsonl, json, csv) and write token ids as JSON Lines");
   auto args = std::make_shared<TokenizeArgs>();
-  command
-      ->add_option("--model", args->model,
-                   "Hugging Face model folder; its spiece.model (or tokenizer.json) and config.json are read")
+  command->add_option("--model", args->model, "Hugging Face model folder; its tokenizer files and config.json are read")
       ->check(CLI::ExistingDirectory);
   command
       ->add_option("--tokenizer_name", args->tokenizer_name,
-                   "Folder with the spiece.model or tokenizer.json to use instead of --model's")
+                   "Folder with the tokenizer files to use instead of --model's")
       ->check(CLI::ExistingDirectory);
   command->add_option("--input_file", args->input_file, "Dataset file: .jsonl, .json or .csv")
       ->required()

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fitsum/data/records.h"
-#include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/tokenizer.h"
 
 namespace fitsum::data {
 
@@ -71,20 +71,20 @@ struct ReadStats {
 
 // Builds an example from one record. Throws BadRecord (message "file:line: field 'x': ...") when a field it
 // needs is missing or has the wrong type or values. Counts what it did in `stats` when given (not `examples`).
-Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
+Example make_example(const Record& record, const fs::path& file, const tokenizer::Tokenizer& tokenizer,
                      const DataOptions& options, ReadStats* stats = nullptr);
 // The same without a tokenizer where the data is pre-tokenized (tokenizer may be null; a text record is then an
 // error saying so), ids checked against the model's `vocab_size`.
-Example make_example(const Record& record, const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
+Example make_example(const Record& record, const fs::path& file, const tokenizer::Tokenizer* tokenizer,
                      std::int64_t vocab_size, const DataOptions& options, ReadStats* stats = nullptr);
 
 class ExampleReader {
  public:
   // `max_samples`: stop after that many examples (the first ones of the file).
-  ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer, const DataOptions& options,
+  ExampleReader(const fs::path& file, const tokenizer::Tokenizer& tokenizer, const DataOptions& options,
                 std::optional<std::int64_t> max_samples = std::nullopt);
   // `tokenizer` may be null for pre-tokenized files; ids are checked against `vocab_size`.
-  ExampleReader(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer, std::int64_t vocab_size,
+  ExampleReader(const fs::path& file, const tokenizer::Tokenizer* tokenizer, std::int64_t vocab_size,
                 const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt);
 
   // The next example; false at the end (or once max_samples were read). A malformed record throws BadRecord,
@@ -97,7 +97,7 @@ class ExampleReader {
 
  private:
   RecordReader records_;
-  const tokenizer::PegasusTokenizer* tokenizer_;
+  const tokenizer::Tokenizer* tokenizer_;
   std::int64_t vocab_size_;
   DataOptions options_;
   std::optional<std::int64_t> max_samples_;
@@ -105,21 +105,22 @@ class ExampleReader {
 };
 
 // Reads a whole file into memory (a training set is held as token ids, not text).
-std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer& tokenizer,
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::Tokenizer& tokenizer,
                                    const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt,
                                    ReadStats* stats = nullptr);
-std::vector<Example> read_examples(const fs::path& file, const tokenizer::PegasusTokenizer* tokenizer,
-                                   std::int64_t vocab_size, const DataOptions& options,
-                                   std::optional<std::int64_t> max_samples = std::nullopt, ReadStats* stats = nullptr);
+std::vector<Example> read_examples(const fs::path& file, const tokenizer::Tokenizer* tokenizer, std::int64_t vocab_size,
+                                   const DataOptions& options, std::optional<std::int64_t> max_samples = std::nullopt,
+                                   ReadStats* stats = nullptr);
 
 // Appends `example` as one line of JSON (and '\n'): {"id": ..., "input_ids": [...], "attention_mask": [...],
 // "labels": [...]}, "id" only when the record had one, "attention_mask" only when it came with the record,
 // "labels" only with a summary. This is the pre-tokenized record format that make_example reads back.
 void append_json_line(std::string& out, const Example& example);
 
-// Removes the examples whose input or labels are nothing but </s> (an empty or blank text or summary; SAMSum's
-// train split has one empty dialogue). run_summarization.py drops records with an empty text or summary before
-// tokenizing; fitsum leaves the choice to the caller, which should log the count returned.
-std::size_t drop_empty_examples(std::vector<Example>& examples);
+// Removes the examples whose input or labels are `empty_text_ids`, what the tokenizer makes of an empty or blank
+// text (PEGASUS, T5: </s>; BART: <s> </s>; SAMSum's train split has one empty dialogue). run_summarization.py drops
+// records with an empty text or summary before tokenizing; fitsum leaves the choice to the caller, which should log
+// the count returned.
+std::size_t drop_empty_examples(std::vector<Example>& examples, const std::vector<TokenId>& empty_text_ids);
 
 }  // namespace fitsum::data

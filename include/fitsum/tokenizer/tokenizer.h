@@ -60,6 +60,10 @@ class Tokenizer {
 // Opens the tokenizer of a Hugging Face model (or tokenizer) folder. Throws std::runtime_error naming the folder
 // and the files looked for when it holds none.
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir);
+// Whether `dir` holds files load_tokenizer can read: spiece.model, tokenizer.json, or vocab.json and merges.txt.
+bool has_tokenizer(const fs::path& dir);
+// What a folder without a tokenizer lacks, for messages: "spiece.model, tokenizer.json or vocab.json + merges.txt".
+inline constexpr const char* kTokenizerFiles = "spiece.model, tokenizer.json or vocab.json + merges.txt";
 
 // Throws std::invalid_argument when `id` is outside 0 .. vocab_size-1.
 void check_token_id(std::int64_t id, TokenId vocab_size);

@@ -24,7 +24,7 @@ namespace fitsum::model {
 class Seq2SeqLMImpl;
 }
 namespace fitsum::tokenizer {
-class PegasusTokenizer;
+class Tokenizer;
 }
 
 namespace fitsum::train {
@@ -66,7 +66,7 @@ std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::ve
 
 // Loss, generation and ROUGE (ROUGE needs a tokenizer and labels). The model's training flag is restored.
 EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
-                                const tokenizer::PegasusTokenizer* tokenizer, const EvaluationOptions& options,
+                                const tokenizer::Tokenizer* tokenizer, const EvaluationOptions& options,
                                 const c10::Device& device);
 
 // The metrics as Seq2SeqTrainer reports them: eval_loss, eval_rouge1/2/L/Lsum (x100), eval_gen_len (when

@@ -43,7 +43,7 @@
 #include "fitsum/train/training_arguments.h"
 
 namespace fitsum::tokenizer {
-class PegasusTokenizer;
+class Tokenizer;
 }
 namespace fitsum::io {
 class TensorBoardWriter;
@@ -70,7 +70,7 @@ struct TrainerInputs {
   torch::Device device = torch::kCPU;
   // For --predict_with_generate: the model folder's decoding defaults and the tokenizer that decodes for ROUGE.
   generate::GenerationOptions generation;
-  std::shared_ptr<const tokenizer::PegasusTokenizer> tokenizer;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   // The memory planner's prediction for this run (memory/planner.h), logged next to the measured peak.
   std::optional<std::int64_t> predicted_peak_bytes;
   int update_threads = 0;  // LibTorch intra-op threads for the optimizer step (util/threads.h); 0: as they are
