@@ -1,20 +1,20 @@
-"""PEGASUS forward and backward: fitsum's logits, loss and the gradient of every trainable parameter (the shared
-embedding's pad row included) equal transformers' on the same HF folder and batch, at several shapes, through
+"""PEGASUS and BART forward and backward: fitsum's logits, loss and the gradient of every trainable parameter (the
+shared embedding's pad row included) equal transformers' on the same HF folder and batch, at several shapes, through
 Seq2SeqLM::forward and through the fused training path."""
 import pytest
 import torch
 
 from harness import FAMILIES, assert_close, load_file, probe, rms, save_batch, save_model
 
-PEGASUS = FAMILIES["pegasus"]
+FAMILY_NAMES = ["pegasus", "bart"]
 
 
 def make_batch(vocab, batch, source, target, seed, pad=0, eos=1):
-    """Random ids in [2, vocab) with eos last; rows after the first are shorter (padding in the source, -100 in the
+    """Random ids in [3, vocab) (none of the families' special ids 0..2) with eos last; rows after the first are shorter (padding in the source, -100 in the
     labels), and the pad token also occurs inside one source so that its embedding row is looked up."""
     g = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(2, vocab, (batch, source), generator=g)
-    labels = torch.randint(2, vocab, (batch, target), generator=g)
+    input_ids = torch.randint(3, vocab, (batch, source), generator=g)
+    labels = torch.randint(3, vocab, (batch, target), generator=g)
     attention_mask = torch.ones(batch, source, dtype=torch.long)
     for b in range(batch):
         s = max(3, source - 2 * b)
@@ -36,11 +36,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize("shape,batch,source,target", CASES, ids=[f"{c[0]}-b{c[1]}-s{c[2]}-t{c[3]}" for c in CASES])
-def test_logits_loss_and_every_gradient_equal_transformers(tmp_path, shape, batch, source, target):
-    model = PEGASUS.random_model(seed=11, shape=shape)
+def test_logits_loss_and_every_gradient_equal_transformers(tmp_path, family, shape, batch, source, target):
+    f = FAMILIES[family]
+    model = f.random_model(seed=11, shape=shape)
     folder = save_model(model, tmp_path / "model")
-    input_ids, attention_mask, labels = make_batch(model.config.vocab_size, batch, source, target, seed=5)
+    input_ids, attention_mask, labels = make_batch(model.config.vocab_size, batch, source, target, seed=5,
+                                                   pad=f.pad(), eos=f.eos())
 
     model.train()  # as the Trainer runs it; every dropout is 0
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
@@ -68,16 +71,19 @@ def test_logits_loss_and_every_gradient_equal_transformers(tmp_path, shape, batc
         assert_close(got["train_grad." + name], want, 1e-4, f"d loss / d {name} (training path)")
 
 
-def test_pad_row_learns_only_through_the_lm_head(tmp_path):
-    """nn.Embedding(padding_idx=pad): lookups of the pad token (the decoder start token, source padding) add
-    nothing to row 0; only the tied LM head does. Checked against HF with the LM head's share computed apart."""
-    model = PEGASUS.random_model(seed=3, shape="tiny")
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_pad_row_learns_only_through_the_lm_head(tmp_path, family):
+    """nn.Embedding(padding_idx=pad): lookups of the pad token (source padding; PEGASUS's decoder start token) add
+    nothing to the pad row; only the tied LM head does. Checked against HF with the LM head's share computed apart."""
+    f = FAMILIES[family]
+    pad = f.pad()
+    model = f.random_model(seed=3, shape="tiny")
     folder = save_model(model, tmp_path / "model")
-    input_ids, attention_mask, labels = make_batch(model.config.vocab_size, 2, 12, 7, seed=9)
+    input_ids, attention_mask, labels = make_batch(model.config.vocab_size, 2, 12, 7, seed=9, pad=pad, eos=f.eos())
     model.train()
     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     out.loss.backward()
-    hf_row = model.model.shared.weight.grad[0].clone()
+    hf_row = model.model.shared.weight.grad[pad].clone()
 
     # The LM head's share alone: d loss / d W through logits = hidden @ W^T, with the decoder states held fixed.
     model.zero_grad()
@@ -87,10 +93,10 @@ def test_pad_row_learns_only_through_the_lm_head(tmp_path):
     weight = model.model.shared.weight.detach().clone().requires_grad_(True)
     logits = hidden @ weight.T + model.final_logits_bias
     torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), labels.view(-1)).backward()
-    assert_close(hf_row, weight.grad[0], 1e-5, "HF's pad-row gradient is the LM head's share")
+    assert_close(hf_row, weight.grad[pad], 1e-5, "HF's pad-row gradient is the LM head's share")
 
     probe("forward", "--model", folder, "--batch", save_batch(tmp_path / "batch.safetensors", input_ids=input_ids,
           attention_mask=attention_mask, labels=labels), "--out", tmp_path / "fitsum.safetensors")
     got = load_file(str(tmp_path / "fitsum.safetensors"))
-    assert_close(got["grad.model.shared.weight"][0], hf_row, 1e-4, "pad row of d loss / d model.shared.weight")
-    assert_close(got["train_grad.model.shared.weight"][0], hf_row, 1e-4, "pad row (training path)")
+    assert_close(got["grad.model.shared.weight"][pad], hf_row, 1e-4, "pad row of d loss / d model.shared.weight")
+    assert_close(got["train_grad.model.shared.weight"][pad], hf_row, 1e-4, "pad row (training path)")

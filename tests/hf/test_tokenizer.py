@@ -12,12 +12,14 @@ normalizer that no longer drops trailing whitespace, so a text ending in a space
 (id 110) before </s> (4,055 of the 29,464 SAMSum training texts), where sentencepiece and fitsum give none. With
 transformers 5 the test checks that every record equals HF's ids or differs by exactly that piece on a text that
 ends in whitespace, apart from the repeated-character segmentations (bounded at 1% as above)."""
+import os
+
 import pytest
 import transformers
 from packaging.version import Version
-from transformers import PegasusTokenizer, PegasusTokenizerFast
+from transformers import BartTokenizer, PegasusTokenizer, PegasusTokenizerFast
 
-from harness import fitsum, read_jsonl, shared_path
+from harness import SOURCE, fitsum, read_jsonl, shared_path
 
 MAX_SOURCE, MAX_TARGET = 256, 48  # short enough that many dialogues and some summaries are truncated
 HAS_SLOW_TOKENIZER = Version(transformers.__version__) < Version("5")
@@ -83,3 +85,24 @@ def check_tokenizers_only_transformers(split, records, got, want):
     assert trailing > 0, "no text ends in whitespace: the transformers 5 difference is not exercised"
     print(f"{split}: {len(records)} records; {trailing} texts differ by HF's trailing-whitespace piece, "
           f"{len(other)} records by segmentation")
+
+
+@pytest.mark.parametrize("split", ["train", "validation", "test"])
+def test_samsum_ids_equal_bart_tokenizer(tmp_path, split):
+    """BART: GPT-2's byte-level BPE (data/gpt2's vocab.json and merges.txt, as facebook/bart-* ship them), <s> text
+    </s>, truncation keeping </s>; every SAMSum record of the split equals transformers' BartTokenizer."""
+    folder = os.path.join(SOURCE, "data", "gpt2")
+    tok = BartTokenizer.from_pretrained(folder)
+    data = shared_path("data", "samsum", f"{split}.jsonl")
+    out = tmp_path / "tok.jsonl"
+    fitsum("tokenize", "--tokenizer_name", folder, "--input_file", data, "--output_file", out,
+           "--max_source_length", MAX_SOURCE, "--max_target_length", MAX_TARGET)
+    got = [(g["input_ids"], g["labels"]) for g in read_jsonl(out)]
+    records = read_jsonl(data)
+    want = encode(tok, records)
+    assert len(got) == len(records)
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    assert not bad, (f"{split}: {len(bad)} of {len(records)} records differ from BartTokenizer, first id "
+                     f"{records[bad[0]]['id']}:\n fitsum {got[bad[0]]}\n hf     {want[bad[0]]}")
+    assert sum(len(x) == MAX_SOURCE for x, _ in want) > 0, "truncation is not exercised"
+    assert all(x[0] == tok.bos_token_id and x[-1] == tok.eos_token_id for x, _ in got)
