@@ -2,6 +2,7 @@
 // tokenization_bart.py) on PreTrainedTokenizer's tokenize / _add_tokens / _decode (tokenization_utils.py).
 #include "fitsum/tokenizer/bart_tokenizer.h"
 
+#include <limits>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -97,13 +98,16 @@ std::vector<TokenId> BartTokenizer::encode(std::string_view text, std::optional<
   }
   std::vector<TokenId> ids{bos_id_};
   std::vector<std::string> tokens;
+  // With max_length, the words after the first max_length ids are not merged: they cannot change those ids.
+  const std::size_t enough = max_length ? *max_length : std::numeric_limits<std::size_t>::max();
   for (const auto& chunk : added_.split(prepared)) {
+    if (ids.size() >= enough) break;
     if (chunk.token != nullptr) {
       ids.push_back(chunk.token->id);
       continue;
     }
     tokens.clear();
-    bpe_.tokenize(chunk.text, tokens);
+    bpe_.tokenize(chunk.text, tokens, enough - ids.size());
     for (const std::string& token : tokens) {
       const AddedToken* added = added_.find(token);
       ids.push_back(added ? added->id : bpe_.token_to_id(token).value_or(unk_id_));

@@ -8,6 +8,7 @@
 #include <array>
 #include <fstream>
 #include <limits>
+#include <queue>
 #include <sstream>
 #include <stdexcept>
 
@@ -167,45 +168,63 @@ ByteLevelBpe ByteLevelBpe::from_tokenizer_json(const nlohmann::json& model, cons
 }
 
 std::vector<std::string> ByteLevelBpe::merge_word(const std::string& word) const {
-  // Symbols start as the word's characters.
+  // HF's bpe(): take the lowest-ranked adjacent pair, merge all its occurrences left to right, repeat. Rescanning the
+  // word for every merge is quadratic (a 128 KB run of random letters took a minute, a megabyte would take hours), so
+  // the candidate pairs wait in a heap ordered by (rank, position) instead. Each round takes every queued occurrence
+  // of the lowest rank in word order and merges those whose symbols still form that pair, which is what HF's scan of
+  // the word does; a pair made by a merge is queued and can only be taken in a later round, as in HF's next pass.
   std::vector<std::string> symbols;
   std::size_t length = 0;
   for (std::size_t pos = 0; pos < word.size(); pos += length) {
     code_point_at(word, pos, length);
     symbols.emplace_back(word.substr(pos, length));
   }
-  while (symbols.size() > 1) {
-    // The adjacent pair with the lowest rank; merge every occurrence of it, left to right.
-    std::size_t best_rank = std::numeric_limits<std::size_t>::max();
-    std::size_t best_at = 0;
-    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto it = ranks_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != ranks_.end() && it->second < best_rank) {
-        best_rank = it->second;
-        best_at = i;
-      }
-    }
-    if (best_rank == std::numeric_limits<std::size_t>::max()) break;
-    const std::string first = symbols[best_at];
-    const std::string second = symbols[best_at + 1];
-    std::vector<std::string> merged;
-    merged.reserve(symbols.size());
-    for (std::size_t i = 0; i < symbols.size(); ++i) {
-      if (i + 1 < symbols.size() && symbols[i] == first && symbols[i + 1] == second) {
-        merged.push_back(first + second);
-        ++i;
-      } else {
-        merged.push_back(std::move(symbols[i]));
-      }
-    }
-    symbols = std::move(merged);
+  constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+  const std::size_t n = symbols.size();
+  std::vector<std::size_t> next(n), previous(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : kNone;
+    previous[i] = i > 0 ? i - 1 : kNone;
   }
-  return symbols;
+  std::vector<bool> alive(n, true);
+  const auto rank_at = [&](std::size_t left) {
+    if (left == kNone || next[left] == kNone) return kNone;
+    const auto it = ranks_.find(pair_key(symbols[left], symbols[next[left]]));
+    return it == ranks_.end() ? kNone : it->second;
+  };
+  using Candidate = std::pair<std::size_t, std::size_t>;  // (rank, index of the pair's left symbol)
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  const auto enqueue = [&](std::size_t left) {
+    if (const std::size_t rank = rank_at(left); rank != kNone) queue.emplace(rank, left);
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) enqueue(i);
+  std::vector<std::size_t> round;
+  while (!queue.empty()) {
+    const std::size_t rank = queue.top().first;
+    round.clear();
+    for (; !queue.empty() && queue.top().first == rank; queue.pop()) {
+      if (round.empty() || round.back() != queue.top().second) round.push_back(queue.top().second);
+    }
+    for (const std::size_t left : round) {
+      if (!alive[left] || rank_at(left) != rank) continue;  // consumed, or no longer this pair
+      const std::size_t right = next[left];
+      symbols[left] += symbols[right];
+      alive[right] = false;
+      next[left] = next[right];
+      if (next[right] != kNone) previous[next[right]] = left;
+      enqueue(previous[left]);
+      enqueue(left);
+    }
+  }
+  std::vector<std::string> merged;
+  for (std::size_t i = n > 0 ? 0 : kNone; i != kNone; i = next[i]) merged.push_back(std::move(symbols[i]));
+  return merged;
 }
 
-void ByteLevelBpe::tokenize(std::string_view text, std::vector<std::string>& tokens) const {
+void ByteLevelBpe::tokenize(std::string_view text, std::vector<std::string>& tokens, std::size_t max_tokens) const {
   const ByteMap& map = byte_map();
   for (const std::string_view word : pretokenizer_.split(text)) {
+    if (tokens.size() >= max_tokens) return;
     std::string mapped;
     for (const char byte : word) mapped += map.byte_to_text[static_cast<unsigned char>(byte)];
     {

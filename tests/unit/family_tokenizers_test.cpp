@@ -4,12 +4,15 @@
 // and decoding, and an id hash of every SAMSum record in ../shared. Plus load_tokenizer's choice of family.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include <nlohmann/json.hpp>
 
 #include "fitsum/tokenizer/bart_tokenizer.h"
+#include "fitsum/tokenizer/byte_level_bpe.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
 #include "fitsum/tokenizer/t5_tokenizer.h"
 #include "fitsum/util/files.h"
@@ -168,6 +171,104 @@ TEST(BartTokenizer, RefusesTextThatIsNotUtf8AndTruncationWithoutRoom) {
   EXPECT_THROW(gpt2().encode(std::string("caf\xC3", 4)), std::invalid_argument);
   EXPECT_THROW(gpt2().encode("hello", 1), std::invalid_argument);
   EXPECT_EQ(gpt2().encode("hello world", 2), (Ids{gpt2().bos_id(), gpt2().eos_id()}));
+}
+
+// GPT2Tokenizer.bpe() as transformers writes it: the lowest-ranked adjacent pair, every occurrence merged left to
+// right, until no pair has a rank. fitsum merges through a heap instead; the two must agree on every word.
+std::vector<std::string> reference_bpe(const std::string& word,
+                                       const std::map<std::pair<std::string, std::string>, int>& ranks) {
+  std::vector<std::string> symbols;
+  for (const char c : word) symbols.emplace_back(1, c);
+  while (symbols.size() > 1) {
+    int best = -1;
+    std::pair<std::string, std::string> bigram;
+    for (std::size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto it = ranks.find({symbols[i], symbols[i + 1]});
+      if (it != ranks.end() && (best < 0 || it->second < best)) {
+        best = it->second;
+        bigram = it->first;
+      }
+    }
+    if (best < 0) break;
+    std::vector<std::string> merged;
+    for (std::size_t i = 0; i < symbols.size(); ++i) {
+      if (i + 1 < symbols.size() && symbols[i] == bigram.first && symbols[i + 1] == bigram.second) {
+        merged.push_back(bigram.first + bigram.second);
+        ++i;
+      } else {
+        merged.push_back(symbols[i]);
+      }
+    }
+    symbols = std::move(merged);
+  }
+  return symbols;
+}
+
+// Random merge tables over {a, b, c} whose ranks are shuffled, so that a pair made by a merge often outranks the pair
+// that made it (never so in a learned table, but a merges file may say anything), and words full of repeats
+// ("aaaa": overlapping occurrences of one pair).
+TEST(ByteLevelBpe, HeapMergingEqualsHuggingFacesRescanOnAdversarialTables) {
+  std::mt19937 random(5);
+  for (int table = 0; table < 40; ++table) {
+    std::vector<std::string> symbols = {"a", "b", "c"};
+    std::vector<ByteLevelBpe::Merge> merges;
+    for (int m = 0; m < 12; ++m) {
+      const auto& x = symbols[random() % symbols.size()];
+      const auto& y = symbols[random() % symbols.size()];
+      merges.emplace_back(x, y);
+      symbols.push_back(x + y);
+    }
+    std::shuffle(merges.begin(), merges.end(), random);
+    std::map<std::pair<std::string, std::string>, int> ranks;
+    for (std::size_t r = 0; r < merges.size(); ++r) ranks[merges[r]] = static_cast<int>(r);  // a repeat keeps its last
+    std::unordered_map<std::string, std::int32_t> vocab;
+    for (const auto& symbol : symbols) vocab.emplace(symbol, static_cast<std::int32_t>(vocab.size()));
+    const ByteLevelBpe bpe(vocab, merges);
+    for (int w = 0; w < 200; ++w) {
+      std::string word(1 + random() % 40, 'a');
+      for (char& c : word) c = static_cast<char>('a' + random() % (w % 2 == 0 ? 3 : 1 + random() % 2));
+      std::vector<std::string> tokens;
+      bpe.tokenize(word, tokens);
+      ASSERT_EQ(tokens, reference_bpe(word, ranks)) << "table " << table << ", word " << word;
+    }
+  }
+}
+
+// A "word" of two million random letters (one pre-token): the rescan of HF's bpe() is quadratic in it, hours of work;
+// merging through the heap keeps it to a few seconds, and the tokens still spell the word.
+TEST(ByteLevelBpe, AWordOfMillionsOfLettersIsMergedWithoutQuadraticWork) {
+  std::mt19937 random(3);
+  std::string word(2'000'000, 'a');
+  for (char& c : word) c = static_cast<char>('a' + random() % 26);
+  const auto ids = gpt2().encode(word, 64);
+  EXPECT_EQ(ids.size(), 64u);
+  const auto text = gpt2().decode(ids);
+  EXPECT_EQ(text, word.substr(0, text.size()));
+  EXPECT_GT(text.size(), 62u);
+}
+
+// With max_length, words past the first max_length ids are not merged (each word is merged on its own, so they
+// cannot change the ids kept): the ids and the truncation flag are those of encoding everything and cutting.
+TEST(BartTokenizer, TruncatedEncodingEqualsEncodingEverythingAndCutting) {
+  std::string text;
+  for (int i = 0; i < 20000; ++i) text += i % 7 == 0 ? "Amanda: I baked cookies <mask> for you!\n" : "Jerry: sure, ";
+  const auto whole = gpt2().encode(text);
+  for (const std::size_t max_length : {2, 3, 17, 64, 1024}) {
+    bool truncated = false;
+    const auto cut = gpt2().encode(text, max_length, &truncated);
+    auto expected = std::vector<TokenId>(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(max_length - 1));
+    expected.push_back(gpt2().eos_id());
+    EXPECT_EQ(cut, expected) << max_length;
+    EXPECT_TRUE(truncated);
+  }
+  bool truncated = true;
+  EXPECT_EQ(gpt2().encode("Jerry: sure", 64, &truncated), gpt2().encode("Jerry: sure"));
+  EXPECT_FALSE(truncated);
+  const auto exact = gpt2().encode("Jerry: sure");
+  EXPECT_EQ(gpt2().encode("Jerry: sure", exact.size(), &truncated), exact);
+  EXPECT_FALSE(truncated) << "exactly max_length ids are not cut";
+  EXPECT_EQ(gpt2().encode("Jerry: sure", exact.size() - 1, &truncated).size(), exact.size() - 1);
+  EXPECT_TRUE(truncated);
 }
 
 TEST(T5Tokenizer, ReproducesHuggingFaceOnALargeSentencePieceModel) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -50,8 +51,10 @@ class ByteLevelBpe {
   // The "model" object of a tokenizer.json ("type": "BPE"); `file` names it in errors.
   static ByteLevelBpe from_tokenizer_json(const nlohmann::json& model, const fs::path& file);
 
-  // Appends the BPE tokens (byte-level strings such as "Ġthe") of `text`.
-  void tokenize(std::string_view text, std::vector<std::string>& tokens) const;
+  // Appends the BPE tokens (byte-level strings such as "Ġthe") of `text`, stopping after the word that brings
+  // `tokens` to `max_tokens` or more (words are merged independently, so those tokens are the whole text's first).
+  void tokenize(std::string_view text, std::vector<std::string>& tokens,
+                std::size_t max_tokens = std::numeric_limits<std::size_t>::max()) const;
 
   std::optional<std::int32_t> token_to_id(std::string_view token) const;
   // nullptr for an id the vocabulary does not have.
