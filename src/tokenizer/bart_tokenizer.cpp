@@ -22,12 +22,42 @@ bool folder_has(const fs::path& dir, const char* name) {
 BartTokenizerOptions read_options(const fs::path& dir) {
   BartTokenizerOptions options;
   if (folder_has(dir, "tokenizer_config.json")) {
-    const auto config = util::read_json_file(dir / "tokenizer_config.json");
-    if (config.contains("add_prefix_space") && config["add_prefix_space"].is_boolean()) {
+    const auto file = dir / "tokenizer_config.json";
+    const auto config = util::read_json_file(file);
+    if (config.is_object() && config.contains("add_prefix_space")) {
+      if (!config["add_prefix_space"].is_boolean()) {
+        throw std::runtime_error("'" + file.string() + "': add_prefix_space is " + config["add_prefix_space"].dump() +
+                                 ", not true or false");
+      }
       options.add_prefix_space = config["add_prefix_space"].get<bool>();
     }
   }
   return options;
+}
+
+// tokenizer.json's added_tokens: objects with a string content and an id in 0 .. 2^31 - 2.
+std::vector<AddedToken> read_added_tokens(const nlohmann::json& json, const fs::path& file) {
+  std::vector<AddedToken> added;
+  if (!json.contains("added_tokens")) return added;
+  const auto& list = json["added_tokens"];
+  if (!list.is_array()) throw std::runtime_error("'" + file.string() + "': added_tokens is not a list");
+  const auto flag = [&](const nlohmann::json& token, const char* name) {
+    const auto it = token.find(name);
+    return it != token.end() && it->is_boolean() && it->get<bool>();
+  };
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const auto& token = list[i];
+    const bool ok = token.is_object() && token.contains("content") && token["content"].is_string() &&
+                    token.contains("id") && token["id"].is_number_integer() && token["id"].get<std::int64_t>() >= 0 &&
+                    token["id"].get<std::int64_t>() < std::numeric_limits<TokenId>::max();
+    if (!ok) {
+      throw std::runtime_error("'" + file.string() + "': added_tokens[" + std::to_string(i) +
+                               "] is not {\"content\": string, \"id\": integer in 0 .. 2147483646, ...}");
+    }
+    added.push_back({token["content"].get<std::string>(), token["id"].get<TokenId>(), flag(token, "lstrip"),
+                     flag(token, "rstrip"), flag(token, "single_word")});
+  }
+  return added;
 }
 
 }  // namespace
@@ -39,13 +69,11 @@ BartTokenizer BartTokenizer::from_folder(const fs::path& dir) {
   if (folder_has(dir, "tokenizer.json")) {
     const fs::path file = dir / "tokenizer.json";
     const auto json = util::read_json_file(file);
-    BartTokenizer tokenizer(ByteLevelBpe::from_tokenizer_json(json.at("model"), file), read_options(dir));
-    std::vector<AddedToken> added;
-    for (const auto& token : json.value("added_tokens", nlohmann::json::array())) {
-      added.push_back({token.at("content").get<std::string>(), token.at("id").get<TokenId>(),
-                       token.value("lstrip", false), token.value("rstrip", false), token.value("single_word", false)});
+    if (!json.is_object() || !json.contains("model")) {
+      throw std::runtime_error("'" + file.string() + "' has no \"model\": not a tokenizers file");
     }
-    tokenizer.use_added_tokens(added);
+    BartTokenizer tokenizer(ByteLevelBpe::from_tokenizer_json(json["model"], file), read_options(dir));
+    tokenizer.use_added_tokens(read_added_tokens(json, file));
     return tokenizer;
   }
   throw std::runtime_error("no vocab.json + merges.txt or tokenizer.json in '" + dir.string() +

@@ -122,15 +122,33 @@ ByteLevelBpe::ByteLevelBpe(std::unordered_map<std::string, std::int32_t> vocab, 
     ranks_[pair_key(merges[rank].first, merges[rank].second)] = rank;
 }
 
-ByteLevelBpe ByteLevelBpe::from_files(const fs::path& vocab_json, const fs::path& merges_txt) {
+namespace {
+
+// A JSON object of token -> id, every id an integer in [0, 2^31 - 1); `what` names it in errors.
+std::unordered_map<std::string, std::int32_t> read_vocab(const nlohmann::json& json, const std::string& what) {
+  if (!json.is_object()) throw std::runtime_error(what + " is not a JSON object of token -> id");
   std::unordered_map<std::string, std::int32_t> vocab;
-  try {
-    const auto json = nlohmann::json::parse(read_file_text(vocab_json));  // kept alive: items() refers to it
-    for (const auto& [token, id] : json.items()) vocab[token] = id.get<std::int32_t>();
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error("'" + vocab_json.string() +
-                             "' is not a BPE vocabulary (a JSON object of token -> id): " + e.what());
+  for (const auto& [token, id] : json.items()) {
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 ||
+        id.get<std::int64_t>() >= std::numeric_limits<std::int32_t>::max()) {
+      throw std::runtime_error(what + ": token '" + token + "' has id " + id.dump() +
+                               ", not an integer in 0 .. 2147483646");
+    }
+    vocab[token] = id.get<std::int32_t>();
   }
+  return vocab;
+}
+
+}  // namespace
+
+ByteLevelBpe ByteLevelBpe::from_files(const fs::path& vocab_json, const fs::path& merges_txt) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(read_file_text(vocab_json));
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("'" + vocab_json.string() + "' is not JSON: " + e.what());
+  }
+  auto vocab = read_vocab(json, "'" + vocab_json.string() + "'");
   const std::string text = read_file_text(merges_txt);
   std::vector<std::string_view> lines;
   for (std::size_t start = 0;;) {
@@ -149,16 +167,21 @@ ByteLevelBpe ByteLevelBpe::from_files(const fs::path& vocab_json, const fs::path
 }
 
 ByteLevelBpe ByteLevelBpe::from_tokenizer_json(const nlohmann::json& model, const fs::path& file) {
-  if (model.value("type", std::string()) != "BPE" || !model.contains("vocab") || !model.contains("merges")) {
+  const auto type = model.is_object() ? model.find("type") : model.end();
+  if (!model.is_object() || type == model.end() || *type != "BPE" || !model.contains("vocab") ||
+      !model.contains("merges") || !model["merges"].is_array()) {
     throw std::runtime_error("'" + file.string() + "': model is not a BPE model with vocab and merges");
   }
-  std::unordered_map<std::string, std::int32_t> vocab;
-  for (const auto& [token, id] : model.at("vocab").items()) vocab[token] = id.get<std::int32_t>();
+  auto vocab = read_vocab(model["vocab"], "'" + file.string() + "': model.vocab");
   std::vector<Merge> merges;
   for (const auto& merge : model.at("merges")) {
-    if (merge.is_array() && merge.size() == 2) {  // tokenizers >= 0.20 writes pairs
-      merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+    if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());  // tokenizers >= 0.20: pairs
       continue;
+    }
+    if (!merge.is_string()) {
+      throw std::runtime_error("'" + file.string() + "': model.merges holds " + merge.dump().substr(0, 80) +
+                               ", neither \"first second\" nor a pair of strings");
     }
     const auto parts = split_on_space(merge.get<std::string>());
     if (parts.size() != 2) throw std::runtime_error("'" + file.string() + "': a merge is not two symbols");

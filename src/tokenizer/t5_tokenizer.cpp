@@ -27,9 +27,17 @@ T5Tokenizer T5Tokenizer::from_folder(const fs::path& dir) {
   }
   int extra_ids = 100;
   if (fs::is_regular_file(dir / "tokenizer_config.json", error)) {
-    const auto config = util::read_json_file(dir / "tokenizer_config.json");
-    if (config.contains("extra_ids") && config["extra_ids"].is_number_integer()) {
-      extra_ids = config["extra_ids"].get<int>();
+    const auto config_file = dir / "tokenizer_config.json";
+    const auto config = util::read_json_file(config_file);
+    if (config.is_object() && config.contains("extra_ids")) {
+      // T5 and mT5 have 100; the bound keeps a hostile file from asking for billions of sentinel tokens.
+      constexpr std::int64_t kMaxExtraIds = 100000;
+      const auto& value = config["extra_ids"];
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > kMaxExtraIds) {
+        throw std::runtime_error("'" + config_file.string() + "': extra_ids is " + value.dump() +
+                                 ", not an integer in 0 .. " + std::to_string(kMaxExtraIds));
+      }
+      extra_ids = value.get<int>();
     }
   }
   return T5Tokenizer(file, extra_ids);

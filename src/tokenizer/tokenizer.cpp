@@ -33,17 +33,26 @@ bool has_file(const fs::path& dir, const char* name) {
   return fs::is_regular_file(dir / name, error);
 }
 
+// A string field of a JSON file's top-level object, "" when absent; throws naming the file when it is not a string.
+std::string string_field(const fs::path& file, const char* key) {
+  const auto json = util::read_json_file(file);
+  if (!json.is_object()) throw std::runtime_error("'" + file.string() + "' is not a JSON object");
+  const auto it = json.find(key);
+  if (it == json.end() || it->is_null()) return "";
+  if (!it->is_string()) throw std::runtime_error("'" + file.string() + "': " + key + " is not a string");
+  return it->get<std::string>();
+}
+
 // "bart", "t5", "pegasus" or "" from what the folder says about itself.
 std::string declared_family(const fs::path& dir) {
   if (has_file(dir, "tokenizer_config.json")) {
-    const auto config = util::read_json_file(dir / "tokenizer_config.json");
-    const std::string name = config.value("tokenizer_class", std::string());
+    const std::string name = string_field(dir / "tokenizer_config.json", "tokenizer_class");
     if (name.rfind("Bart", 0) == 0 || name.rfind("Roberta", 0) == 0 || name.rfind("GPT2", 0) == 0) return "bart";
     if (name.rfind("T5", 0) == 0) return "t5";
     if (name.rfind("Pegasus", 0) == 0) return "pegasus";
   }
   if (has_file(dir, "config.json")) {
-    const std::string type = util::read_json_file(dir / "config.json").value("model_type", std::string());
+    const std::string type = string_field(dir / "config.json", "model_type");
     if (type == "bart" || type == "t5" || type == "pegasus") return type;
     if (type == "mt5") return "t5";
   }

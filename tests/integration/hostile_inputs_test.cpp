@@ -126,6 +126,48 @@ TEST(HostileInputs, ATokenizerOfAnotherModelIsNamedNotAnIndexOutOfRange) {
   EXPECT_FALSE(fs::exists(dir / "ids.jsonl"));
 }
 
+// BART's and T5's tokenizer files as a user could get them wrong or an attacker could write them: each is named with
+// the field at fault; nothing reaches the model (a negative or 2^31 id would index past the embedding table), and
+// no file makes fitsum build billions of tokens.
+TEST(HostileInputs, BrokenByteLevelBpeAndT5TokenizerFilesAreNamedWithTheirField) {
+  const auto dir = temp_dir("bpe-files");
+  write_bytes(dir / "d.jsonl", "{\"dialogue\": \"hi there\", \"summary\": \"ok\"}\n");
+  const std::string bart_class = "{\"tokenizer_class\": \"BartTokenizer\"}";
+  const std::string bpe = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": ";
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> files;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {{{"vocab.json", "[1, 2]"}, {"merges.txt", "#v\n"}}, "is not a JSON object of token -> id"},
+      {{{"vocab.json", "{\"a\": -5}"}, {"merges.txt", "#v\n"}}, "token 'a' has id -5"},
+      {{{"vocab.json", "{\"a\": 2147483647}"}, {"merges.txt", "#v\n"}}, "not an integer in 0 .. 2147483646"},
+      {{{"tokenizer.json", "{\"model\": 5}"}, {"tokenizer_config.json", bart_class}}, "model is not a BPE model"},
+      {{{"tokenizer.json", bpe + "[[1, 2]]}}"}, {"tokenizer_config.json", bart_class}}, "model.merges holds [1,2]"},
+      {{{"tokenizer.json", bpe + "[]}, \"added_tokens\": [{\"content\": \"x\", \"id\": 2147483647}]}"},
+        {"tokenizer_config.json", bart_class}},
+       "added_tokens[0]"},
+      {{{"tokenizer.json", bpe + "[]}, \"added_tokens\": 3}"}, {"tokenizer_config.json", bart_class}},
+       "added_tokens is not a list"},
+      {{{"tokenizer.json", bpe + "[]}}"}, {"tokenizer_config.json", "{\"tokenizer_class\": 5}"}},
+       "tokenizer_class is not a string"},
+      {{{"tokenizer.json", bpe + "[]}}"}, {"tokenizer_config.json", "{\"add_prefix_space\": \"yes\"}"}},
+       "add_prefix_space is \"yes\""},
+      {{{"spiece.model", "x"},
+        {"tokenizer_config.json", "{\"tokenizer_class\": \"T5Tokenizer\", \"extra_ids\": 2000000000}"}},
+       "extra_ids is 2000000000"},
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto folder = dir / ("case" + std::to_string(i));
+    fs::create_directories(folder);
+    for (const auto& [name, text] : cases[i].files) write_bytes(folder / name, text);
+    SCOPED_TRACE(cases[i].needle);
+    expect_one_line_error(fitsum("tokenize --tokenizer_name '" + folder.string() + "' --input_file '" +
+                                 (dir / "d.jsonl").string() + "' --output_file '" + (dir / "o.jsonl").string() + "'"),
+                          1, cases[i].needle);
+  }
+}
+
 TEST(HostileInputs, UsageErrorsAreOneLineWithExitTwo) {
   expect_one_line_error(fitsum("info --model x --no_such_flag"), 2, "--no_such_flag");
   expect_one_line_error(fitsum("rouge --input_file x.jsonl --use_stemmer maybe"), 2, "use_stemmer");
