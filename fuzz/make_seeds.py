@@ -72,6 +72,12 @@ def main():
     for i, r in enumerate(samsum("validation", 4)):
         write("tokenizer", "dialogue%d" % i, struct.pack("<H", [3, 64, 600, 2000][i]) + r["dialogue"].encode())
     write("tokenizer", "special", struct.pack("<H", 16) + "<mask_1> a </s> b <unk_7> <pad>\n\u00e9\u2047 x".encode())
+    # bart_tokenizer: the same layout; text with <mask>, a long word, spaces GPT-2's pattern treats specially
+    for i, r in enumerate(samsum("validation", 4)):
+        write("bart_tokenizer", "dialogue%d" % i, struct.pack("<H", [0, 62, 598, 1998][i]) + r["dialogue"].encode())
+    write("bart_tokenizer", "special",
+          struct.pack("<H", 14) + "<s>a <mask> b</s> <pad>\u00a0\u0085 x  \n\n y's 12345 \U0001F600".encode())
+    write("bart_tokenizer", "long_word", struct.pack("<H", 30) + ("abcdefghij" * 300).encode())
     # rouge: option byte, reference NUL prediction
     for i, r in enumerate(samsum("test", 4)):
         write("rouge", "pair%d" % i, bytes([i]) + r["summary"].encode() + b"\0" + r["dialogue"][:300].encode())

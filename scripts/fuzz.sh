@@ -7,7 +7,7 @@
 set -euo pipefail
 build=${1:-build-sanitize}
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-safetensors pytorch_bin config records tokenizer rouge checkpoint_state}
+targets=${FUZZ_TARGETS:-safetensors pytorch_bin config records tokenizer bart_tokenizer rouge checkpoint_state}
 artifacts=${FUZZ_ARTIFACTS:-$build/fuzz-findings}
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$artifacts"
