@@ -15,16 +15,17 @@ import numpy as np
 import pytest
 import torch
 from rouge_score import rouge_scorer
-from transformers import PegasusForConditionalGeneration, PegasusTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import (BartForConditionalGeneration, BartTokenizer, PegasusForConditionalGeneration,
+                          PegasusTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments)
 
-from harness import assert_close, fitsum, read_json, read_jsonl, shared_path, write_jsonl
+from harness import SOURCE, assert_close, fitsum, read_json, read_jsonl, shared_path, write_jsonl
 
 COUNT, BATCH, BEAMS, MAX_LENGTH, MAX_SOURCE, MAX_TARGET = 10, 4, 4, 40, 128, 48
 
 
 class Tokenized(torch.utils.data.Dataset):
-    def __init__(self, tokenizer, records):
-        self.inputs = tokenizer([r["dialogue"] for r in records], max_length=MAX_SOURCE, truncation=True)
+    def __init__(self, tokenizer, records, max_source=MAX_SOURCE):
+        self.inputs = tokenizer([r["dialogue"] for r in records], max_length=max_source, truncation=True)
         self.labels = tokenizer(text_target=[r["summary"] for r in records], max_length=MAX_TARGET,
                                 truncation=True)["input_ids"]
 
@@ -36,15 +37,25 @@ class Tokenized(torch.utils.data.Dataset):
                 "labels": self.labels[i]}
 
 
-def summary_word_model(records, folder):
-    """The shared tiny PEGASUS checkpoint (its own outputs score ROUGE 0) with final_logits_bias raised on the tokens
-    that occur most in these records' summaries, so that its predictions share words with the references and every
-    ROUGE score is a non-zero number to compare. Saved with save_pretrained, tokenizer included."""
-    source = shared_path("data", "pegasus-tiny")
-    tokenizer = PegasusTokenizer.from_pretrained(source)
-    model = PegasusForConditionalGeneration.from_pretrained(source)
+# The tiny checkpoints evaluated: (folder, model class, tokenizer class, the tokens' word-start mark).
+CHECKPOINTS = {
+    "pegasus": (lambda: shared_path("data", "pegasus-tiny"), PegasusForConditionalGeneration, PegasusTokenizer,
+                "\u2581"),
+    "bart": (lambda: os.path.join(SOURCE, "tests", "data", "fixtures", "tiny-bart"), BartForConditionalGeneration,
+             BartTokenizer, "\u0120"),
+}
+
+
+def summary_word_model(records, folder, family):
+    """A tiny checkpoint (its own outputs score ROUGE 0) with final_logits_bias raised on the tokens that occur most in
+    these records' summaries, so that its predictions share words with the references and every ROUGE score is a
+    non-zero number to compare. Saved with save_pretrained, tokenizer included."""
+    source, model_class, tokenizer_class, word_start = CHECKPOINTS[family]
+    source = source()
+    tokenizer = tokenizer_class.from_pretrained(source)
+    model = model_class.from_pretrained(source)
     words = [t for r in records for t in tokenizer(r["summary"])["input_ids"]
-             if tokenizer.convert_ids_to_tokens(t).lstrip("\u2581").isalpha()]
+             if tokenizer.convert_ids_to_tokens(t).lstrip(word_start).isalpha()]
     with torch.no_grad():
         for rank, (token, _) in enumerate(Counter(words).most_common(60)):
             model.final_logits_bias[0, token] += 8.0 - rank * 0.05
@@ -59,14 +70,17 @@ def summary_word_model(records, folder):
     generation["no_repeat_ngram_size"] = 1
     with open(path, "w") as f:
         json.dump(generation, f, indent=2)
-    model = PegasusForConditionalGeneration.from_pretrained(folder)
+    model = model_class.from_pretrained(folder)
     return tokenizer, model
 
 
-def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path):
+@pytest.mark.parametrize("family", ["pegasus", "bart"])
+def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path, family):
     records = read_jsonl(shared_path("data", "samsum", "test.jsonl"))[:COUNT]
     folder = str(tmp_path / "model")
-    tokenizer, model = summary_word_model(records, folder)
+    tokenizer, model = summary_word_model(records, folder, family)
+    # The tiny BART has 64 learned positions: sources are cut to them (fitsum would lower the length itself, warning).
+    max_source = min(MAX_SOURCE, model.config.max_position_embeddings)
     from transformers import DataCollatorForSeq2Seq
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
@@ -88,11 +102,11 @@ def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path):
                                     per_device_eval_batch_size=BATCH, predict_with_generate=True,
                                     generation_max_length=MAX_LENGTH, generation_num_beams=BEAMS)
     trainer = Seq2SeqTrainer(model=model, args=args, data_collator=collator, compute_metrics=compute_metrics)
-    want = trainer.evaluate(Tokenized(tokenizer, records))
+    want = trainer.evaluate(Tokenized(tokenizer, records, max_source))
 
     data = write_jsonl(tmp_path / "test.jsonl", records)
     fitsum("eval", "--model", folder, "--test_file", data, "--per_device_eval_batch_size", BATCH, "--num_beams",
-           BEAMS, "--max_length", MAX_LENGTH, "--max_source_length", MAX_SOURCE, "--max_target_length", MAX_TARGET,
+           BEAMS, "--max_length", MAX_LENGTH, "--max_source_length", max_source, "--max_target_length", MAX_TARGET,
            "--predictions_file", tmp_path / "pred.jsonl", "--metrics_file", tmp_path / "metrics.json")
     got = read_json(tmp_path / "metrics.json")
     predictions = read_jsonl(tmp_path / "pred.jsonl")
