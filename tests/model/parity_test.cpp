@@ -60,18 +60,7 @@ TEST_P(Parity, GradientsMatchReference) {
   model->train();  // the fixtures have every dropout at 0
   auto out = model->forward(long_tensor(c["input_ids"]), long_tensor(c["attention_mask"]), long_tensor(c["labels"]));
   out.loss.backward();
-  auto params = model->named_parameters();
-  for (const auto& item : c["grads"].items()) {
-    const auto& grad = params[item.key()].grad();
-    ASSERT_TRUE(grad.defined()) << item.key();
-    expect_samples_near(grad, item.value(), rms_tolerance(item.value(), grad.numel()), "grad of " + item.key());
-  }
-  double sum_sq = 0.0;
-  for (const auto& p : model->parameters()) {
-    if (p.grad().defined()) sum_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
-  }
-  const double expected = c["grad_global_l2"].get<double>();
-  EXPECT_CLOSE(std::sqrt(sum_sq), expected, relative(1e-5));
+  expect_gradients_match_case(*model, c);
 }
 
 TEST_P(Parity, GradientsWithHuggingFacePaddingIdx) {

@@ -59,4 +59,24 @@ inline double rms_tolerance(const nlohmann::json& expected, std::int64_t numel) 
   return 1e-4 * expected.at("l2").get<double>() / std::sqrt(static_cast<double>(numel));
 }
 
+// After a backward pass of `model` on a fixture case: every parameter the case samples has a gradient whose samples
+// are within rms_tolerance of the case's, and the global L2 norm of all gradients is within 1e-5 relative of the
+// case's "grad_global_l2".
+inline void expect_gradients_match_case(model::Seq2SeqLMImpl& model, const nlohmann::json& c) {
+  auto params = model.named_parameters();
+  for (const auto& item : c["grads"].items()) {
+    ASSERT_TRUE(params.contains(item.key())) << item.key();
+    const auto& grad = params[item.key()].grad();
+    ASSERT_TRUE(grad.defined()) << item.key();
+    expect_samples_near(grad, item.value(), rms_tolerance(item.value(), grad.numel()), "grad of " + item.key());
+  }
+  double sum_sq = 0.0;
+  for (const auto& p : model.parameters()) {
+    if (p.grad().defined()) sum_sq += p.grad().to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  const double expected = c["grad_global_l2"].get<double>();
+  EXPECT_LE(std::abs(std::sqrt(sum_sq) - expected), 1e-5 * std::abs(expected))
+      << "global gradient L2 " << std::sqrt(sum_sq) << " against " << expected;
+}
+
 }  // namespace fitsum::test
