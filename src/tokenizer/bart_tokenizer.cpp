@@ -119,6 +119,12 @@ std::vector<TokenId> BartTokenizer::encode(std::string_view text, std::optional<
     throw std::invalid_argument("a maximum length of " + std::to_string(*max_length) +
                                 " leaves no room for BART's <s> and </s>; use at least 2");
   }
+  // Checked over the whole text here, not only where words are merged: with max_length the words past the kept ids
+  // are never looked at, and a text is refused or not whatever the length asked for.
+  if (const std::size_t bad = find_invalid_utf8(text); bad != std::string_view::npos) {
+    throw std::invalid_argument("text is not valid UTF-8 (byte " + std::to_string(bad) +
+                                "): GPT-2's byte-level tokenizer reads Unicode text; fix the file's encoding");
+  }
   std::string prepared(text);
   std::size_t first_length = 0;
   if (options_.add_prefix_space && !prepared.empty() && !is_python_space(code_point_at(prepared, 0, first_length))) {

@@ -269,6 +269,10 @@ TEST(BartTokenizer, TruncatedEncodingEqualsEncodingEverythingAndCutting) {
   EXPECT_FALSE(truncated) << "exactly max_length ids are not cut";
   EXPECT_EQ(gpt2().encode("Jerry: sure", exact.size() - 1, &truncated).size(), exact.size() - 1);
   EXPECT_TRUE(truncated);
+  // Text that is not UTF-8 past the kept ids (after a special token, in a part never merged) is refused all the same
+  // (found by the bart_tokenizer fuzz target).
+  EXPECT_THROW(gpt2().encode("a <mask> b 123\x9f4", 3), std::invalid_argument);
+  EXPECT_THROW(gpt2().encode("a b c d e f g h i j k 123\x9f4", 3), std::invalid_argument);
 }
 
 TEST(T5Tokenizer, ReproducesHuggingFaceOnALargeSentencePieceModel) {
