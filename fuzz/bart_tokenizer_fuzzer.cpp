@@ -44,11 +44,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (whole_refused != bounded_refused) __builtin_trap();
   if (whole_refused) return 0;
-  const bool whole_cut = whole.size() > max_length;
-  if (whole_cut) {
-    whole.resize(max_length);
-    whole.back() = t.eos_id();
-  }
+  const bool whole_cut = fitsum::tokenizer::truncate_keeping_eos(whole, max_length);
   if (bounded != whole || bounded_cut != whole_cut) __builtin_trap();
   (void)t.decode(bounded);
   std::vector<TokenId> ids;

@@ -346,11 +346,11 @@ void append_json_line(std::string& out, const Example& example) {
 }
 
 std::size_t drop_empty_examples(std::vector<Example>& examples, const std::vector<TokenId>& empty_text_ids) {
-  const auto only_eos = [&](const std::vector<TokenId>& ids) { return ids == empty_text_ids; };
   const std::size_t before = examples.size();
   examples.erase(std::remove_if(examples.begin(), examples.end(),
                                 [&](const Example& example) {
-                                  return only_eos(example.input_ids) || (example.labels && only_eos(*example.labels));
+                                  return example.input_ids == empty_text_ids ||
+                                         (example.labels && *example.labels == empty_text_ids);
                                 }),
                  examples.end());
   return before - examples.size();

@@ -93,11 +93,6 @@ TEST(FamiliesCli, BartIsEvaluatedFineTunedAndSummarizedLikePegasus) {
   EXPECT_EQ(summaries, expected);
 }
 
-std::string file_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // Resuming BART from a checkpoint (dropout on, accumulation, checkpointing, AdamW) ends with the weights of the run
 // that was not interrupted, byte for byte, as PEGASUS does: nothing in the RNG replay or the state is family-specific.
 TEST(FamiliesCli, BartResumesToTheWeightsOfAnUninterruptedRun) {
@@ -119,10 +114,11 @@ TEST(FamiliesCli, BartResumesToTheWeightsOfAnUninterruptedRun) {
   const auto resumed =
       train(dir / "resumed", "--resume_from_checkpoint '" + (dir / "resumed" / "checkpoint-2").string() + "'");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_EQ(file_bytes(dir / "resumed" / "model.safetensors"), file_bytes(dir / "whole" / "model.safetensors"));
+  EXPECT_EQ(util::read_file(dir / "resumed" / "model.safetensors"),
+            util::read_file(dir / "whole" / "model.safetensors"));
   // And the checkpoint is not the end: its weights differ from the final ones.
-  EXPECT_NE(file_bytes(dir / "whole" / "checkpoint-2" / "model.safetensors"),
-            file_bytes(dir / "whole" / "model.safetensors"));
+  EXPECT_NE(util::read_file(dir / "whole" / "checkpoint-2" / "model.safetensors"),
+            util::read_file(dir / "whole" / "model.safetensors"));
 }
 
 }  // namespace
