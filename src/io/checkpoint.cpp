@@ -214,6 +214,8 @@ namespace {
 struct WeightMatch {
   std::map<std::string, at::Tensor> expected;  // parameters and buffers under their HF names
   bool has_prefix = false;                     // stored names start with "model." (else: a bare PegasusModel)
+  bool t5 = false;                             // T5's names have no "model." level at all
+  std::string shared_name = "model.shared.weight";
   std::vector<const TensorSource::Info*> to_load;
   std::vector<const TensorSource::Info*> duplicates;
   std::set<std::string> found;
@@ -222,18 +224,16 @@ struct WeightMatch {
 
   // Checkpoints saved from the bare PegasusModel have no "model." prefix; HF adds it on load, so do we.
   std::string hf_name(const std::string& stored) const {
-    if (has_prefix || stored == "final_logits_bias" || stored.rfind("lm_head.", 0) == 0) return stored;
+    if (t5 || has_prefix || stored == "final_logits_bias" || stored.rfind("lm_head.", 0) == 0) return stored;
     return "model." + stored;
   }
 };
 
 // Sorts one stored tensor into to_load, duplicates or problems.
 void match_stored(WeightMatch& m, const TensorSource::Info& info, const model::ModelConfig& c) {
-  const std::set<std::string> tied_copies =
-      c.tie_word_embeddings
-          ? std::set<std::string>{"lm_head.weight", "model.encoder.embed_tokens.weight",
-                                  "model.decoder.embed_tokens.weight"}
-          : std::set<std::string>{"model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"};
+  const std::string prefix = m.t5 ? "" : "model.";
+  std::set<std::string> tied_copies{prefix + "encoder.embed_tokens.weight", prefix + "decoder.embed_tokens.weight"};
+  if (c.tie_word_embeddings) tied_copies.insert("lm_head.weight");
   const std::string name = m.hf_name(info.name);
   auto it = m.expected.find(name);
   std::vector<std::int64_t> want;
@@ -272,13 +272,15 @@ WeightMatch match_weights(model::Seq2SeqLMImpl& model, const TensorSource& sourc
     if (info.name.rfind("model.", 0) == 0) m.has_prefix = true;
   }
   const auto& c = model.config();
+  m.t5 = c.is_t5();
+  if (m.t5) m.shared_name = "shared.weight";
   for (const auto& info : source.tensors()) match_stored(m, info, c);
   for (const auto& [name, tensor] : m.expected) {
     if (m.found.count(name)) continue;
     const bool computable =
         name == "final_logits_bias" ||
         (ends_with(name, "embed_positions.weight") && c.position_embedding == model::PositionEmbedding::sinusoidal);
-    if (name == "model.shared.weight" && !m.duplicates.empty()) {
+    if (name == m.shared_name && !m.duplicates.empty()) {
       continue;  // only a tied copy is stored: it is loaded into model.shared below
     }
     if (computable) {
@@ -326,14 +328,14 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
     const std::string name = m.hf_name(info->name);
     report.tied_duplicates.push_back(name);
     auto value = source->read(info->name, shared.scalar_type());
-    if (!m.found.count("model.shared.weight")) {
+    if (!m.found.count(m.shared_name)) {
       shared.copy_(value);
-      m.found.insert("model.shared.weight");
+      m.found.insert(m.shared_name);
       report.tensors_loaded += 1;
     } else if (!torch::equal(value, shared)) {
-      report.warnings.push_back("'" + name +
-                                "' differs from model.shared.weight; tie_word_embeddings is true, so "
-                                "model.shared.weight is used (as Hugging Face does after tie_weights)");
+      report.warnings.push_back("'" + name + "' differs from " + m.shared_name +
+                                "; tie_word_embeddings is true, so " + m.shared_name +
+                                " is used (as Hugging Face does after tie_weights)");
     }
   }
   return report;

@@ -79,14 +79,29 @@ void DecoderCache::select(const torch::Tensor& index) {
 // ---- Attention (HF PegasusAttention) ----
 
 AttentionImpl::AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout)
-    : heads_(heads),
-      head_dim_(d_model / heads),
-      scaling_(std::pow(static_cast<double>(d_model / heads), -0.5)),
-      dropout_(dropout) {
-  k_proj = register_module("k_proj", torch::nn::Linear(d_model, d_model));
-  v_proj = register_module("v_proj", torch::nn::Linear(d_model, d_model));
-  q_proj = register_module("q_proj", torch::nn::Linear(d_model, d_model));
-  out_proj = register_module("out_proj", torch::nn::Linear(d_model, d_model));
+    : AttentionImpl(AttentionShape{d_model, heads, 0, dropout, false}) {}
+
+AttentionImpl::AttentionImpl(const AttentionShape& shape)
+    : heads_(shape.heads),
+      head_dim_(shape.head_dim > 0 ? shape.head_dim : shape.d_model / shape.heads),
+      scaling_(shape.t5 ? 1.0 : std::pow(static_cast<double>(head_dim_), -0.5)),
+      dropout_(shape.dropout) {
+  const auto inner = heads_ * head_dim_;
+  const auto linear = [&](std::int64_t in, std::int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(!shape.t5));
+  };
+  // Registration order is each family's (PEGASUS/BART: k, v, q, out; T5: q, k, v, o).
+  if (shape.t5) {
+    q_proj = register_module("q", linear(shape.d_model, inner));
+    k_proj = register_module("k", linear(shape.d_model, inner));
+    v_proj = register_module("v", linear(shape.d_model, inner));
+    out_proj = register_module("o", linear(inner, shape.d_model));
+  } else {
+    k_proj = register_module("k_proj", linear(shape.d_model, inner));
+    v_proj = register_module("v_proj", linear(shape.d_model, inner));
+    q_proj = register_module("q_proj", linear(shape.d_model, inner));
+    out_proj = register_module("out_proj", linear(inner, shape.d_model));
+  }
 }
 
 torch::Tensor AttentionImpl::split_heads(const torch::Tensor& x) const {
@@ -98,8 +113,8 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
                                     const torch::Tensor& mask) {
   const auto batch = x.size(0);
   const auto length = x.size(1);
-  // HF scales the projected queries (bias included) before the product.
-  auto query = split_heads(q_proj->forward(x) * scaling_);  // (B, H, T, hd)
+  // HF scales the projected queries (bias included) before the product; T5 does not scale.
+  auto query = split_heads(scaling_ == 1.0 ? q_proj->forward(x) : q_proj->forward(x) * scaling_);  // (B, H, T, hd)
   torch::Tensor context;
 #if FITSUM_HAS_SDPA
   // The fused kernels keep no (T, S) probabilities for backward; the mask broadcasts over heads as it is. A mask
@@ -205,8 +220,42 @@ torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch
 
 }  // namespace
 
-TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind) : settings_(layer_settings(c)) {
+namespace {
+
+// One sub-layer of a T5 block under T5's names: {`name`: block, layer_norm: RMSNorm}.
+std::shared_ptr<torch::nn::Module> t5_sub_layer(const char* name, const std::shared_ptr<torch::nn::Module>& block,
+                                                RMSNorm& norm, const ModelConfig& c) {
+  auto holder = std::make_shared<torch::nn::Module>();
+  holder->register_module(name, block);
+  norm = holder->register_module("layer_norm", RMSNorm(c.d_model, c.layer_norm_eps));
+  return holder;
+}
+
+}  // namespace
+
+TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind, bool first)
+    : settings_(layer_settings(c)), t5_(c.is_t5()) {
   const bool decoder = kind == StackKind::decoder;
+  if (t5_) {
+    const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
+    const AttentionShape shape{c.d_model, heads, decoder ? c.decoder_head_dim() : c.encoder_head_dim(),
+                               c.attention_dropout, true};
+    layer = register_module("layer", torch::nn::ModuleList());
+    self_attn = Attention(shape);
+    if (first) {
+      self_attn->position_bias = RelativePositionBias(c.relative_attention_num_buckets,
+                                                      c.relative_attention_max_distance, heads, !decoder);
+      self_attn->register_module("relative_attention_bias", self_attn->position_bias->relative_attention_bias);
+    }
+    layer->push_back(t5_sub_layer("SelfAttention", self_attn.ptr(), self_attn_rms, c));
+    if (decoder) {
+      encoder_attn = Attention(shape);
+      layer->push_back(t5_sub_layer("EncDecAttention", encoder_attn.ptr(), encoder_attn_rms, c));
+    }
+    ff = T5FeedForward(c.d_model, decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim, c.gated_ffn);
+    layer->push_back(t5_sub_layer("DenseReluDense", ff.ptr(), ff_rms, c));
+    return;
+  }
   const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
   const auto ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
   // Registration order is HF's (the order of named_parameters and of saved checkpoints).
@@ -227,9 +276,29 @@ void TransformerLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
   if (!encoder_attn.is_empty()) encoder_attn->set_kernel_choices(kernels);
 }
 
+torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                                               const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                                               AttentionCache* self_cache, AttentionCache* cross_cache) {
+  // HF T5Block: each sub-layer is hidden + dropout(block(RMSNorm(hidden))); the masks already hold the position bias.
+  const bool training = is_training();
+  const auto residual = [&](const torch::Tensor& h, const torch::Tensor& block) {
+    return h + apply_dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
+  };
+  auto x = self_attn_rms->forward(hidden);
+  auto h = residual(hidden, self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache)
+                                       : self_attn->forward(x, x, self_mask));
+  if (!encoder_attn.is_empty()) {
+    x = encoder_attn_rms->forward(h);
+    h = residual(h, cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
+                                : encoder_attn->forward(x, encoder_hidden, cross_mask));
+  }
+  return residual(h, ff->forward(ff_rms->forward(h), settings_.dropout, training));
+}
+
 torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
                                             const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
                                             AttentionCache* self_cache, AttentionCache* cross_cache) {
+  if (t5_) return forward_t5(hidden, self_mask, encoder_hidden, cross_mask, self_cache, cross_cache);
   const bool training = is_training();
   auto h = residual_block(hidden, self_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
     return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache) : self_attn->forward(x, x, self_mask);
@@ -293,13 +362,21 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
       embed_tokens_(std::move(shared)),
       embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
       dropout_(c.dropout),
-      padding_idx_(c.embedding_padding_idx) {
+      padding_idx_(c.embedding_padding_idx),
+      t5_(c.is_t5()) {
+  const auto depth = kind == StackKind::decoder ? c.decoder_layers : c.encoder_layers;
+  if (t5_) {
+    // HF T5Stack: embed_tokens (the shared table, not registered again), block, final_layer_norm.
+    layers = register_module("block", torch::nn::ModuleList());
+    for (std::int64_t i = 0; i < depth; ++i) layers->push_back(TransformerLayer(c, kind, i == 0));
+    final_rms = register_module("final_layer_norm", RMSNorm(c.d_model, c.layer_norm_eps));
+    return;
+  }
   embed_positions = register_module("embed_positions", PositionalEmbedding(c));
   if (c.layernorm_embedding) {
     layernorm_embedding = register_module("layernorm_embedding", make_layer_norm(c));
   }
   layers = register_module("layers", torch::nn::ModuleList());
-  const auto depth = kind == StackKind::decoder ? c.decoder_layers : c.encoder_layers;
   for (std::int64_t i = 0; i < depth; ++i) {
     layers->push_back(TransformerLayer(c, kind));
   }
@@ -320,6 +397,7 @@ torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
                             kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids");
   }
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
+  if (t5_) return apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);  // no scale, no positions
   h = h * embed_scale_;
   h = h + embed_positions->forward(ids.size(1), past);
   if (!layernorm_embedding.is_empty()) {
@@ -338,12 +416,16 @@ torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, c
   }
   const bool cross = encoder_hidden.defined();
   if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
-    // The encoder states are an input of a decoder block: their gradient flows back through the recompute.
+    // The encoder states are an input of a decoder block: their gradient flows back through the recompute. So is
+    // T5's self-attention mask, which carries the trained position bias.
     TensorList inputs{hidden};
     if (cross) inputs.push_back(encoder_hidden);
+    const bool mask_is_input = self_mask.defined() && self_mask.requires_grad();
+    if (mask_is_input) inputs.push_back(self_mask);
     return checkpoint(
-        [layer, self_mask, cross_mask](const TensorList& in) {
-          return TensorList{layer->forward(in[0], self_mask, in.size() > 1 ? in[1] : torch::Tensor(), cross_mask)};
+        [layer, self_mask, cross_mask, cross, mask_is_input](const TensorList& in) {
+          const auto& mask = mask_is_input ? in.back() : self_mask;
+          return TensorList{layer->forward(in[0], mask, cross ? in[1] : torch::Tensor(), cross_mask)};
         },
         inputs)[0];
   }
@@ -352,11 +434,23 @@ torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, c
   return layer->forward(hidden, self_mask, cross ? encoder_hidden.view_as(encoder_hidden) : encoder_hidden, cross_mask);
 }
 
+torch::Tensor StackImpl::with_position_bias(const torch::Tensor& mask, std::int64_t length, std::int64_t past) {
+  if (!t5_) return mask;
+  auto bias = layers[0]->as<TransformerLayer>()->self_attn->position_bias->forward(length, past);  // (1, H, T, K)
+  return mask.defined() ? bias + mask : bias;
+}
+
+torch::Tensor StackImpl::finish(const torch::Tensor& hidden) {
+  if (t5_) return apply_dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
+  return layer_norm.is_empty() ? hidden : layer_norm->forward(hidden);
+}
+
 torch::Tensor StackImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& mask) {
   TORCH_CHECK(kind_ == StackKind::encoder, "encode() called on a decoder stack");
   auto h = embed(input_ids, 0);  // (B, S, D)
-  for (std::size_t i = 0; i < layers->size(); ++i) h = run_layer(i, h, mask, {}, {}, nullptr);
-  return layer_norm.is_empty() ? h : layer_norm->forward(h);
+  const auto self_mask = with_position_bias(mask, input_ids.size(1), 0);
+  for (std::size_t i = 0; i < layers->size(); ++i) h = run_layer(i, h, self_mask, {}, {}, nullptr);
+  return finish(h);
 }
 
 torch::Tensor StackImpl::decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
@@ -368,9 +462,10 @@ torch::Tensor StackImpl::decode(const torch::Tensor& decoder_input_ids, const to
   // A single new position may see every cached one: no mask needed.
   torch::Tensor self_mask;
   if (length > 1) self_mask = causal_mask(length, past, h.scalar_type(), h.device());
+  self_mask = with_position_bias(self_mask, length, past);
   for (std::size_t i = 0; i < layers->size(); ++i) h = run_layer(i, h, self_mask, encoder_hidden, cross_mask, cache);
   if (cache) cache->length += length;
-  return layer_norm.is_empty() ? h : layer_norm->forward(h);
+  return finish(h);
 }
 
 Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
@@ -384,15 +479,21 @@ Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
 Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
   config_.validate();
   if (config_.is_t5()) {
-    throw std::invalid_argument("T5's blocks (RMSNorm, relative position bias, T5 feed-forward) are not part of "
-                                "the model yet: fitsum reads T5 configs for 'fitsum info' only");
+    // T5ForConditionalGeneration: shared, encoder, decoder (and lm_head) at the top level, no final_logits_bias.
+    model = Seq2SeqModel(config_);
+    register_module("shared", model->shared);
+    register_module("encoder", model->encoder);
+    register_module("decoder", model->decoder);
+  } else {
+    model = register_module("model", Seq2SeqModel(config_));
   }
-  model = register_module("model", Seq2SeqModel(config_));
   if (!config_.tie_word_embeddings) {
     lm_head = register_module(
         "lm_head", torch::nn::Linear(torch::nn::LinearOptions(config_.d_model, config_.vocab_size).bias(false)));
   }
-  final_logits_bias = register_buffer("final_logits_bias", torch::zeros({1, config_.vocab_size}));
+  if (config_.has_final_logits_bias) {
+    final_logits_bias = register_buffer("final_logits_bias", torch::zeros({1, config_.vocab_size}));
+  }
 }
 
 torch::Tensor Seq2SeqLMImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
@@ -410,16 +511,22 @@ torch::Tensor Seq2SeqLMImpl::lm_head_weight() const {
   return config_.tie_word_embeddings ? model->shared->weight : lm_head->weight;
 }
 
+torch::Tensor Seq2SeqLMImpl::head_input(const torch::Tensor& decoder_hidden) const {
+  if (!config_.rescale_tied_lm_head) return decoder_hidden;
+  return decoder_hidden * std::pow(static_cast<double>(config_.d_model), -0.5);
+}
+
 torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
   // (B, T, D) x (V, D)^T + (1, V) -> (B, T, V)
-  return torch::linear(decoder_hidden, lm_head_weight()) + final_logits_bias;
+  auto logits = torch::linear(head_input(decoder_hidden), lm_head_weight());
+  return final_logits_bias.defined() ? logits + final_logits_bias : logits;
 }
 
 TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
                                     double label_smoothing) {
   LinearCrossEntropyOptions options;
   options.label_smoothing = label_smoothing;
-  return linear_cross_entropy(decoder_hidden, lm_head_weight(), final_logits_bias, labels, options);
+  return linear_cross_entropy(head_input(decoder_hidden), lm_head_weight(), final_logits_bias, labels, options);
 }
 
 void Seq2SeqLMImpl::set_kernel_choices(const KernelChoices& kernels) {
@@ -458,22 +565,44 @@ DecoderCache Seq2SeqLMImpl::new_cache() const {
   return cache;
 }
 
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// T5PreTrainedModel._init_weights: normals scaled by initializer_factor (init_std here) and the fan-in.
+double t5_init_std(const std::string& name, const ModelConfig& c) {
+  const double factor = c.init_std;
+  const double d_model = static_cast<double>(c.d_model);
+  const double d_kv = static_cast<double>(c.encoder_head_dim());
+  const double heads = static_cast<double>(c.encoder_attention_heads);
+  if (ends_with(name, ".q.weight")) return factor * std::pow(d_model * d_kv, -0.5);
+  if (ends_with(name, ".o.weight")) return factor * std::pow(heads * d_kv, -0.5);
+  if (ends_with(name, ".wo.weight")) return factor * std::pow(static_cast<double>(c.encoder_ffn_dim), -0.5);
+  if (name == "shared.weight" || name == "lm_head.weight") return factor;
+  return factor * std::pow(d_model, -0.5);  // k, v, wi, wi_0, wi_1, relative_attention_bias
+}
+
+}  // namespace
+
 void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const double std = model.config().init_std;
+  const auto& config = model.config();
   for (auto& item : model.named_parameters()) {
     const auto& name = item.key();
     auto& p = item.value();
+    const double std = config.is_t5() ? t5_init_std(name, config) : config.init_std;
     const bool is_norm =
         name.find("layer_norm") != std::string::npos || name.find("layernorm_embedding") != std::string::npos;
     if (is_norm) {
-      if (name.size() >= 7 && name.compare(name.size() - 7, 7, ".weight") == 0) {
-        p.fill_(1.0);
+      if (ends_with(name, ".weight")) {
+        p.fill_(config.is_t5() ? config.init_std : 1.0);
       } else {
         p.zero_();
       }
-    } else if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+    } else if (ends_with(name, ".bias")) {
       p.zero_();
     } else {
       // Drawn on the CPU with a private generator, so the result does not depend on the device.
@@ -486,7 +615,7 @@ void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
   if (pad >= 0) {
     model.model->shared->weight[pad].zero_();
   }
-  model.final_logits_bias.zero_();
+  if (model.final_logits_bias.defined()) model.final_logits_bias.zero_();
 }
 
 std::vector<std::string> trainable_parameter_names(Seq2SeqLMImpl& model) {

@@ -251,8 +251,13 @@ const char* to_string(OptimizerType type) { return type == OptimizerType::adafac
 
 std::vector<std::string> decay_parameter_names(torch::nn::Module& model) {
   std::set<std::string> in_layer_norm;
+  // LayerNorms, and T5's RMSNorm, which transformers adds to ALL_LAYERNORM_LAYERS; known by its type name, as optim
+  // does not depend on model (model/t5_layers.h).
+  const auto is_norm = [](const torch::nn::Module& m) {
+    return m.as<torch::nn::LayerNorm>() != nullptr || m.name().find("RMSNorm") != std::string::npos;
+  };
   for (const auto& item : model.named_modules()) {
-    if (item.value()->as<torch::nn::LayerNorm>() != nullptr) {
+    if (is_norm(*item.value())) {
       for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
         in_layer_norm.insert(item.key().empty() ? p.key() : item.key() + "." + p.key());
       }

@@ -20,6 +20,7 @@
 
 #include "fitsum/model/config.h"
 #include "fitsum/model/loss.h"
+#include "fitsum/model/t5_layers.h"
 
 namespace fitsum::model {
 
@@ -62,9 +63,20 @@ struct KernelChoices {
   bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
 };
 
+// PEGASUS's and BART's attention (q_proj, k_proj, v_proj, out_proj with biases; queries scaled by head_dim^-0.5), or
+// T5's (q, k, v, o without biases, unscaled scores, heads x d_kv wide inside).
+struct AttentionShape {
+  std::int64_t d_model = 0;
+  std::int64_t heads = 1;
+  std::int64_t head_dim = 0;  // 0: d_model / heads
+  double dropout = 0.0;
+  bool t5 = false;
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout);
+  explicit AttentionImpl(const AttentionShape& shape);
 
   // x (B, T, D) attends over kv (B, S, D); mask is additive, broadcastable to (B, heads, T, S), or undefined.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask);
@@ -76,7 +88,10 @@ class AttentionImpl : public torch::nn::Module {
 
   void set_kernel_choices(const KernelChoices& kernels) { byte_mask_dropout_ = kernels.byte_mask_dropout; }
 
-  torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};
+  torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};  // T5: k, v, q, o
+  // T5: the first layer's self-attention of each stack owns the relative position bias (registered under it as
+  // relative_attention_bias); the stack adds it to every layer's mask.
+  RelativePositionBias position_bias{nullptr};
 
  private:
   torch::Tensor split_heads(const torch::Tensor& x) const;  // (B, T, D) -> (B, heads, T, head_dim)
@@ -109,7 +124,8 @@ enum class StackKind { encoder, decoder };
 // (before the block for pre-LN, after the sum for post-LN).
 class TransformerLayerImpl : public torch::nn::Module {
  public:
-  TransformerLayerImpl(const ModelConfig& config, StackKind kind);
+  // `first`: the first layer of a T5 stack, whose self-attention owns the stack's relative position bias.
+  TransformerLayerImpl(const ModelConfig& config, StackKind kind, bool first = false);
   // hidden (B, T, D), self_mask additive, broadcastable to (B, 1, T, T'), or undefined -> (B, T, D).
   // Decoder layers also take encoder_hidden (B, S, D) and cross_mask (B, 1, 1, S); with caches, T' = cached
   // positions + T and the caches are updated.
@@ -124,9 +140,20 @@ class TransformerLayerImpl : public torch::nn::Module {
   torch::nn::LayerNorm encoder_attn_layer_norm{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::LayerNorm final_layer_norm{nullptr};
+  // T5 (HF T5Block): `layer` holds the sub-layers T5LayerSelfAttention {SelfAttention, layer_norm},
+  // T5LayerCrossAttention {EncDecAttention, layer_norm} (decoder) and T5LayerFF {DenseReluDense, layer_norm};
+  // self_attn and encoder_attn point into it, the norms are RMSNorms.
+  torch::nn::ModuleList layer{nullptr};
+  RMSNorm self_attn_rms{nullptr}, encoder_attn_rms{nullptr}, ff_rms{nullptr};
+  T5FeedForward ff{nullptr};
 
  private:
+  torch::Tensor forward_t5(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                           const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                           AttentionCache* self_cache, AttentionCache* cross_cache);
+
   LayerSettings settings_;
+  bool t5_ = false;
 };
 TORCH_MODULE(TransformerLayer);
 
@@ -165,8 +192,9 @@ class StackImpl : public torch::nn::Module {
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
-  torch::nn::ModuleList layers;
+  torch::nn::ModuleList layers;  // T5: registered as "block"
   torch::nn::LayerNorm layer_norm{nullptr};
+  RMSNorm final_rms{nullptr};  // T5: "final_layer_norm"
 
  private:
   // ids (B, T) at positions past .. past + T - 1 -> (B, T, D), before the first layer.
@@ -174,6 +202,11 @@ class StackImpl : public torch::nn::Module {
   // Layer i, checkpointed while training when i < checkpointed_layers_ (never with a cache).
   torch::Tensor run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
                           const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask, DecoderCache* cache);
+  // T5: the relative position bias of `length` queries after `past` positions added to `mask` (which may be
+  // undefined)  ->  (B or 1, heads, length, past + length). Other families: `mask` as it is.
+  torch::Tensor with_position_bias(const torch::Tensor& mask, std::int64_t length, std::int64_t past);
+  // The stack's last step: the final LayerNorm (PEGASUS), RMSNorm and dropout (T5), or nothing (BART).
+  torch::Tensor finish(const torch::Tensor& hidden);
 
   StackKind kind_;
   torch::nn::Embedding embed_tokens_;
@@ -182,10 +215,12 @@ class StackImpl : public torch::nn::Module {
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
   KernelChoices kernels_;
+  bool t5_ = false;
 };
 TORCH_MODULE(Stack);
 
-// HF's `model` submodule: the shared token embedding and the two stacks.
+// HF's `model` submodule: the shared token embedding and the two stacks. (T5 has no `model`: Seq2SeqLM registers
+// these three at its top level, as T5ForConditionalGeneration does.)
 class Seq2SeqModelImpl : public torch::nn::Module {
  public:
   explicit Seq2SeqModelImpl(const ModelConfig& config);
@@ -237,16 +272,21 @@ class Seq2SeqLMImpl : public torch::nn::Module {
 
   Seq2SeqModel model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // registered only when tie_word_embeddings is false
-  torch::Tensor final_logits_bias;     // buffer (1, V), as in HF
+  torch::Tensor final_logits_bias;     // buffer (1, V), as in HF; undefined for T5, which has none
 
  private:
+  // What the head multiplies: the decoder states, times d_model^-0.5 for T5 v1.0's tied head.
+  torch::Tensor head_input(const torch::Tensor& decoder_hidden) const;
+
   ModelConfig config_;
   KernelChoices kernels_;
 };
 TORCH_MODULE(Seq2SeqLM);
 
 // HF's _init_weights for these models: normal(0, init_std) for Linear and Embedding weights, zero biases and the
-// padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero. Deterministic in `seed`.
+// padding row, LayerNorm at (1, 0), sinusoidal tables recomputed, final_logits_bias zero; for T5 its
+// initializer_factor-scaled normals (T5PreTrainedModel._init_weights) and RMSNorm weights at 1. Deterministic in
+// `seed`.
 void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed);
 
 // Names of the tensors the optimizer updates (parameters), in registration order.
