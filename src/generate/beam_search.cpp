@@ -91,6 +91,12 @@ std::int64_t normalising_length(BeamLength convention, std::int64_t tokens, bool
   return convention == BeamLength::classic || ended_by_eos ? tokens : tokens - 1;
 }
 
+// The length BeamHypotheses.is_done divides the step's best candidate score by. HF passes the length the candidates
+// will have (input_ids.shape[-1] + 1); from 4.36 it subtracts the decoder prompt (the start token).
+std::int64_t bounding_length(BeamLength convention, std::int64_t tokens) {
+  return convention == BeamLength::classic ? tokens + 1 : tokens;
+}
+
 // The running search. R = num_beams * active sources (one row per source before the first step).
 struct BeamState {
   torch::Tensor sequences;                 // (R, T) int64 on the CPU: each beam's tokens, start token first
@@ -152,7 +158,7 @@ bool process_source(BeamState& state, std::int64_t a, const torch::TensorAccesso
         "beam search found fewer than num_beams continuations that are not eos among the top 2 * num_beams "
         "candidates (HF raises the same)");
   }
-  return hypotheses.is_done(best, state.length);
+  return hypotheses.is_done(best, bounding_length(options.beam_length, state.length));
 }
 
 // One step's bookkeeping over all active sources. log_probs (R, V) are the processed log-probabilities.

@@ -333,9 +333,8 @@ LoadReport load_weights(model::Seq2SeqLMImpl& model, const ModelFolder& folder) 
       m.found.insert(m.shared_name);
       report.tensors_loaded += 1;
     } else if (!torch::equal(value, shared)) {
-      report.warnings.push_back("'" + name + "' differs from " + m.shared_name +
-                                "; tie_word_embeddings is true, so " + m.shared_name +
-                                " is used (as Hugging Face does after tie_weights)");
+      report.warnings.push_back("'" + name + "' differs from " + m.shared_name + "; tie_word_embeddings is true, so " +
+                                m.shared_name + " is used (as Hugging Face does after tie_weights)");
     }
   }
   return report;

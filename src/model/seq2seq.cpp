@@ -243,8 +243,8 @@ TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind,
     layer = register_module("layer", torch::nn::ModuleList());
     self_attn = Attention(shape);
     if (first) {
-      self_attn->position_bias = RelativePositionBias(c.relative_attention_num_buckets,
-                                                      c.relative_attention_max_distance, heads, !decoder);
+      self_attn->position_bias =
+          RelativePositionBias(c.relative_attention_num_buckets, c.relative_attention_max_distance, heads, !decoder);
       self_attn->register_module("relative_attention_bias", self_attn->position_bias->relative_attention_bias);
     }
     layer->push_back(t5_sub_layer("SelfAttention", self_attn.ptr(), self_attn_rms, c));

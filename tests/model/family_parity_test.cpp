@@ -170,7 +170,7 @@ TEST(FamilyConfig, T5ConfigsReadAsTransformersBuildsThem) {
     EXPECT_EQ(model::count_parameters(c).trainable, expected) << name;
     EXPECT_EQ(model::count_parameters(c).frozen, 0) << name;
     std::int64_t built = 0;
-    for (const auto& p : model::Seq2SeqLM{c}->parameters()) built += p.numel();
+    for (const auto& p : model::Seq2SeqLM { c } -> parameters()) built += p.numel();
     EXPECT_EQ(built, expected) << name;
   }
 }
