@@ -183,8 +183,9 @@ void TrainingArguments::validate() const {
   }
   if (fp16) {
     throw std::invalid_argument(
-        "fp16 is refused for PEGASUS: its activations overflow float16 (the reason HF clamps them and why "
-        "PEGASUS fp16 fine-tunes produce NaN losses); use bf16, which has float32's range");
+        "fp16 is refused: PEGASUS's and T5's activations overflow float16 (the reason HF clamps them and why their "
+        "fp16 fine-tunes produce NaN losses), and fitsum has no loss-scaled float16 path; use bf16, which has "
+        "float32's range");
   }
   validate_best_model();
   if (output_dir.empty()) throw std::invalid_argument("output_dir is required");

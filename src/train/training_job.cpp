@@ -107,6 +107,9 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
   for (const auto& warning : data::clamp_lengths_to_model(job.data, config.max_position_embeddings)) {
     warn(report, warning);
   }
+  if (const auto warning = data::missing_source_prefix_warning(config.model_type, job.data); !warning.empty()) {
+    warn(report, warning);
+  }
   job.data.validate();
   if (!m.loaded.tokenizer_dir.empty()) {
     m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);

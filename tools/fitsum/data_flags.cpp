@@ -29,6 +29,8 @@ void add_tokenization_flags(CLI::App& command, data::DataOptions& options) {
       .add_option("--max_target_length", options.max_target_length,
                   "Longest summary in tokens, </s> included; longer summaries are truncated")
       ->capture_default_str();
+  command.add_option("--source_prefix", options.source_prefix,
+                     "text put before every input, e.g. \"summarize: \" for T5");
   command.add_flag("--skip_bad_records", options.skip_bad_records,
                    "Skip and count malformed records instead of stopping at the first one");
 }

@@ -12,7 +12,7 @@
 
 namespace fitsum::cli {
 
-// --text_column, --summary_column, --max_source_length, --max_target_length, --skip_bad_records
+// --text_column, --summary_column, --max_source_length, --max_target_length, --source_prefix, --skip_bad_records
 void add_tokenization_flags(CLI::App& command, data::DataOptions& options);
 
 // --tokenizer_name: the folder whose spiece.model or tokenizer.json tokenizes text records (default: the model's)

@@ -61,6 +61,9 @@ void run_eval(EvalArgs a) {
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
+  if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
+    std::cerr << "fitsum: warning: " << warning << "\n";
+  }
   a.data.validate();
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   if (!loaded.tokenizer_dir.empty()) tokenizer = tokenizer::load_tokenizer(loaded.tokenizer_dir);

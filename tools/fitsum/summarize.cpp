@@ -34,14 +34,17 @@ struct SummarizeArgs {
 constexpr std::size_t kMaxDialogueBytes = std::size_t{16} << 20;
 
 // Dialogues on stdin (blocks of lines separated by blank lines), each encoded as soon as it ends: what is held is
-// token ids, at most max_source_length per dialogue, and one dialogue's first kMaxDialogueBytes.
-std::vector<data::Example> read_stdin_examples(const tokenizer::Tokenizer& tokenizer, std::size_t max_length) {
+// token ids, at most max_source_length per dialogue, and one dialogue's first kMaxDialogueBytes. Each is encoded with
+// the source prefix before it, as file records are.
+std::vector<data::Example> read_stdin_examples(const tokenizer::Tokenizer& tokenizer,
+                                               const data::DataOptions& options) {
+  const auto max_length = static_cast<std::size_t>(options.max_source_length);
   std::vector<data::Example> examples;
   std::string line, current;
   const auto flush = [&]() {
     if (current.empty()) return;
     data::Example e;
-    e.input_ids = tokenizer.encode(current, max_length);
+    e.input_ids = tokenizer.encode(options.source_prefix + current, max_length);
     examples.push_back(std::move(e));
     current.clear();
   };
@@ -75,6 +78,9 @@ void run_summarize(SummarizeArgs a) {
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
+  if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
+    std::cerr << "fitsum: warning: " << warning << "\n";
+  }
   a.data.validate();
 
   std::vector<data::Example> examples;
@@ -82,7 +88,7 @@ void run_summarize(SummarizeArgs a) {
     examples = data::read_examples(a.input_file, tokenizer, a.data);
     for (auto& e : examples) e.labels.reset();  // summaries only
   } else {
-    examples = read_stdin_examples(tokenizer, static_cast<std::size_t>(a.data.max_source_length));
+    examples = read_stdin_examples(tokenizer, a.data);
   }
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;

@@ -69,6 +69,7 @@ void run_tokenize(TokenizeArgs args) {
   std::printf("  output_file        %s\n", args.output_file.c_str());
   std::printf("  text_column        %s\n", args.data.text_column.c_str());
   std::printf("  summary_column     %s\n", args.data.summary_column.c_str());
+  if (!args.data.source_prefix.empty()) std::printf("  source_prefix      '%s'\n", args.data.source_prefix.c_str());
   std::printf("  max_source_length  %lld\n", static_cast<long long>(args.data.max_source_length));
   std::printf("  max_target_length  %lld\n", static_cast<long long>(args.data.max_target_length));
   std::printf("  max_samples        %s\n", args.max_samples ? std::to_string(*args.max_samples).c_str() : "all");

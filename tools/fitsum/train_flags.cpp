@@ -44,7 +44,6 @@ void add_data_flags(CLI::App& g, train::TrainingJob& job) {
       "--max_predict_samples", [&job](const std::int64_t& n) { job.data.max_predict_samples = n; },
       "Use only the first N test examples");
   add_batching_flags(g, job.data);
-  g.add_option("--source_prefix", job.data.source_prefix, "text put before every input, e.g. \"summarize: \" for T5");
   g.add_flag("--keep_empty_examples", job.keep_empty_examples,
              "train on records whose text or summary is empty (run_summarization.py drops them)");
 }
@@ -103,7 +102,7 @@ void add_memory_flags(CLI::App& g, TrainCommandOptions& o) {
              "do not train the shared token embedding (nor, through the tie, the LM head): HF's legacy seq2seq "
              "recipe for PEGASUS; saves its gradient and optimizer state");
   g.add_flag("--bf16", t.bf16, "bfloat16 autocast with float32 weights and optimizer");
-  g.add_flag("--fp16", t.fp16, "refused for PEGASUS (float16 overflows); use --bf16");
+  g.add_flag("--fp16", t.fp16, "refused (PEGASUS and T5 overflow float16); use --bf16");
   g.add_flag("--no_resplit", o.no_resplit,
              "keep per_device_train_batch_size and gradient_accumulation_steps as given when planning");
   g.add_option("--memory_report", o.memory_report,
