@@ -1,6 +1,6 @@
 """Model families of the live Hugging Face comparisons. Each family builds random configurations of one
-transformers model class; the tests ask for a family by name, so BART and T5 join by adding an entry here (and the
-shapes that exercise their switches), not by copying tests."""
+transformers model class; the tests ask for a family by name, so a family joins by adding an entry here (and the shapes
+that exercise its switches), not by copying tests."""
 import torch
 import transformers
 
@@ -12,6 +12,7 @@ class Family:
     config_class = None
     special = {}
     shapes = {}
+    generate_seeds = (21,)  # the seeds of random_model_with_likely_eos that test_generate runs
 
     @classmethod
     def pad(cls):
@@ -34,6 +35,16 @@ class Family:
         torch.manual_seed(seed)
         model = cls.model_class(cls.config(shape, **overrides))
         return model.eval()
+
+    @classmethod
+    def random_model_with_likely_eos(cls, seed):
+        """A random model whose eos is likely, so that hypotheses finish at many different lengths and beam search's
+        finishing rules (early_stopping, length_penalty, min_length) decide the outcome: eos's final_logits_bias is
+        raised."""
+        model = cls.random_model(seed=seed, shape="tiny", vocab_size=61)
+        with torch.no_grad():
+            model.final_logits_bias[0, cls.eos()] = 1.5
+        return model
 
 
 # Shapes for the forward/gradient comparison: odd head counts, gelu/relu, scale_embedding on and off, uneven layer
@@ -73,4 +84,52 @@ class Bart(Family):
     shapes = SHAPES
 
 
-FAMILIES = {family.name: family for family in (Pegasus, Bart)}
+# T5's shapes: d_kv apart from d_model / heads, the relative-position buckets and distance, one head count for both
+# stacks.
+T5_SHAPES = {
+    "tiny": dict(vocab_size=103, d_model=32, d_kv=6, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4,
+                 relative_attention_num_buckets=8, relative_attention_max_distance=20),
+    "odd_heads_gelu": dict(vocab_size=97, d_model=30, d_kv=7, d_ff=37, num_layers=3, num_decoder_layers=1,
+                           num_heads=3, relative_attention_num_buckets=6, relative_attention_max_distance=10),
+    "deep_decoder": dict(vocab_size=211, d_model=24, d_kv=8, d_ff=72, num_layers=1, num_decoder_layers=3,
+                         num_heads=6, relative_attention_num_buckets=16, relative_attention_max_distance=32),
+}
+
+
+class T5(Family):
+    """T5 v1.0 (t5-small/base/large): RMSNorm, no biases, relative position bias, unscaled scores, relu, tied head
+    rescaled by d_model ** -0.5."""
+    name = "t5"
+    model_class = transformers.T5ForConditionalGeneration
+    config_class = transformers.T5Config
+    # pad 0 (also the decoder start token), eos 1, as in t5-*.
+    special = dict(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+    shapes = T5_SHAPES
+    switches = dict(feed_forward_proj="relu", tie_word_embeddings=True)
+    generate_seeds = (5, 21)
+
+    @classmethod
+    def config(cls, shape="tiny", **overrides):
+        kwargs = dict(cls.shapes[shape], dropout_rate=0.0, **cls.switches, **cls.special)
+        kwargs.update(overrides)
+        return cls.config_class(**kwargs)
+
+    @classmethod
+    def random_model_with_likely_eos(cls, seed):
+        """T5 has no final_logits_bias to raise. A vocabulary of 17 (the least that 8 beams' 16 candidates allow) and
+        an LM head scaled by 0.1 (flatter distributions) make eos likely: over every third beam case of the test, seed
+        5 ends 70 of 72
+        rows (v1.1: 66) in eos at 4 to 5 different lengths, seed 21 ends 10 (v1.1: 39), so both are run."""
+        model = cls.random_model(seed=seed, shape="tiny", vocab_size=17)
+        with torch.no_grad():
+            model.lm_head.weight.mul_(0.1)
+        return model
+
+
+class T5v11(T5):
+    """T5 v1.1 / FLAN-T5: gated-gelu feed-forward (wi_0, wi_1), untied head without the rescale."""
+    name = "t5_v1_1"
+    switches = dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+
+
+FAMILIES = {family.name: family for family in (Pegasus, Bart, T5, T5v11)}

@@ -48,15 +48,6 @@ def sources(vocab, seed, batch=4, length=14, pad=0, eos=1):
     return ids, mask
 
 
-def random_model_with_likely_eos(seed, family=PEGASUS):
-    """A random model whose eos logit is raised, so that hypotheses finish at many different lengths and beam search's
-    finishing rules (early_stopping, length_penalty, min_length) decide the outcome."""
-    model = family.random_model(seed=seed, shape="tiny", vocab_size=61)
-    with torch.no_grad():
-        model.final_logits_bias[0, model.config.eos_token_id] = 1.5
-    return model
-
-
 CASES = (
     [dict(num_beams=1, max_length=12), dict(num_beams=1, max_new_tokens=9, min_length=6),
      dict(num_beams=1, max_length=16, no_repeat_ngram_size=2), dict(num_beams=1, max_length=10, use_cache=False)]
@@ -103,10 +94,10 @@ def compare(tmp_path, model, folder, ids, mask, cases, pad=0, eos=1):
     assert not failures, f"{len(failures)} of {len(cases)} cases differ:\n" + "\n".join(failures)
 
 
-@pytest.mark.parametrize("family", ["pegasus", "bart"])
-def test_random_model_with_likely_eos(tmp_path, family):
+@pytest.mark.parametrize("family,seed", [(name, seed) for name, f in FAMILIES.items() for seed in f.generate_seeds])
+def test_random_model_with_likely_eos(tmp_path, family, seed):
     f = FAMILIES[family]
-    model = random_model_with_likely_eos(seed=21, family=f)
+    model = f.random_model_with_likely_eos(seed=seed)
     folder = save_model(model, tmp_path / "model")
     ids, mask = sources(model.config.vocab_size, seed=4, pad=f.pad(), eos=f.eos())
     compare(tmp_path, model, folder, ids, mask, CASES, pad=f.pad(), eos=f.eos())

@@ -34,14 +34,14 @@ std::string cuda_line(const memory::CudaMemoryTerms& t) {
 std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, std::uint64_t budget) {
   std::ostringstream out;
   char line[320];
-  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-9s %4s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
+  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-11s %4s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
                 "accum", "ckpt", "optim", "bf16", "peak MiB", "weights", "grads", "opt", "activ", "tokens/s", "step s",
                 "fits");
   out << line;
   for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& k = plan.candidates[i];
     const auto& p = k.prediction;
-    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-9s %4s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n", i,
+    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-11s %4s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n", i,
                   static_cast<long long>(k.knobs.micro_batch), static_cast<long long>(k.knobs.accumulation),
                   memory::checkpointing_label(k.knobs, c.encoder_layers, c.decoder_layers).c_str(),
                   optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", mib(p.peak).c_str(),
