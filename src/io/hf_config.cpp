@@ -131,7 +131,9 @@ model::ModelConfig t5_config_from_hf(const json& j, const std::string& source) {
   c.linear_bias = false;
   c.scale_attention_scores = false;
   c.scale_embedding = false;
-  c.rescale_tied_lm_head = c.tie_word_embeddings;
+  // transformers < 5 rescales exactly when the head is tied; transformers 5 writes the switch apart
+  // (scale_decoder_outputs, false for v1.1) and saves v1.1 models as tied to model.shared when their head is.
+  c.rescale_tied_lm_head = field<bool>(j, "scale_decoder_outputs", c.tie_word_embeddings, source);
   c.has_final_logits_bias = false;
   c.embedding_padding_idx = -1;
   return c;
@@ -239,6 +241,7 @@ json t5_config_to_hf(const model::ModelConfig& c, json j) {
   j["dense_act_fn"] = activation;
   j["is_gated_act"] = c.gated_ffn;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["scale_decoder_outputs"] = c.rescale_tied_lm_head;  // transformers 5 reads it; earlier versions keep it as is
   j["pad_token_id"] = c.pad_token_id;
   j["eos_token_id"] = c.eos_token_id;
   j["decoder_start_token_id"] = c.decoder_start_token_id;

@@ -16,7 +16,8 @@ import pytest
 import torch
 from rouge_score import rouge_scorer
 from transformers import (BartForConditionalGeneration, BartTokenizer, PegasusForConditionalGeneration,
-                          PegasusTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments)
+                          PegasusTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments, T5ForConditionalGeneration,
+                          T5Tokenizer)
 
 from harness import SOURCE, assert_close, fitsum, read_json, read_jsonl, shared_path, write_jsonl
 
@@ -24,8 +25,8 @@ COUNT, BATCH, BEAMS, MAX_LENGTH, MAX_SOURCE, MAX_TARGET = 10, 4, 4, 40, 128, 48
 
 
 class Tokenized(torch.utils.data.Dataset):
-    def __init__(self, tokenizer, records, max_source=MAX_SOURCE):
-        self.inputs = tokenizer([r["dialogue"] for r in records], max_length=max_source, truncation=True)
+    def __init__(self, tokenizer, records, max_source=MAX_SOURCE, prefix=""):
+        self.inputs = tokenizer([prefix + r["dialogue"] for r in records], max_length=max_source, truncation=True)
         self.labels = tokenizer(text_target=[r["summary"] for r in records], max_length=MAX_TARGET,
                                 truncation=True)["input_ids"]
 
@@ -43,44 +44,64 @@ CHECKPOINTS = {
                 "\u2581"),
     "bart": (lambda: os.path.join(SOURCE, "tests", "data", "fixtures", "tiny-bart"), BartForConditionalGeneration,
              BartTokenizer, "\u0120"),
+    "t5": (lambda: os.path.join(SOURCE, "tests", "data", "fixtures", "tiny-t5"), T5ForConditionalGeneration,
+           T5Tokenizer, "\u2581"),
 }
+# run_summarization.py's source_prefix for each family (T5 summarizes from its task prefix).
+PREFIX = {"pegasus": "", "bart": "", "t5": "summarize: "}
 
 
-def summary_word_model(records, folder, family):
+def t5_trained_on(records, folder, tmp_path):
+    """T5 has no final_logits_bias to raise: tiny-t5 fine-tuned by fitsum on these records instead (60 epochs of
+    Adafactor), so that its predictions share words with the references. transformers loads fitsum's saved folder."""
+    fitsum("train", "--model_name_or_path", CHECKPOINTS["t5"][0](), "--train_file",
+           write_jsonl(tmp_path / "train.jsonl", records), "--output_dir", folder, "--source_prefix", PREFIX["t5"],
+           "--max_source_length", MAX_SOURCE, "--max_target_length", MAX_TARGET, "--per_device_train_batch_size", 5,
+           "--num_train_epochs", 60, "--optim", "adafactor", "--learning_rate", 1e-2, "--save_strategy", "no",
+           "--disable_tqdm")
+    return T5Tokenizer.from_pretrained(folder)
+
+
+def summary_word_model(records, folder, family, tmp_path):
     """A tiny checkpoint (its own outputs score ROUGE 0) with final_logits_bias raised on the tokens that occur most in
     these records' summaries, so that its predictions share words with the references and every ROUGE score is a
     non-zero number to compare. Saved with save_pretrained, tokenizer included."""
     source, model_class, tokenizer_class, word_start = CHECKPOINTS[family]
-    source = source()
-    tokenizer = tokenizer_class.from_pretrained(source)
-    model = model_class.from_pretrained(source)
-    words = [t for r in records for t in tokenizer(r["summary"])["input_ids"]
-             if tokenizer.convert_ids_to_tokens(t).lstrip(word_start).isalpha()]
-    with torch.no_grad():
-        for rank, (token, _) in enumerate(Counter(words).most_common(60)):
-            model.final_logits_bias[0, token] += 8.0 - rank * 0.05
-    model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    if family == "t5":
+        tokenizer = t5_trained_on(records, folder, tmp_path)
+    else:
+        source = source()
+        tokenizer = tokenizer_class.from_pretrained(source)
+        model = model_class.from_pretrained(source)
+        words = [t for r in records for t in tokenizer(r["summary"])["input_ids"]
+                 if tokenizer.convert_ids_to_tokens(t).lstrip(word_start).isalpha()]
+        with torch.no_grad():
+            for rank, (token, _) in enumerate(Counter(words).most_common(60)):
+                model.final_logits_bias[0, token] += 8.0 - rank * 0.05
+        model.save_pretrained(folder, safe_serialization=True)
+        tokenizer.save_pretrained(folder)
     # Each token once per summary (NoRepeatNGram): with min_length 32 the predictions hold many different summary
     # words. Set in generation_config.json as a user edits it (no "_from_model_config"), and the model reloaded from
     # the folder, so that both sides read the same files.
     path = os.path.join(folder, "generation_config.json")
     generation = read_json(path)
     generation.pop("_from_model_config", None)
-    generation["no_repeat_ngram_size"] = 1
+    # (T5's tiny vocabulary spells words from several pieces each, so it repeats trigrams only.)
+    generation["no_repeat_ngram_size"] = 3 if family == "t5" else 1
     with open(path, "w") as f:
         json.dump(generation, f, indent=2)
     model = model_class.from_pretrained(folder)
     return tokenizer, model
 
 
-@pytest.mark.parametrize("family", ["pegasus", "bart"])
+@pytest.mark.parametrize("family", ["pegasus", "bart", "t5"])
 def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path, family):
     records = read_jsonl(shared_path("data", "samsum", "test.jsonl"))[:COUNT]
     folder = str(tmp_path / "model")
-    tokenizer, model = summary_word_model(records, folder, family)
+    tokenizer, model = summary_word_model(records, folder, family, tmp_path)
     # The tiny BART has 64 learned positions: sources are cut to them (fitsum would lower the length itself, warning).
-    max_source = min(MAX_SOURCE, model.config.max_position_embeddings)
+    # T5's relative positions have no limit.
+    max_source = min(MAX_SOURCE, getattr(model.config, "max_position_embeddings", MAX_SOURCE))
     from transformers import DataCollatorForSeq2Seq
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
@@ -102,10 +123,11 @@ def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path, family):
                                     per_device_eval_batch_size=BATCH, predict_with_generate=True,
                                     generation_max_length=MAX_LENGTH, generation_num_beams=BEAMS)
     trainer = Seq2SeqTrainer(model=model, args=args, data_collator=collator, compute_metrics=compute_metrics)
-    want = trainer.evaluate(Tokenized(tokenizer, records, max_source))
+    want = trainer.evaluate(Tokenized(tokenizer, records, max_source, PREFIX[family]))
 
     data = write_jsonl(tmp_path / "test.jsonl", records)
-    fitsum("eval", "--model", folder, "--test_file", data, "--per_device_eval_batch_size", BATCH, "--num_beams",
+    fitsum("eval", "--model", folder, "--test_file", data, "--source_prefix", PREFIX[family],
+           "--per_device_eval_batch_size", BATCH, "--num_beams",
            BEAMS, "--max_length", MAX_LENGTH, "--max_source_length", max_source, "--max_target_length", MAX_TARGET,
            "--predictions_file", tmp_path / "pred.jsonl", "--metrics_file", tmp_path / "metrics.json")
     got = read_json(tmp_path / "metrics.json")

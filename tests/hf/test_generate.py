@@ -18,7 +18,11 @@ PEGASUS = FAMILIES["pegasus"]
 # - with early_stopping=False and a positive length_penalty, when to stop uses the best running beam's score instead
 #   of the best candidate's, which changes the outcome in the case listed below.
 HF_VECTORISED_BEAMS = Version(transformers.__version__) >= Version("4.50")
-CHANGED_BY_VECTORISED_BEAMS = [dict(num_beams=4, max_length=12, length_penalty=2.0, early_stopping=False)]
+# Per random model (family, seed): the cases whose outcome that changes.
+CHANGED_BY_VECTORISED_BEAMS = {
+    ("pegasus", 21): [dict(num_beams=4, max_length=12, length_penalty=2.0, early_stopping=False)],
+    ("bart", 21): [dict(num_beams=4, max_length=12, length_penalty=2.0, early_stopping=False)],
+}
 
 
 def hf_padding_as_pad(sequences, kwargs, pad=0, eos=1):
@@ -69,7 +73,7 @@ def hf_generate(model, ids, mask, kwargs):
     return out.sequences, scores
 
 
-def compare(tmp_path, model, folder, ids, mask, cases, pad=0, eos=1):
+def compare(tmp_path, model, folder, ids, mask, cases, pad=0, eos=1, changed=()):
     (tmp_path / "cases.json").write_text(json.dumps(cases))
     probe("generate", "--model", folder, "--batch", save_batch(tmp_path / "src.safetensors", input_ids=ids,
           attention_mask=mask), "--cases", tmp_path / "cases.json", "--out", tmp_path / "out.json")
@@ -79,9 +83,10 @@ def compare(tmp_path, model, folder, ids, mask, cases, pad=0, eos=1):
     for kwargs, result in zip(cases, got):
         sequences, scores = hf_generate(model, ids, mask, kwargs)
         sequences = hf_padding_as_pad(sequences, kwargs, pad, eos)
-        if HF_VECTORISED_BEAMS and kwargs in CHANGED_BY_VECTORISED_BEAMS:
+        if HF_VECTORISED_BEAMS and kwargs in changed:
             # Documented: the outcome follows transformers < 4.50 here; it must still differ from 4.50's.
-            assert result["sequences"] != sequences.tolist(), f"{kwargs}: now equal to transformers >= 4.50"
+            if result["sequences"] == sequences.tolist():
+                failures.append(f"{kwargs}: now equal to transformers >= 4.50")
             continue
         if result["sequences"] != sequences.tolist():
             failures.append(f"{kwargs}: ids differ\n  fitsum {result['sequences']}\n  hf     {sequences.tolist()}")
@@ -100,7 +105,8 @@ def test_random_model_with_likely_eos(tmp_path, family, seed):
     model = f.random_model_with_likely_eos(seed=seed)
     folder = save_model(model, tmp_path / "model")
     ids, mask = sources(model.config.vocab_size, seed=4, pad=f.pad(), eos=f.eos())
-    compare(tmp_path, model, folder, ids, mask, CASES, pad=f.pad(), eos=f.eos())
+    compare(tmp_path, model, folder, ids, mask, CASES, pad=f.pad(), eos=f.eos(),
+            changed=CHANGED_BY_VECTORISED_BEAMS.get((family, seed), []))
 
 
 def test_trained_copy_task_checkpoint(tmp_path):
