@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include "fitsum/generate/generate.h"
-#include "fitsum/io/hf_config.h"
 #include "fitsum/generate/options.h"
+#include "fitsum/io/checkpoint.h"
+#include "fitsum/io/hf_config.h"
+#include "fitsum/io/safetensors.h"
 #include "fixture_support.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -173,6 +175,46 @@ TEST(FamilyConfig, T5ConfigsReadAsTransformersBuildsThem) {
     for (const auto& p : model::Seq2SeqLM { c } -> parameters()) built += p.numel();
     EXPECT_EQ(built, expected) << name;
   }
+}
+
+// transformers 5 saves a T5 v1.1 whose head is tied to model.shared as tie_word_embeddings true with
+// scale_decoder_outputs false, and no lm_head.weight: the head is model.shared without the d_model^-0.5 rescale. Built
+// from tiny-t5-v1_1 with its head set to its embedding, such a folder gives the same logits, and saving it keeps the
+// switch.
+TEST(FamilyConfig, TransformersFiveTiedT5V11HeadIsNotRescaled) {
+  const auto fixture = source_dir() / "tests" / "data" / "fixtures" / "tiny-t5-v1_1";
+  auto untied = load_fixture_model(fixture, false);
+  untied->eval();
+  torch::NoGradGuard no_grad;
+  untied->lm_head->weight.copy_(untied->model->shared->weight);
+  const auto dir = temp_dir("t5-v5-tied");
+  auto config = util::read_json_file(fixture / "config.json");
+  config["tie_word_embeddings"] = true;
+  config["scale_decoder_outputs"] = false;
+  util::write_file_atomic(dir / "config.json", config.dump(2));
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [name, tensor] : io::checkpoint_tensors(*untied)) {
+    if (name != "lm_head.weight") tensors.emplace_back(name, tensor);
+  }
+  io::write_safetensors(dir / "model.safetensors", tensors);
+
+  auto tied = load_fixture_model(dir, false);
+  tied->eval();
+  EXPECT_TRUE(tied->config().tie_word_embeddings);
+  EXPECT_FALSE(tied->config().rescale_tied_lm_head);
+  const auto c = util::read_json_file(fixture / "case.json");
+  const auto ids = long_tensor(c["input_ids"]), mask = long_tensor(c["attention_mask"]),
+             labels = long_tensor(c["labels"]);
+  const auto want = untied->forward(ids, mask, labels).logits;
+  EXPECT_TRUE(
+      torch::allclose(tied->forward(ids, mask, labels).logits, want, 1e-5, 1e-5 * want.abs().max().item<double>()));
+
+  io::save_model_folder(*tied, dir / "saved");
+  const auto saved = io::read_model_config(dir / "saved");
+  EXPECT_TRUE(saved.tie_word_embeddings);
+  EXPECT_FALSE(saved.rescale_tied_lm_head);
+  EXPECT_FALSE(io::read_model_config(fixture).rescale_tied_lm_head);
+  EXPECT_TRUE(io::read_model_config(source_dir() / "tests" / "data" / "fixtures" / "tiny-t5").rescale_tied_lm_head);
 }
 
 TEST(FamilyConfig, BartCountsLikeTransformers) {
