@@ -44,6 +44,13 @@ TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredForBart) {
   expect_grid_subset_within_ten_percent(grid_model_bart_small());
 }
 
+// T5 stores other tensors again (RMSNorm's float32 variance, the relative position bias added to every layer's scores,
+// v1.1's two input projections): the same probe and model must hold for v1.0 and v1.1.
+TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredForT5) {
+  expect_grid_subset_within_ten_percent(grid_model_t5_small());
+  expect_grid_subset_within_ten_percent(grid_model_flan_t5_small());
+}
+
 // A calibration with round numbers for a 6 + 6 layer model: per row, an encoder layer stores 100 B per source token
 // (20 B checkpointed), a decoder layer 100 B per target token (20 B checkpointed); the decoder phase's rest is 1 MB
 // (plus one decoder layer's 100 B per target token while recomputing), the encoder phase's 0.5 MB (plus one encoder

@@ -13,7 +13,8 @@ namespace {
 TEST(PlannerGrid, EveryCellWithinTenPercentAndNoneUnderTheMargin) {
   std::vector<GridCell> cells;
   const GridCheckpointing partial{1, 2};
-  for (const auto& m : {grid_model_small(), grid_model_bart_small(), grid_model_large(), grid_model_real_vocab()}) {
+  for (const auto& m : {grid_model_small(), grid_model_bart_small(), grid_model_t5_small(), grid_model_flan_t5_small(),
+                        grid_model_large(), grid_model_real_vocab()}) {
     run_grid(m, {1, 2, 4, 8}, {128, 512}, 64, {kNone, partial, kEvery},
              {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
   }

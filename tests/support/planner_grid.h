@@ -42,6 +42,17 @@ inline GridModel grid_model_bart_small() {
           "decoder_ffn_dim=512,encoder_attention_heads=4,decoder_attention_heads=4",
           "configs/bart-base/config.json"};
 }
+// T5's layout (RMSNorm, no biases, relative position bias, d_kv) at the small model's sizes: v1.0 (relu, tied head)
+// and v1.1 / FLAN-T5 (gated-gelu, untied head).
+inline GridModel grid_model_t5_small() {
+  return {"t5-d128-L2", "vocab_size=8000,d_model=128,d_kv=32,d_ff=512,num_layers=2,num_heads=4",
+          "configs/t5-small/config.json"};
+}
+inline GridModel grid_model_flan_t5_small() {
+  return {"flan-t5-d128-L2",
+          "vocab_size=8000,d_model=128,d_kv=32,d_ff=512,num_layers=2,num_decoder_layers=2,num_heads=4",
+          "configs/flan-t5-base/config.json"};
+}
 // The real PEGASUS vocabulary (96103 tokens: the LM head and its loss dominate the transient).
 inline GridModel grid_model_real_vocab() {
   return {"d256-L4-V96103",
