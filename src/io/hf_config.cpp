@@ -89,17 +89,27 @@ void set_family_layout(model::ModelConfig& c) {
   c.learned_position_offset = 2;  // BartLearnedPositionalEmbedding's offset
 }
 
-// T5Config (v1.0, v1.1, FLAN-T5, mT5): its own field names and T5Config's defaults (t5-small's sizes).
-model::ModelConfig t5_config_from_hf(const json& j, const std::string& source) {
+// T5Config's defaults (t5-small) and MT5Config's (mt5-small: gated-gelu, untied), for fields a config.json leaves out.
+struct T5Defaults {
+  std::int64_t vocab_size, d_ff, num_layers, num_heads;
+  const char* feed_forward_proj;
+  bool tie_word_embeddings;
+};
+constexpr T5Defaults kT5Defaults{32128, 2048, 6, 8, "relu", true};
+constexpr T5Defaults kMT5Defaults{250112, 1024, 8, 6, "gated-gelu", false};
+
+// T5Config (v1.0, v1.1, FLAN-T5) and MT5Config (mT5, the same model under model_type "mt5"): their own field names.
+model::ModelConfig t5_config_from_hf(const json& j, const std::string& model_type, const std::string& source) {
+  const T5Defaults& d = model_type == "mt5" ? kMT5Defaults : kT5Defaults;
   model::ModelConfig c;
-  c.model_type = "t5";
-  c.vocab_size = field<std::int64_t>(j, "vocab_size", 32128, source);
+  c.model_type = model_type;
+  c.vocab_size = field<std::int64_t>(j, "vocab_size", d.vocab_size, source);
   c.d_model = field<std::int64_t>(j, "d_model", 512, source);
   c.head_dim = field<std::int64_t>(j, "d_kv", 64, source);
-  c.encoder_ffn_dim = c.decoder_ffn_dim = field<std::int64_t>(j, "d_ff", 2048, source);
-  c.encoder_layers = field<std::int64_t>(j, "num_layers", 6, source);
+  c.encoder_ffn_dim = c.decoder_ffn_dim = field<std::int64_t>(j, "d_ff", d.d_ff, source);
+  c.encoder_layers = field<std::int64_t>(j, "num_layers", d.num_layers, source);
   c.decoder_layers = field<std::int64_t>(j, "num_decoder_layers", c.encoder_layers, source);
-  c.encoder_attention_heads = c.decoder_attention_heads = field<std::int64_t>(j, "num_heads", 8, source);
+  c.encoder_attention_heads = c.decoder_attention_heads = field<std::int64_t>(j, "num_heads", d.num_heads, source);
   c.relative_attention_num_buckets = field<std::int64_t>(j, "relative_attention_num_buckets", 32, source);
   c.relative_attention_max_distance = field<std::int64_t>(j, "relative_attention_max_distance", 128, source);
   // T5 uses dropout_rate everywhere: after each block, on the attention probabilities, inside the feed-forward.
@@ -108,13 +118,13 @@ model::ModelConfig t5_config_from_hf(const json& j, const std::string& source) {
   c.init_std = field<double>(j, "initializer_factor", 1.0, source);
   // feed_forward_proj "relu" (v1.0) or "gated-gelu" (v1.1: gelu_new); explicit dense_act_fn / is_gated_act win, as
   // they do when PretrainedConfig sets the remaining fields after T5Config's own.
-  const std::string projection = field<std::string>(j, "feed_forward_proj", "relu", source);
+  const std::string projection = field<std::string>(j, "feed_forward_proj", d.feed_forward_proj, source);
   const bool gated = projection.rfind("gated-", 0) == 0;
   std::string activation = gated ? projection.substr(6) : projection;
   if (projection == "gated-gelu") activation = "gelu_new";
   c.gated_ffn = field<bool>(j, "is_gated_act", gated, source);
   c.activation_function = model::activation_from_string(field<std::string>(j, "dense_act_fn", activation, source));
-  c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", true, source);
+  c.tie_word_embeddings = field<bool>(j, "tie_word_embeddings", d.tie_word_embeddings, source);
   c.pad_token_id = token_field(j, "pad_token_id", 0, source);
   c.eos_token_id = token_field(j, "eos_token_id", 1, source);
   c.bos_token_id = c.pad_token_id;  // T5 has no <s>
@@ -132,8 +142,10 @@ model::ModelConfig t5_config_from_hf(const json& j, const std::string& source) {
   c.scale_attention_scores = false;
   c.scale_embedding = false;
   // transformers < 5 rescales exactly when the head is tied; transformers 5 writes the switch apart
-  // (scale_decoder_outputs, false for v1.1) and saves v1.1 models as tied to model.shared when their head is.
-  c.rescale_tied_lm_head = field<bool>(j, "scale_decoder_outputs", c.tie_word_embeddings, source);
+  // (scale_decoder_outputs, false for v1.1) and saves v1.1 models as tied to model.shared when their head is. Its mT5
+  // always ties (unless the checkpoint stores a different head) and never rescales; no released mT5 is tied.
+  c.rescale_tied_lm_head =
+      field<bool>(j, "scale_decoder_outputs", model_type == "mt5" ? false : c.tie_word_embeddings, source);
   c.has_final_logits_bias = false;
   c.embedding_padding_idx = -1;
   return c;
@@ -154,14 +166,14 @@ model::ModelConfig model_config_from_hf(const json& j, const std::string& source
     throw std::invalid_argument(source + ": a model config must be a JSON object");
   }
   const std::string model_type = field<std::string>(j, "model_type", "", source);
-  if (model_type == "t5") {
-    auto c = t5_config_from_hf(j, source);
+  if (model_type == "t5" || model_type == "mt5") {
+    auto c = t5_config_from_hf(j, model_type, source);
     validate_config(c, source);
     return c;
   }
   if (model_type != "pegasus" && model_type != "bart") {
     throw std::invalid_argument(source + ": config field 'model_type' is '" + model_type +
-                                "'; fitsum supports 'pegasus', 'bart' and 't5'");
+                                "'; fitsum supports 'pegasus', 'bart', 't5' and 'mt5'");
   }
   model::ModelConfig c;
   c.model_type = model_type;
@@ -223,7 +235,10 @@ namespace {
 
 // T5's own field names; what T5Config.to_dict would write for them.
 json t5_config_to_hf(const model::ModelConfig& c, json j) {
-  if (!j.contains("architectures")) j["architectures"] = json::array({"T5ForConditionalGeneration"});
+  if (!j.contains("architectures")) {
+    j["architectures"] =
+        json::array({c.model_type == "mt5" ? "MT5ForConditionalGeneration" : "T5ForConditionalGeneration"});
+  }
   j["vocab_size"] = c.vocab_size;
   j["d_model"] = c.d_model;
   j["d_kv"] = c.encoder_head_dim();
@@ -254,7 +269,7 @@ json t5_config_to_hf(const model::ModelConfig& c, json j) {
 json model_config_to_hf(const model::ModelConfig& c, const json& original) {
   json j = original.is_object() ? original : json::object();
   j["model_type"] = c.model_type;
-  if (c.model_type == "t5") return t5_config_to_hf(c, std::move(j));
+  if (c.is_t5()) return t5_config_to_hf(c, std::move(j));
   if (!j.contains("architectures")) {
     j["architectures"] =
         json::array({c.model_type == "bart" ? "BartForConditionalGeneration" : "PegasusForConditionalGeneration"});

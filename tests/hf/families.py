@@ -132,4 +132,11 @@ class T5v11(T5):
     switches = dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False)
 
 
-FAMILIES = {family.name: family for family in (Pegasus, Bart, T5, T5v11)}
+class MT5(T5v11):
+    """mT5: T5 v1.1's model under model_type "mt5" (MT5ForConditionalGeneration)."""
+    name = "mt5"
+    model_class = transformers.MT5ForConditionalGeneration
+    config_class = transformers.MT5Config
+
+
+FAMILIES = {family.name: family for family in (Pegasus, Bart, T5, T5v11, MT5)}

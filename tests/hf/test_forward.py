@@ -1,4 +1,4 @@
-"""PEGASUS, BART, T5 and T5 v1.1 forward and backward: fitsum's logits, loss and the gradient of every trainable parameter (the
+"""PEGASUS, BART, T5, T5 v1.1 and mT5 forward and backward: fitsum's logits, loss and the gradient of every trainable parameter (the
 shared embedding's pad row included) equal transformers' on the same HF folder and batch, at several shapes, through
 Seq2SeqLM::forward and through the fused training path."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 from harness import FAMILIES, assert_close, load_file, probe, rms, save_batch, save_model
 
-FAMILY_NAMES = ["pegasus", "bart", "t5", "t5_v1_1"]
+FAMILY_NAMES = ["pegasus", "bart", "t5", "t5_v1_1", "mt5"]
 
 
 def make_batch(vocab, batch, source, target, seed, pad=0, eos=1):

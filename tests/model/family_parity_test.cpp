@@ -217,6 +217,51 @@ TEST(FamilyConfig, TransformersFiveTiedT5V11HeadIsNotRescaled) {
   EXPECT_TRUE(io::read_model_config(source_dir() / "tests" / "data" / "fixtures" / "tiny-t5").rescale_tied_lm_head);
 }
 
+// mT5 is T5 v1.1 under model_type "mt5" (MT5ForConditionalGeneration, the same modules): tiny-t5-v1_1's folder
+// relabelled loads, computes the same logits and is saved as an mT5 folder again; fields an mT5 config leaves out get
+// MT5Config's defaults (gated-gelu, untied), not T5Config's.
+TEST(FamilyConfig, MT5IsT5V11UnderItsOwnName) {
+  const auto fixture = source_dir() / "tests" / "data" / "fixtures" / "tiny-t5-v1_1";
+  const auto dir = temp_dir("mt5");
+  auto config = util::read_json_file(fixture / "config.json");
+  config["model_type"] = "mt5";
+  config["architectures"] = nlohmann::json::array({"MT5ForConditionalGeneration"});
+  config.erase("feed_forward_proj");
+  config.erase("dense_act_fn");
+  config.erase("is_gated_act");
+  config.erase("tie_word_embeddings");
+  util::write_file_atomic(dir / "config.json", config.dump(2));
+  std::filesystem::copy_file(fixture / "model.safetensors", dir / "model.safetensors");
+
+  auto mt5 = load_fixture_model(dir, false);
+  auto t5 = load_fixture_model(fixture, false);
+  mt5->eval();
+  t5->eval();
+  EXPECT_EQ(mt5->config().model_type, "mt5");
+  EXPECT_TRUE(mt5->config().is_t5());
+  EXPECT_TRUE(mt5->config().gated_ffn);
+  EXPECT_FALSE(mt5->config().tie_word_embeddings);
+  torch::NoGradGuard no_grad;
+  const auto c = util::read_json_file(fixture / "case.json");
+  const auto ids = long_tensor(c["input_ids"]), mask = long_tensor(c["attention_mask"]),
+             labels = long_tensor(c["labels"]);
+  EXPECT_TRUE(torch::equal(mt5->forward(ids, mask, labels).logits, t5->forward(ids, mask, labels).logits));
+
+  io::save_model_folder(*mt5, dir / "saved");
+  const auto saved = util::read_json_file(dir / "saved" / "config.json");
+  EXPECT_EQ(saved["model_type"], "mt5");
+  EXPECT_EQ(saved["architectures"][0], "MT5ForConditionalGeneration");
+  EXPECT_EQ(saved["tie_word_embeddings"], false);
+
+  // transformers 5 writes every mT5 as tied and its MT5 model never rescales the head.
+  config["tie_word_embeddings"] = true;
+  std::filesystem::create_directories(dir / "tied");
+  util::write_file_atomic(dir / "tied" / "config.json", config.dump(2));
+  const auto tied = io::read_model_config(dir / "tied");
+  EXPECT_TRUE(tied.tie_word_embeddings);
+  EXPECT_FALSE(tied.rescale_tied_lm_head);
+}
+
 TEST(FamilyConfig, BartCountsLikeTransformers) {
   const auto dir = source_dir() / "tests" / "data" / "fixtures" / "tiny-bart";
   const auto c = io::read_model_config(dir);
