@@ -21,7 +21,7 @@ TEST(PlannerGrid, EveryCellWithinTenPercentAndNoneUnderTheMargin) {
   run_grid(grid_model_large_shaped(), {1, 4}, {512}, 128, {kNone, partial, kEvery}, {optim::OptimizerType::adafactor},
            cells);
   print_grid(cells);
-  ASSERT_EQ(cells.size(), 4u * 48u + 6u);
+  ASSERT_EQ(cells.size(), 6u * 48u + 6u);
   double worst = 0.0;
   for (const auto& c : cells) {
     worst = std::max(worst, std::abs(c.error()));
