@@ -565,59 +565,6 @@ DecoderCache Seq2SeqLMImpl::new_cache() const {
   return cache;
 }
 
-namespace {
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// T5PreTrainedModel._init_weights: normals scaled by initializer_factor (init_std here) and the fan-in.
-double t5_init_std(const std::string& name, const ModelConfig& c) {
-  const double factor = c.init_std;
-  const double d_model = static_cast<double>(c.d_model);
-  const double d_kv = static_cast<double>(c.encoder_head_dim());
-  const double heads = static_cast<double>(c.encoder_attention_heads);
-  if (ends_with(name, ".q.weight")) return factor * std::pow(d_model * d_kv, -0.5);
-  if (ends_with(name, ".o.weight")) return factor * std::pow(heads * d_kv, -0.5);
-  if (ends_with(name, ".wo.weight")) return factor * std::pow(static_cast<double>(c.encoder_ffn_dim), -0.5);
-  if (name == "shared.weight" || name == "lm_head.weight") return factor;
-  return factor * std::pow(d_model, -0.5);  // k, v, wi, wi_0, wi_1, relative_attention_bias
-}
-
-}  // namespace
-
-void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
-  torch::NoGradGuard no_grad;
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto& config = model.config();
-  for (auto& item : model.named_parameters()) {
-    const auto& name = item.key();
-    auto& p = item.value();
-    const double std = config.is_t5() ? t5_init_std(name, config) : config.init_std;
-    const bool is_norm =
-        name.find("layer_norm") != std::string::npos || name.find("layernorm_embedding") != std::string::npos;
-    if (is_norm) {
-      if (ends_with(name, ".weight")) {
-        p.fill_(config.is_t5() ? config.init_std : 1.0);
-      } else {
-        p.zero_();
-      }
-    } else if (ends_with(name, ".bias")) {
-      p.zero_();
-    } else {
-      // Drawn on the CPU with a private generator, so the result does not depend on the device.
-      auto values = torch::empty(p.sizes(), torch::kFloat32);
-      values.normal_(0.0, std, generator);
-      p.copy_(values);
-    }
-  }
-  const auto pad = model.config().embedding_padding_idx;
-  if (pad >= 0) {
-    model.model->shared->weight[pad].zero_();
-  }
-  if (model.final_logits_bias.defined()) model.final_logits_bias.zero_();
-}
-
 std::vector<std::string> trainable_parameter_names(Seq2SeqLMImpl& model) {
   std::vector<std::string> names;
   for (const auto& item : model.named_parameters()) {
