@@ -3,6 +3,7 @@
 // the behaviour: within one step the first rule whose suffix matches decides, and when its condition fails the
 // step leaves the word alone instead of trying a shorter suffix ("ization" never falls back to "ation").
 #include "fitsum/eval/porter_stemmer.h"
+#include "fitsum/util/strings.h"
 
 #include <array>
 #include <utility>
@@ -76,9 +77,7 @@ bool ends_cvc(std::string_view word) {
   return n == 2 && !consonant[0] && consonant[1];
 }
 
-bool ends_with(std::string_view word, std::string_view suffix) {
-  return word.size() >= suffix.size() && word.substr(word.size() - suffix.size()) == suffix;
-}
+using util::ends_with;
 
 std::string_view without_suffix(std::string_view word, std::string_view suffix) {
   return word.substr(0, word.size() - suffix.size());

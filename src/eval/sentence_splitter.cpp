@@ -1,6 +1,7 @@
 // Implements include/fitsum/eval/sentence_splitter.h: one pass over the words of the text, deciding for each gap
 // between two words whether it is a sentence break.
 #include "fitsum/eval/sentence_splitter.h"
+#include "fitsum/util/strings.h"
 
 #include <array>
 #include <vector>
@@ -15,9 +16,7 @@ bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 bool starts_with(std::string_view text, std::string_view prefix) { return text.substr(0, prefix.size()) == prefix; }
-bool ends_with(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
+using util::ends_with;
 
 // Closing and opening punctuation around a word, ASCII and the curly quotes (UTF-8).
 constexpr std::array<std::string_view, 7> kClosers = {"\"", "'", ")", "]", "}", "\u2019", "\u201D"};

@@ -1,5 +1,6 @@
 // Implements include/fitsum/io/checkpoint.h.
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/util/strings.h"
 
 #include <algorithm>
 #include <map>
@@ -30,9 +31,7 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return out.str();
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using util::ends_with;
 
 // ---- safetensors or pytorch_model.bin, single or sharded ----
 

@@ -1,6 +1,7 @@
 // Implements include/fitsum/io/pytorch_bin.h: the archive's records are matched to the names torch.save gives them,
 // then every tensor of the pickle is checked against the record of its storage.
 #include "fitsum/io/pytorch_bin.h"
+#include "fitsum/util/strings.h"
 
 #include <cstring>
 #include <stdexcept>
@@ -20,9 +21,7 @@ namespace {
                            "model.safetensors)");
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using util::ends_with;
 
 }  // namespace
 

@@ -6,14 +6,13 @@
 #include <torch/torch.h>
 
 #include "fitsum/model/seq2seq.h"
+#include "fitsum/util/strings.h"
 
 namespace fitsum::model {
 
 namespace {
 
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using util::ends_with;
 
 // T5PreTrainedModel._init_weights: normals scaled by initializer_factor (init_std here) and the fan-in.
 double t5_init_std(const std::string& name, const ModelConfig& c) {
