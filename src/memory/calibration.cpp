@@ -151,11 +151,15 @@ double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_laye
         decoder_rest(shape) + encoder_activations + cd * decoder_checkpointed(shape) + (d - cd) * decoder_plain(shape);
   }
   if (cd > 0) {
-    decoder_phase =
-        std::max(decoder_phase, decoder_recompute(shape) + encoder_activations + cd * decoder_checkpointed(shape));
+    const double mixed = cd < d ? std::max(0.0, decoder_mixed(shape)) : 0.0;
+    decoder_phase = std::max(decoder_phase,
+                             decoder_recompute(shape) + encoder_activations + cd * decoder_checkpointed(shape) + mixed);
   }
   if (ce < e) encoder_phase = encoder_rest(shape) + encoder_activations;
-  if (ce > 0) encoder_phase = std::max(encoder_phase, encoder_recompute(shape) + ce * encoder_checkpointed(shape));
+  if (ce > 0) {
+    const double mixed = ce < e ? std::max(0.0, encoder_mixed(shape)) : 0.0;
+    encoder_phase = std::max(encoder_phase, encoder_recompute(shape) + ce * encoder_checkpointed(shape) + mixed);
+  }
   double encoder_forward = 0.0;
   if (ce < e) encoder_forward = encoder_forward_plain(shape) + encoder_activations;
   if (ce > 0) {
@@ -302,23 +306,25 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
 // difference is one layer of each stack. Then each quantity is fitted in the shape.
 LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::vector<ProbeSample>& samples) {
   const std::vector<BatchShape> deep(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(kDeepProbeShapes));
-  const auto find = [&](const BatchShape& s, std::int64_t e, std::int64_t d, bool checkpointed) -> const ProbeSample& {
+  const auto find = [&](const BatchShape& s, std::int64_t e, std::int64_t d,
+                        ProbeCheckpointing checkpointing) -> const ProbeSample& {
     for (const auto& p : samples) {
       if (p.shape.batch == s.batch && p.shape.source == s.source && p.shape.target == s.target &&
-          p.encoder_layers == e && p.decoder_layers == d && p.checkpointed == checkpointed) {
+          p.encoder_layers == e && p.decoder_layers == d && p.checkpointing == checkpointing) {
         return p;
       }
     }
     throw std::logic_error("planner probe: a sample is missing");
   };
   const auto value = [](std::uint64_t v) { return static_cast<double>(v); };
+  constexpr auto none = ProbeCheckpointing::none, all = ProbeCheckpointing::all;
   // One layer of each stack, from the shapes both copies ran.
   std::vector<double> ep, ec, dp, dc;
   for (const auto& s : deep) {
-    const auto& p11 = find(s, 1, 1, false);
-    const auto& p22 = find(s, 2, 2, false);
-    const auto& c11 = find(s, 1, 1, true);
-    const auto& c22 = find(s, 2, 2, true);
+    const auto& p11 = find(s, 1, 1, none);
+    const auto& p22 = find(s, 2, 2, none);
+    const auto& c11 = find(s, 1, 1, all);
+    const auto& c22 = find(s, 2, 2, all);
     ep.push_back(value(p22.encoder_phase_bytes) - value(p11.encoder_phase_bytes));
     dp.push_back(value(p22.stored_bytes) - value(p11.stored_bytes) - ep.back());
     ec.push_back(value(c22.encoder_phase_bytes) - value(c11.encoder_phase_bytes));
@@ -332,8 +338,8 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   // The rest of each phase: the 1 + 1 copy's bytes less its one layer of each stack, at every shape.
   std::vector<double> dr, drc, er, erc, efp, efc, dfp, dfc;
   for (const auto& s : shapes) {
-    const auto& p11 = find(s, 1, 1, false);
-    const auto& c11 = find(s, 1, 1, true);
+    const auto& p11 = find(s, 1, 1, none);
+    const auto& c11 = find(s, 1, 1, all);
     efp.push_back(value(p11.encoder_forward_bytes) - m.encoder_plain(s));
     efc.push_back(value(c11.encoder_forward_bytes));
     dfp.push_back(value(p11.decoder_forward_bytes) - m.encoder_plain(s) - m.decoder_plain(s));
@@ -351,10 +357,21 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   m.encoder_forward_checkpointed = fit_shape(shapes, efc, Terms::all);
   m.decoder_forward_plain = fit_shape(shapes, dfp, Terms::all);
   m.decoder_forward_checkpointed = fit_shape(shapes, dfc, Terms::all);
+  // The 2 + 2 copy with its bottom layers checkpointed and the top ones plain: what its recompute phases hold beyond
+  // the all-checkpointed model of them (LayerMemory).
+  std::vector<double> em, dm;
+  for (const auto& s : deep) {
+    const auto& b22 = find(s, 2, 2, ProbeCheckpointing::bottom);
+    const double activations = m.encoder_plain(s) + m.encoder_checkpointed(s);
+    em.push_back(value(b22.encoder_phase_bytes) - m.encoder_recompute(s) - m.encoder_checkpointed(s));
+    dm.push_back(value(b22.decoder_phase_bytes) - m.decoder_recompute(s) - activations - m.decoder_checkpointed(s));
+  }
+  m.encoder_mixed = fit_shape(deep, em, Terms::encoder_layer);
+  m.decoder_mixed = fit_shape(deep, dm, Terms::decoder_layer);
   return m;
 }
 
-// seconds = overhead + flops / rate over the probes (24 micro-steps of two depths and two modes): the
+// seconds = overhead + flops / rate over the probes (29 micro-steps of two depths and three modes): the
 // overhead by least squares (0 when noise makes it negative), the rate as the median of the samples' own rates
 // after the overhead, so a few probes slowed by another process do not move it.
 SpeedModel fit_speed(const std::vector<ProbeSample>& samples) {
@@ -401,8 +418,12 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
   for (const std::int64_t depth : {1, 2}) {
     const auto e = depth, d = depth;
     auto copy = reduced_copy(config, e, d, device, options.freeze_embeds);
-    for (const bool checkpointed : {false, true}) {
-      copy->set_gradient_checkpointing(checkpointed ? all : 0, checkpointed ? all : 0);
+    for (const auto checkpointing : {ProbeCheckpointing::none, ProbeCheckpointing::all, ProbeCheckpointing::bottom}) {
+      if (depth == 1 && checkpointing == ProbeCheckpointing::bottom) continue;
+      const auto layers = checkpointing == ProbeCheckpointing::none  ? std::int64_t{0}
+                          : checkpointing == ProbeCheckpointing::all ? all
+                                                                     : std::int64_t{1};
+      copy->set_gradient_checkpointing(layers, layers);
       // Warm-up: allocates the gradients (kept between steps, as the trainer's zero_grad keeps them) and first-use
       // buffers, so each probe sees only its own transient. A tiny batch does that as well as a real one: the
       // gradients have the parameters' sizes whatever the shape (at pegasus-large's widths a real shape costs a
@@ -412,8 +433,8 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
       for (std::size_t i = 0; i < count; ++i) {
         const auto& shape = shapes[i];
         auto sample = measure_micro_step(*copy, shape, options, device, 1);
-        sample.checkpointed = checkpointed;
-        sample.flops = micro_step_flops(copy->config(), shape, checkpointed ? e : 0, checkpointed ? d : 0);
+        sample.checkpointing = checkpointing;
+        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(layers, d));
         c.samples.push_back(sample);
       }
     }

@@ -18,12 +18,7 @@
 namespace fitsum::test {
 namespace {
 
-void expect_grid_subset_within_ten_percent(const GridModel& model) {
-  std::vector<GridCell> cells;
-  run_grid(model, {1, 4}, {128}, 32, {kNone, GridCheckpointing{1, 0}, GridCheckpointing{0, 1}, kEvery},
-           {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
-  print_grid(cells);
-  ASSERT_EQ(cells.size(), 16u);
+void expect_within_ten_percent_and_not_under_the_margin(const std::vector<GridCell>& cells) {
   for (const auto& c : cells) {
     const auto what = c.model + " micro-batch " + std::to_string(c.knobs.micro_batch) + " checkpointed " +
                       std::to_string(c.knobs.encoder_checkpointed) + "+" +
@@ -32,6 +27,15 @@ void expect_grid_subset_within_ten_percent(const GridModel& model) {
     EXPECT_LE(std::abs(c.error()), 0.10) << what;
     EXPECT_GE(c.error(), -memory::kPlanMargin) << what;
   }
+}
+
+void expect_grid_subset_within_ten_percent(const GridModel& model) {
+  std::vector<GridCell> cells;
+  run_grid(model, {1, 4}, {128}, 32, {kNone, GridCheckpointing{1, 0}, GridCheckpointing{0, 1}, kEvery},
+           {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
+  print_grid(cells);
+  ASSERT_EQ(cells.size(), 16u);
+  expect_within_ten_percent_and_not_under_the_margin(cells);
 }
 
 TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredOnASubsetOfTheGrid) {
@@ -49,6 +53,20 @@ TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredForBart) {
 TEST(Planner, PredictedPeakWithinTenPercentOfMeasuredForT5) {
   expect_grid_subset_within_ten_percent(grid_model_t5_small());
   expect_grid_subset_within_ten_percent(grid_model_flan_t5_small());
+}
+
+// T5's layers share one attention mask that carries the trained position bias, (B, heads, S, S): a plain layer above
+// a checkpointed one leaves its accumulated gradient behind while the one below recomputes. At 512 source tokens that
+// is 4 MiB per row, which the probe's all-or-nothing copies never saw (the full grid under-predicted these cells by
+// up to 8.8%); the copy with only its bottom layers checkpointed measures it (LayerMemory's `_mixed` terms).
+TEST(Planner, PlainT5LayerAboveACheckpointedOneAtLongSources) {
+  std::vector<GridCell> cells;
+  run_grid(grid_model_t5_small(), {1, 8}, {512}, 64,
+           {GridCheckpointing{1, 0}, GridCheckpointing{1, 2}, GridCheckpointing{0, 1}},
+           {optim::OptimizerType::adafactor}, cells);
+  print_grid(cells);
+  ASSERT_EQ(cells.size(), 6u);
+  expect_within_ten_percent_and_not_under_the_margin(cells);
 }
 
 // A calibration with round numbers for a 6 + 6 layer model: per row, an encoder layer stores 100 B per source token

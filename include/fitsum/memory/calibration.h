@@ -35,10 +35,14 @@ struct ShapeFit {
 //   decoder phase        max(decoder_rest + A + cd decoder_checkpointed + (D - cd) decoder_plain   when cd < D,
 //                            decoder_recompute + A + cd decoder_checkpointed                        when cd > 0)
 //   encoder phase        max(encoder_rest + A                                                       when ce < E,
-//                            encoder_recompute + ce encoder_checkpointed                            when ce > 0)
+//                            encoder_recompute + ce encoder_checkpointed (+ encoder_mixed when ce < E)  when ce > 0)
+// (and decoder_mixed likewise in the decoder phase's recompute branch when 0 < cd < D)
 // and the transient is the largest phase. A checkpointed layer's forward computes its full activations and drops
 // them, while only the layers below it hold theirs: its peak does not add to the plain layers above it (bottom
-// checkpointed encoder layers and plain ones above are the case where that matters).
+// checkpointed encoder layers and plain ones above are the case where that matters). Plain layers above checkpointed
+// ones can also leave something behind while the checkpointed ones recompute: T5's layers share one attention mask
+// that carries the trained position bias, (B, heads, S, S), and the plain layers' backward leaves its accumulated
+// gradient there. The `_mixed` terms hold that, measured on a copy with only its bottom layers checkpointed.
 struct LayerMemory {
   ShapeFit encoder_plain;         // stored by one encoder layer that keeps its activations
   ShapeFit encoder_checkpointed;  // stored by one checkpointed encoder layer (its input)
@@ -52,6 +56,8 @@ struct LayerMemory {
   ShapeFit encoder_forward_checkpointed;  // the encoder forward's peak while its one checkpointed layer runs
   ShapeFit decoder_forward_plain;         // the decoder forward's (and head's) peak beyond every stored activation
   ShapeFit decoder_forward_checkpointed;  // the same while its one checkpointed layer runs, beyond the encoder's
+  ShapeFit encoder_mixed;  // the encoder phase's recompute beyond the above, with plain layers above (>= 0)
+  ShapeFit decoder_mixed;  // the decoder phase's likewise
   // Transient bytes of a micro-step of `shape` with the bottom `encoder_checkpointed` / `decoder_checkpointed`
   // layers of `encoder_layers` / `decoder_layers` checkpointed. `decoder_adjust` is added to the phases after the
   // encoder's forward (the decoder's forward and backward), `encoder_backward_adjust` to the encoder's backward
@@ -89,11 +95,14 @@ struct LossHeadModes {
 };
 LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape& shape);
 
+// Which layers of a probe copy recompute: none, all, or only the bottom one of each stack (2 + 2 copy).
+enum class ProbeCheckpointing { none, all, bottom };
+
 struct ProbeSample {
   BatchShape shape;
   std::int64_t encoder_layers = 1;  // of the reduced-depth copy
   std::int64_t decoder_layers = 1;
-  bool checkpointed = false;        // every layer of the copy
+  ProbeCheckpointing checkpointing = ProbeCheckpointing::none;
   std::uint64_t stored_bytes = 0;   // live when the forward pass ended
   std::uint64_t encoder_forward_bytes = 0;  // peak of the forward pass until the encoder's output
   std::uint64_t decoder_forward_bytes = 0;  // peak of the rest of the forward pass (decoder, head and loss)
