@@ -144,7 +144,7 @@ model::ModelConfig t5_config_from_hf(const json& j, const std::string& model_typ
   // transformers < 5 rescales exactly when the head is tied; transformers 5 writes the switch apart
   // (scale_decoder_outputs, false for v1.1) and saves v1.1 models as tied to model.shared when their head is. Its mT5
   // always ties (unless the checkpoint stores a different head) and never rescales; no released mT5 is tied.
-  c.rescale_tied_lm_head =
+  c.scale_decoder_outputs =
       field<bool>(j, "scale_decoder_outputs", model_type == "mt5" ? false : c.tie_word_embeddings, source);
   c.has_final_logits_bias = false;
   c.embedding_padding_idx = -1;
@@ -256,7 +256,7 @@ json t5_config_to_hf(const model::ModelConfig& c, json j) {
   j["dense_act_fn"] = activation;
   j["is_gated_act"] = c.gated_ffn;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["scale_decoder_outputs"] = c.rescale_tied_lm_head;  // transformers 5 reads it; earlier versions keep it as is
+  j["scale_decoder_outputs"] = c.scale_decoder_outputs;  // transformers 5 reads it; earlier versions keep it as is
   j["pad_token_id"] = c.pad_token_id;
   j["eos_token_id"] = c.eos_token_id;
   j["decoder_start_token_id"] = c.decoder_start_token_id;

@@ -512,7 +512,7 @@ torch::Tensor Seq2SeqLMImpl::lm_head_weight() const {
 }
 
 torch::Tensor Seq2SeqLMImpl::head_input(const torch::Tensor& decoder_hidden) const {
-  if (!config_.rescale_tied_lm_head) return decoder_hidden;
+  if (!config_.scale_decoder_outputs) return decoder_hidden;
   return decoder_hidden * std::pow(static_cast<double>(config_.d_model), -0.5);
 }
 

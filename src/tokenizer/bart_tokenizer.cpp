@@ -14,14 +14,9 @@ namespace fitsum::tokenizer {
 
 namespace {
 
-bool folder_has(const fs::path& dir, const char* name) {
-  std::error_code error;
-  return fs::is_regular_file(dir / name, error);
-}
-
 BartTokenizerOptions read_options(const fs::path& dir) {
   BartTokenizerOptions options;
-  if (folder_has(dir, "tokenizer_config.json")) {
+  if (util::folder_has_file(dir, "tokenizer_config.json")) {
     const auto file = dir / "tokenizer_config.json";
     const auto config = util::read_json_file(file);
     if (config.is_object() && config.contains("add_prefix_space")) {
@@ -63,10 +58,10 @@ std::vector<AddedToken> read_added_tokens(const nlohmann::json& json, const fs::
 }  // namespace
 
 BartTokenizer BartTokenizer::from_folder(const fs::path& dir) {
-  if (folder_has(dir, "vocab.json") && folder_has(dir, "merges.txt")) {
+  if (util::folder_has_file(dir, "vocab.json") && util::folder_has_file(dir, "merges.txt")) {
     return BartTokenizer(ByteLevelBpe::from_files(dir / "vocab.json", dir / "merges.txt"), read_options(dir));
   }
-  if (folder_has(dir, "tokenizer.json")) {
+  if (util::folder_has_file(dir, "tokenizer.json")) {
     const fs::path file = dir / "tokenizer.json";
     const auto json = util::read_json_file(file);
     if (!json.is_object() || !json.contains("model")) {

@@ -18,15 +18,13 @@ std::string sentinel(int n) { return "<extra_id_" + std::to_string(n) + ">"; }
 }  // namespace
 
 T5Tokenizer T5Tokenizer::from_folder(const fs::path& dir) {
-  const fs::path file = dir / "spiece.model";
-  std::error_code error;
-  if (!fs::is_regular_file(file, error)) {
+  if (!util::folder_has_file(dir, "spiece.model")) {
     throw std::runtime_error("no spiece.model in '" + dir.string() +
                              "': fitsum needs the SentencePiece model of a T5 checkpoint; copy it there or pass "
                              "--tokenizer_name with a folder that has one");
   }
   int extra_ids = 100;
-  if (fs::is_regular_file(dir / "tokenizer_config.json", error)) {
+  if (util::folder_has_file(dir, "tokenizer_config.json")) {
     const auto config_file = dir / "tokenizer_config.json";
     const auto config = util::read_json_file(config_file);
     if (config.is_object() && config.contains("extra_ids")) {
@@ -40,7 +38,7 @@ T5Tokenizer T5Tokenizer::from_folder(const fs::path& dir) {
       extra_ids = value.get<int>();
     }
   }
-  return T5Tokenizer(file, extra_ids);
+  return T5Tokenizer(dir / "spiece.model", extra_ids);
 }
 
 T5Tokenizer::T5Tokenizer(const fs::path& spiece_model, int extra_ids) : model_(spiece_model), extra_ids_(extra_ids) {

@@ -28,11 +28,6 @@ void replace_all(std::string& text, std::string_view from, std::string_view to) 
   text = std::move(out);
 }
 
-bool has_file(const fs::path& dir, const char* name) {
-  std::error_code error;
-  return fs::is_regular_file(dir / name, error);
-}
-
 // A string field of a JSON file's top-level object, "" when absent; throws naming the file when it is not a string.
 std::string string_field(const fs::path& file, const char* key) {
   const auto json = util::read_json_file(file);
@@ -45,13 +40,13 @@ std::string string_field(const fs::path& file, const char* key) {
 
 // "bart", "t5", "pegasus" or "" from what the folder says about itself.
 std::string declared_family(const fs::path& dir) {
-  if (has_file(dir, "tokenizer_config.json")) {
+  if (util::folder_has_file(dir, "tokenizer_config.json")) {
     const std::string name = string_field(dir / "tokenizer_config.json", "tokenizer_class");
     if (name.rfind("Bart", 0) == 0 || name.rfind("Roberta", 0) == 0 || name.rfind("GPT2", 0) == 0) return "bart";
     if (name.rfind("T5", 0) == 0) return "t5";
     if (name.rfind("Pegasus", 0) == 0) return "pegasus";
   }
-  if (has_file(dir, "config.json")) {
+  if (util::folder_has_file(dir, "config.json")) {
     const std::string type = string_field(dir / "config.json", "model_type");
     if (type == "bart" || type == "t5" || type == "pegasus") return type;
     if (type == "mt5") return "t5";
@@ -76,8 +71,9 @@ bool Tokenizer::is_empty_text(const std::vector<TokenId>& ids) const { return id
 std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir) {
   std::string family = declared_family(dir);
   if (family.empty()) {
-    if (has_file(dir, "vocab.json") || has_file(dir, "tokenizer.json")) family = "bart";
-    if (has_file(dir, "spiece.model")) family = "pegasus";  // the family fitsum has always assumed for spiece.model
+    if (util::folder_has_file(dir, "vocab.json") || util::folder_has_file(dir, "tokenizer.json")) family = "bart";
+    // spiece.model alone: the family fitsum has always assumed for it.
+    if (util::folder_has_file(dir, "spiece.model")) family = "pegasus";
   }
   if (family == "bart") return std::make_unique<BartTokenizer>(BartTokenizer::from_folder(dir));
   if (family == "t5") return std::make_unique<T5Tokenizer>(T5Tokenizer::from_folder(dir));

@@ -43,6 +43,11 @@ struct JsonTooDeep {};
 
 }  // namespace
 
+bool folder_has_file(const fs::path& dir, std::string_view name) {
+  std::error_code error;
+  return fs::is_regular_file(dir / name, error);
+}
+
 std::string file_kind_problem(const fs::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {

@@ -167,7 +167,7 @@ TEST(FamilyConfig, T5ConfigsReadAsTransformersBuildsThem) {
     EXPECT_EQ(c.gated_ffn, v1_1);
     EXPECT_EQ(c.activation_function, v1_1 ? model::Activation::gelu_new : model::Activation::relu);
     EXPECT_EQ(c.tie_word_embeddings, !v1_1);
-    EXPECT_EQ(c.rescale_tied_lm_head, !v1_1);
+    EXPECT_EQ(c.scale_decoder_outputs, !v1_1);
     const auto expected = util::read_json_file(dir / "case.json")["trainable_parameters"].get<std::int64_t>();
     EXPECT_EQ(model::count_parameters(c).trainable, expected) << name;
     EXPECT_EQ(model::count_parameters(c).frozen, 0) << name;
@@ -201,7 +201,7 @@ TEST(FamilyConfig, TransformersFiveTiedT5V11HeadIsNotRescaled) {
   auto tied = load_fixture_model(dir, false);
   tied->eval();
   EXPECT_TRUE(tied->config().tie_word_embeddings);
-  EXPECT_FALSE(tied->config().rescale_tied_lm_head);
+  EXPECT_FALSE(tied->config().scale_decoder_outputs);
   const auto c = util::read_json_file(fixture / "case.json");
   const auto ids = long_tensor(c["input_ids"]), mask = long_tensor(c["attention_mask"]),
              labels = long_tensor(c["labels"]);
@@ -212,9 +212,9 @@ TEST(FamilyConfig, TransformersFiveTiedT5V11HeadIsNotRescaled) {
   io::save_model_folder(*tied, dir / "saved");
   const auto saved = io::read_model_config(dir / "saved");
   EXPECT_TRUE(saved.tie_word_embeddings);
-  EXPECT_FALSE(saved.rescale_tied_lm_head);
-  EXPECT_FALSE(io::read_model_config(fixture).rescale_tied_lm_head);
-  EXPECT_TRUE(io::read_model_config(source_dir() / "tests" / "data" / "fixtures" / "tiny-t5").rescale_tied_lm_head);
+  EXPECT_FALSE(saved.scale_decoder_outputs);
+  EXPECT_FALSE(io::read_model_config(fixture).scale_decoder_outputs);
+  EXPECT_TRUE(io::read_model_config(source_dir() / "tests" / "data" / "fixtures" / "tiny-t5").scale_decoder_outputs);
 }
 
 // mT5 is T5 v1.1 under model_type "mt5" (MT5ForConditionalGeneration, the same modules): tiny-t5-v1_1's folder
@@ -259,7 +259,7 @@ TEST(FamilyConfig, MT5IsT5V11UnderItsOwnName) {
   util::write_file_atomic(dir / "tied" / "config.json", config.dump(2));
   const auto tied = io::read_model_config(dir / "tied");
   EXPECT_TRUE(tied.tie_word_embeddings);
-  EXPECT_FALSE(tied.rescale_tied_lm_head);
+  EXPECT_FALSE(tied.scale_decoder_outputs);
 }
 
 TEST(FamilyConfig, BartCountsLikeTransformers) {

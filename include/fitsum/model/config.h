@@ -71,7 +71,7 @@ struct ModelConfig {
   bool scale_attention_scores = true;  // T5: q·k unscaled (the 1/sqrt(d_kv) is folded into its init)
   std::int64_t head_dim = 0;           // T5's d_kv; 0: d_model / heads
   bool gated_ffn = false;              // T5 v1.1 / FLAN-T5: act(wi_0 x) * wi_1 x
-  bool rescale_tied_lm_head = false;   // T5 v1.0 (scale_decoder_outputs): decoder output * d_model^-0.5 before the head
+  bool scale_decoder_outputs = false;  // T5 v1.0 (HF 5 names it so): decoder output * d_model^-0.5 before the head
   bool has_final_logits_bias = true;   // PEGASUS / BART's buffer; T5 has none
   std::int64_t relative_attention_num_buckets = 32;
   std::int64_t relative_attention_max_distance = 128;

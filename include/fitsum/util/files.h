@@ -32,6 +32,9 @@ constexpr int kMaxJsonDepth = 64;
 // "a FIFO", "a directory", "a character device", ... for a file that is not regular; "" for a regular file.
 std::string file_kind_problem(const fs::path& path);
 
+// Whether `dir / name` resolves to a regular file (symbolic links followed); false on any error.
+bool folder_has_file(const fs::path& dir, std::string_view name);
+
 // Throws std::runtime_error naming `what` (e.g. "config.json", "the data file") and `path` unless the path resolves
 // to a regular file (symbolic links followed), with the reason: missing, a folder, a FIFO, a device.
 void require_regular_file(const fs::path& path, std::string_view what);
