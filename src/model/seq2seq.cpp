@@ -274,6 +274,9 @@ void TransformerLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
   settings_.byte_mask_dropout = kernels.byte_mask_dropout;
   self_attn->set_kernel_choices(kernels);
   if (!encoder_attn.is_empty()) encoder_attn->set_kernel_choices(kernels);
+  for (auto* norm : {&self_attn_rms, &encoder_attn_rms, &ff_rms}) {
+    if (!norm->is_empty()) (*norm)->fused = kernels.fused_rms_norm;
+  }
 }
 
 torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -292,7 +295,7 @@ torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, cons
     h = residual(h, cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
                                 : encoder_attn->forward(x, encoder_hidden, cross_mask));
   }
-  return residual(h, ff->forward(ff_rms->forward(h), settings_.dropout, training));
+  return residual(h, ff->forward(ff_rms->forward(h), settings_.dropout, training, settings_.byte_mask_dropout));
 }
 
 torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -388,6 +391,7 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
 void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
   kernels_ = kernels;
   for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<TransformerLayer>()->set_kernel_choices(kernels);
+  if (!final_rms.is_empty()) final_rms->fused = kernels.fused_rms_norm;
 }
 
 torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {

@@ -5,7 +5,8 @@
 #include <cmath>
 
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/dropout.h>
+
+#include "fitsum/model/dropout.h"
 
 namespace fitsum::model {
 
@@ -50,17 +51,58 @@ torch::Tensor RelativePositionBiasImpl::forward(std::int64_t query_length, std::
   return values.permute({2, 0, 1}).unsqueeze(0);                                                      // (1, H, T, S)
 }
 
+namespace {
+
+bool low_precision(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+}
+
+// x * rstd, in weight's dtype when that is bfloat16 or float16 (T5LayerNorm's cast).
+torch::Tensor normalized(const torch::Tensor& x, const torch::Tensor& rstd, const torch::Tensor& weight) {
+  auto normed = x * rstd;
+  return low_precision(weight) ? normed.to(weight.scalar_type()) : normed;
+}
+
+// The plain path's autograd keeps x, a float32 copy of it when x is not float32, and the normalized x (for the
+// weight's gradient): one node keeping x and the (..., 1) float32 reciprocal RMS holds one (..., D) tensor per norm,
+// not two or three. With r = rsqrt(mean(x^2) + eps) and n = x r, dx = r (g_n - x r^2 mean(g_n x)), in float32.
+class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight, double eps) {
+    auto rstd = torch::rsqrt(x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true) + eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return weight * normalized(x, rstd, weight);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &rstd = saved[2];
+    const auto& grad = grad_outputs[0];
+    torch::Tensor grad_x, grad_weight;
+    if (ctx->needs_input_grad(1)) {
+      grad_weight = (grad * normalized(x, rstd, weight)).sum_to_size(weight.sizes()).to(weight.scalar_type());
+    }
+    if (ctx->needs_input_grad(0)) {
+      const auto g = (grad * weight).to(torch::kFloat);
+      const auto xf = x.to(torch::kFloat);
+      grad_x = (rstd * (g - xf * rstd.square() * (g * xf).mean(-1, /*keepdim=*/true))).to(x.scalar_type());
+    }
+    return {grad_x, grad_weight, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (fused) return RMSNormFunction::apply(x, weight, eps_);
   auto variance = x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true);  // (..., 1) in float32
-  auto normed = x * torch::rsqrt(variance + eps_);
-  if (weight.scalar_type() == torch::kBFloat16 || weight.scalar_type() == torch::kHalf) {
-    normed = normed.to(weight.scalar_type());
-  }
-  return weight * normed;
+  return weight * normalized(x, torch::rsqrt(variance + eps_), weight);
 }
 
 T5FeedForwardImpl::T5FeedForwardImpl(std::int64_t d_model, std::int64_t d_ff, bool gated) {
@@ -76,14 +118,15 @@ T5FeedForwardImpl::T5FeedForwardImpl(std::int64_t d_model, std::int64_t d_ff, bo
   wo = register_module("wo", linear(d_ff, d_model));
 }
 
-torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout, bool training) {
+torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout, bool training,
+                                         bool byte_mask_dropout) {
   torch::Tensor h;  // (B, T, d_ff)
   if (!wi.is_empty()) {
     h = torch::relu(wi->forward(x));
   } else {
     h = torch::gelu(wi_0->forward(x), "tanh") * wi_1->forward(x);  // gelu_new is the tanh approximation
   }
-  h = torch::nn::functional::dropout(h, torch::nn::functional::DropoutFuncOptions().p(dropout).training(training));
+  h = byte_mask_dropout ? model::dropout(h, dropout, training) : torch::dropout(h, dropout, training);
   return wo->forward(h);
 }
 

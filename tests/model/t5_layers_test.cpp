@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/model/t5_layers.h"
 #include "fitsum/util/files.h"
 #include "test_support.h"
@@ -47,6 +48,50 @@ TEST(T5Layers, RmsNormHasNoMeanAndNoBias) {
   EXPECT_CLOSE(norm->forward(x).to(torch::kDouble), want, relative(1e-6));
   norm->to(torch::kBFloat16);
   EXPECT_EQ(norm->forward(x).scalar_type(), torch::kBFloat16);  // T5LayerNorm returns the weight's half dtype
+}
+
+// The fused RMSNorm (one autograd node) against the plain operations: output, both gradients and dtypes, for float32
+// and bfloat16 inputs and weights; and what its forward keeps for backward.
+TEST(T5Layers, FusedRmsNormEqualsThePlainOperationsAndKeepsLess) {
+  for (const auto x_dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const auto w_dtype : {torch::kFloat, torch::kBFloat16}) {
+      const auto what = std::string("x ") + c10::toString(x_dtype) + ", weight " + c10::toString(w_dtype);
+      torch::manual_seed(11);
+      const auto x0 = (torch::randn({3, 5, 16}) * 3.0).to(x_dtype);
+      const auto w0 = (1.0 + 0.3 * torch::randn({16})).to(w_dtype);
+      const auto grad = torch::randn({3, 5, 16});
+      std::vector<torch::Tensor> results;
+      for (const bool fused : {true, false}) {
+        model::RMSNorm norm(16, 1e-6);
+        norm->fused = fused;
+        norm->weight.set_data(w0.clone());
+        const auto x = x0.clone().requires_grad_(true);
+        const auto out = norm->forward(x);
+        out.backward(grad.to(out.scalar_type()));
+        results.insert(results.end(), {out, x.grad(), norm->weight.grad()});
+      }
+      const bool bf16 = x_dtype == torch::kBFloat16 || w_dtype == torch::kBFloat16;
+      for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(results[i].scalar_type(), results[i + 3].scalar_type()) << what << " result " << i;
+        EXPECT_CLOSE(results[i].to(torch::kDouble), results[i + 3].to(torch::kDouble), relative(bf16 ? 1e-2 : 1e-5))
+            << what << " result " << i << " (output, x's gradient, weight's gradient)";
+      }
+    }
+  }
+  // Kept for backward, beyond the output: the fused node only the (3, 512, 1) float32 reciprocal RMS; the plain
+  // operations also the normalized (3, 512, 256) input.
+  auto& allocator = memory::TrackingCpuAllocator::instance();
+  const auto x = torch::randn({3, 512, 256}).requires_grad_(true);
+  std::vector<std::int64_t> kept;
+  for (const bool fused : {true, false}) {
+    model::RMSNorm norm(256, 1e-6);
+    norm->fused = fused;
+    const auto before = allocator.current_bytes();
+    const auto out = norm->forward(x);
+    kept.push_back(allocator.current_bytes() - before - out.nbytes());
+  }
+  EXPECT_LE(kept[0], 3 * 512 * 4 + 4096);
+  EXPECT_GE(kept[1], 3 * 512 * 256 * 4);
 }
 
 TEST(T5Layers, FeedForwardVariantsFollowTheirFormulas) {

@@ -141,7 +141,7 @@ struct BenchTrainOptions {
   bool bf16 = false;
   std::string device = "cpu";
   std::uint64_t seed = 0;
-  std::vector<std::string> unfused;  // loss, embedding, optimizer, dropout: the plain paths, for before/after
+  std::vector<std::string> unfused;  // loss, embedding, optimizer, dropout, rms_norm: the plain paths, for before/after
   std::string profile;               // a chrome://tracing file of one more step
   bool malloc_defaults = false;      // keep glibc's allocator settings (util/host_allocator.h)
   ThreadFlags threads;
@@ -175,6 +175,7 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
   model::KernelChoices kernels;
   kernels.in_place_embedding_gradient = !unfused(o, "embedding");
   kernels.byte_mask_dropout = !unfused(o, "dropout");
+  kernels.fused_rms_norm = !unfused(o, "rms_norm");
   model->set_kernel_choices(kernels);
   model->to(device);
   model->train();
@@ -436,9 +437,10 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--device", train->device, "cpu or cuda")->capture_default_str();
   t->add_option("--seed", train->seed, "seed of weights, tokens and dropout")->capture_default_str();
   t->add_option("--unfused", train->unfused,
-                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, all (before/after comparisons)")
+                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), all "
+                "(before/after comparisons)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "all"}));
+      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "rms_norm", "all"}));
   t->add_option("--profile", train->profile,
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");

@@ -61,6 +61,7 @@ struct DecoderCache {
 struct KernelChoices {
   bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (model/tied_embedding.h)
   bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
+  bool fused_rms_norm = true;               // T5's RMSNorm as one autograd node (model/t5_layers.h)
 };
 
 // PEGASUS's and BART's attention (q_proj, k_proj, v_proj, out_proj with biases; queries scaled by head_dim^-0.5), or

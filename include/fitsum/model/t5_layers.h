@@ -48,6 +48,9 @@ class RMSNormImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::Tensor weight;  // (D)
+  // One autograd node keeping x and the float32 reciprocal RMS (KernelChoices::fused_rms_norm); off: the plain
+  // LibTorch operations, as transformers writes them.
+  bool fused = true;
 
  private:
   double eps_;
@@ -58,8 +61,9 @@ class T5FeedForwardImpl : public torch::nn::Module {
  public:
   // gated: v1.1's wi_0 / wi_1 with gelu_new; otherwise v1.0's wi with relu.
   T5FeedForwardImpl(std::int64_t d_model, std::int64_t d_ff, bool gated);
-  // x (B, T, D)  ->  (B, T, D); `dropout` applies after the activation (HF's DenseReluDense.dropout).
-  torch::Tensor forward(const torch::Tensor& x, double dropout, bool training);
+  // x (B, T, D)  ->  (B, T, D); `dropout` applies after the activation (HF's DenseReluDense.dropout), with fitsum's
+  // uint8-mask dropout unless `byte_mask_dropout` is off (KernelChoices).
+  torch::Tensor forward(const torch::Tensor& x, double dropout, bool training, bool byte_mask_dropout = true);
 
   torch::nn::Linear wi{nullptr}, wi_0{nullptr}, wi_1{nullptr}, wo{nullptr};
 };
