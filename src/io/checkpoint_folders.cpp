@@ -128,9 +128,37 @@ void remove_checkpoint(const fs::path& checkpoint) {
   fs::remove_all(trash, error);  // what a failure leaves is removed at the next start
 }
 
+namespace {
+
+// util::AtomicFileWriter's temporaries, `NAME.tmp-PID`, whose process died before its rename (a kill while the final
+// model or trainer_state.json was written into the output folder).
+void remove_stale_temporary_files(const fs::path& output_dir, const std::function<void(const std::string&)>& report) {
+  static const std::regex pattern(R"(.+\.tmp-([0-9]{1,9}))");
+  std::error_code error;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(output_dir, error)) {
+    std::smatch match;
+    const auto name = entry.path().filename().string();
+    if (std::regex_match(name, match, pattern) && fs::is_regular_file(entry.symlink_status(error)) &&
+        !process_alive(std::stol(match[1]))) {
+      stale.push_back(entry.path());
+    }
+  }
+  for (const auto& path : stale) {
+    const bool removed = fs::remove(path, error);
+    if (report) {
+      report(removed ? "removed " + path.string() + " left by an interrupted write"
+                     : "could not remove " + path.string() + " left by an interrupted write: " + error.message());
+    }
+  }
+}
+
+}  // namespace
+
 void clean_stale_checkpoint_folders(const fs::path& output_dir, const std::function<void(const std::string&)>& report) {
   std::error_code error;
   if (!fs::is_directory(output_dir, error)) return;
+  remove_stale_temporary_files(output_dir, report);
   std::vector<std::pair<fs::path, WorkFolder>> stale;
   for (const auto& entry : fs::directory_iterator(output_dir, error)) {
     WorkFolder folder;

@@ -95,6 +95,24 @@ TEST(CheckpointFolders, StaleTemporaryAndTrashFoldersAreRemovedButALiveProcessKe
   EXPECT_EQ(lines.size(), 3u);
 }
 
+// A kill while the final model or trainer_state.json was written into the output folder leaves the atomic writer's
+// `NAME.tmp-PID` (found by the kill -9 soak); the next start removes it, but not a live writer's or a user's file.
+TEST(CheckpointFolders, AStaleAtomicWriteTemporaryIsRemovedAtTheNextStart) {
+  const auto out = temp_dir("stale-files");
+  const long dead = dead_pid();
+  const long alive = static_cast<long>(::getppid());
+  write_bytes(out / "trainer_state.json", "{}");
+  write_bytes(out / ("trainer_state.json.tmp-" + std::to_string(dead)), "{\"log_hi");
+  write_bytes(out / ("model.safetensors.tmp-" + std::to_string(alive)), "being written");
+  write_bytes(out / "notes.tmp-x", "a user's file");
+  std::vector<std::string> lines;
+  io::clean_stale_checkpoint_folders(out, [&](const std::string& line) { lines.push_back(line); });
+  EXPECT_EQ(names_in(out), (std::vector<std::string>{"model.safetensors.tmp-" + std::to_string(alive), "notes.tmp-x",
+                                                     "trainer_state.json"}));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("trainer_state.json.tmp-" + std::to_string(dead)), std::string::npos) << lines[0];
+}
+
 TEST(CheckpointFolders, PruningNeverLeavesAHalfDeletedCheckpointVisible) {
   const auto out = temp_dir("prune");
   folder_with(out / "checkpoint-1", "a");

@@ -35,9 +35,9 @@ fs::path commit_checkpoint(const fs::path& temporary, std::int64_t step);
 // Removes a checkpoint folder without it ever being visible half-deleted (rename to a trash name, then remove).
 void remove_checkpoint(const fs::path& checkpoint);
 
-// Removes what dead fitsum processes left in `output_dir` (temporary and trash folders; an old copy whose
-// checkpoint-N is missing is moved back instead). Folders of live processes are left alone. Calls `report` with
-// one line per folder handled.
+// Removes what dead fitsum processes left in `output_dir` (temporary and trash folders, the `NAME.tmp-PID` files of
+// an interrupted atomic write; an old copy whose checkpoint-N is missing is moved back instead). What live processes
+// own is left alone. Calls `report` with one line per folder or file handled.
 void clean_stale_checkpoint_folders(const fs::path& output_dir, const std::function<void(const std::string&)>& report);
 
 // Creates `output_dir` if needed and cleans what dead processes left (above); with `discard_checkpoints` (a new run
