@@ -156,7 +156,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
         // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start.
         token_loss = {};
         split_after_oom(micro_batches, i, "backward", e);
-        optimizer_->zero_grad();
+        optim::zero_gradients(*optimizer_);
         util::set_random_state(in_.device, step_rng);
         redo = true;
         break;
@@ -381,7 +381,7 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
     const auto step_rng = util::random_state(in_.device);
     const auto outcome = run_step(steps[static_cast<std::size_t>(step_in_epoch_)]);
     if (outcome.interrupted) {
-      optimizer_->zero_grad();
+      optim::zero_gradients(*optimizer_);
       util::set_random_state(in_.device, step_rng);
       save_checkpoint(step_rng);
       return false;

@@ -15,7 +15,12 @@ struct UpdateOptions {
   int threads = 0;             // LibTorch intra-op threads for the update (util/threads.h); 0: as they are
 };
 
-// clip_grad_norm, optimizer.step(), zero the gradients. Returns the norm before clipping.
+// Zeroes the gradients in place, keeping their tensors, on every LibTorch: 2.0 made Optimizer::zero_grad free them
+// by default (set_to_none), which moved the measured peaks of the same step by up to 2 MiB of 20 against the
+// planner's model, where the gradients stay allocated between steps (memory/calibration.h).
+void zero_gradients(torch::optim::Optimizer& optimizer);
+
+// clip_grad_norm, optimizer.step(), zero_gradients. Returns the norm before clipping.
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
                       const UpdateOptions& options);
 
