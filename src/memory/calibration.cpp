@@ -424,7 +424,7 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
                           : checkpointing == ProbeCheckpointing::all ? all
                                                                      : std::int64_t{1};
       copy->set_gradient_checkpointing(layers, layers);
-      // Warm-up: allocates the gradients (kept between steps, as the trainer's zero_grad keeps them) and first-use
+      // Warm-up: allocates the gradients (kept between steps, as optim::zero_gradients keeps them) and first-use
       // buffers, so each probe sees only its own transient. A tiny batch does that as well as a real one: the
       // gradients have the parameters' sizes whatever the shape (at pegasus-large's widths a real shape costs a
       // second per warm-up).

@@ -111,4 +111,8 @@ at::Tensor dropout(const at::Tensor& input, double p, bool training) {
   return DropoutFunction::apply(input, p);
 }
 
+at::Tensor dropout(const at::Tensor& input, double p, bool training, bool byte_mask) {
+  return byte_mask ? model::dropout(input, p, training) : torch::dropout(input, p, training);
+}
+
 }  // namespace fitsum::model

@@ -16,14 +16,6 @@
 
 namespace fitsum::model {
 
-namespace {
-
-torch::Tensor apply_dropout(const torch::Tensor& x, double p, bool training, bool byte_mask) {
-  return byte_mask ? model::dropout(x, p, training) : torch::dropout(x, p, training);
-}
-
-}  // namespace
-
 double padding_mask_value(torch::ScalarType dtype) {
   return dtype == torch::kBFloat16 ? -3.3895313892515355e38 : std::numeric_limits<float>::lowest();
 }
@@ -135,7 +127,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
     scores = scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
   }
   auto probs = torch::softmax(scores, -1);
-  probs = apply_dropout(probs, dropout_, is_training(), byte_mask_dropout_);
+  probs = model::dropout(probs, dropout_, is_training(), byte_mask_dropout_);
   context = torch::matmul(probs, value);  // (B, H, T, hd)
 #endif
   context = context.transpose(1, 2).reshape({batch, length, heads_ * head_dim_});  // (B, T, D)
@@ -206,15 +198,15 @@ template <typename Block>
 torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
                              bool training, Block&& block) {
   if (s.normalize_before) {
-    return hidden + apply_dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
+    return hidden + model::dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
   }
-  return norm->forward(hidden + apply_dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
+  return norm->forward(hidden + model::dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
 }
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
   auto h = activate(fc1->forward(x), s.activation);  // (B, T, ffn)
-  h = apply_dropout(h, s.activation_dropout, training, s.byte_mask_dropout);
+  h = model::dropout(h, s.activation_dropout, training, s.byte_mask_dropout);
   return fc2->forward(h);  // (B, T, D)
 }
 
@@ -285,7 +277,7 @@ torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, cons
   // HF T5Block: each sub-layer is hidden + dropout(block(RMSNorm(hidden))); the masks already hold the position bias.
   const bool training = is_training();
   const auto residual = [&](const torch::Tensor& h, const torch::Tensor& block) {
-    return h + apply_dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
+    return h + model::dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
   };
   auto x = self_attn_rms->forward(hidden);
   auto h = residual(hidden, self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache)
@@ -401,13 +393,13 @@ torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
                             kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids");
   }
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
-  if (t5_) return apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);  // no scale, no positions
+  if (t5_) return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);  // no scale, no positions
   h = h * embed_scale_;
   h = h + embed_positions->forward(ids.size(1), past);
   if (!layernorm_embedding.is_empty()) {
     h = layernorm_embedding->forward(h);
   }
-  return apply_dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
+  return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
 }
 
 torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -445,7 +437,7 @@ torch::Tensor StackImpl::with_position_bias(const torch::Tensor& mask, std::int6
 }
 
 torch::Tensor StackImpl::finish(const torch::Tensor& hidden) {
-  if (t5_) return apply_dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
+  if (t5_) return model::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
   return layer_norm.is_empty() ? hidden : layer_norm->forward(hidden);
 }
 

@@ -58,6 +58,11 @@ bool low_precision(const torch::Tensor& t) {
 }
 
 // x * rstd, in weight's dtype when that is bfloat16 or float16 (T5LayerNorm's cast).
+// 1 / sqrt(mean(x^2) + eps) over the last dimension, (..., 1) in float32 whatever x's dtype.
+torch::Tensor reciprocal_rms(const torch::Tensor& x, double eps) {
+  return torch::rsqrt(x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
 torch::Tensor normalized(const torch::Tensor& x, const torch::Tensor& rstd, const torch::Tensor& weight) {
   auto normed = x * rstd;
   return low_precision(weight) ? normed.to(weight.scalar_type()) : normed;
@@ -70,7 +75,7 @@ class RMSNormFunction : public torch::autograd::Function<RMSNormFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& weight, double eps) {
-    auto rstd = torch::rsqrt(x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true) + eps);
+    auto rstd = reciprocal_rms(x, eps);
     ctx->save_for_backward({x, weight, rstd});
     return weight * normalized(x, rstd, weight);
   }
@@ -101,8 +106,7 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps) : eps_(eps) {
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   if (fused) return RMSNormFunction::apply(x, weight, eps_);
-  auto variance = x.to(torch::kFloat).pow(2).mean(-1, /*keepdim=*/true);  // (..., 1) in float32
-  return weight * normalized(x, torch::rsqrt(variance + eps_), weight);
+  return weight * normalized(x, reciprocal_rms(x, eps_), weight);
 }
 
 T5FeedForwardImpl::T5FeedForwardImpl(std::int64_t d_model, std::int64_t d_ff, bool gated) {
@@ -126,7 +130,7 @@ torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout,
   } else {
     h = torch::gelu(wi_0->forward(x), "tanh") * wi_1->forward(x);  // gelu_new is the tanh approximation
   }
-  h = byte_mask_dropout ? model::dropout(h, dropout, training) : torch::dropout(h, dropout, training);
+  h = model::dropout(h, dropout, training, byte_mask_dropout);
   return wo->forward(h);
 }
 

@@ -12,5 +12,7 @@ namespace fitsum::model {
 
 // Returns `input` itself when not training or p == 0.
 at::Tensor dropout(const at::Tensor& input, double p, bool training);
+// The model's dropout: this one, or torch::dropout when `byte_mask` is off (KernelChoices::byte_mask_dropout).
+at::Tensor dropout(const at::Tensor& input, double p, bool training, bool byte_mask);
 
 }  // namespace fitsum::model
