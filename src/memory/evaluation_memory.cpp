@@ -15,12 +15,27 @@ namespace {
 
 struct Widths {
   double d = 0, ffn_encoder = 0, ffn_decoder = 0, heads_encoder = 0, heads_decoder = 0, layers = 0, vocab = 0;
-  // Bytes of an activation. Under CPU autocast (bf16) the measured phases stay within 6% of fp32's (the softmaxes,
-  // layer norms, residual sums and the loss are float32), so they are counted as fp32: an upper bound.
+  // Bytes of a float32 activation: the layer inputs, residual sums, norms, softmaxes, the encoder output, the cache
+  // and the logits are float32 under autocast too.
   double act = 4;
+  // Bytes of a matrix product's output: 2 under CPU autocast (bf16), else 4.
+  double product = 4;
+  bool bf16 = false;
+  // Pre-LayerNorm layers (PEGASUS, T5) hold the norm of the layer input beside it; post-LayerNorm ones (BART) not.
+  double pre_norm = 1;
+  // Under autocast a linear layer with a bias adds the float32 bias to the bfloat16 product in place: a float32
+  // result and its conversion back, two float32 copies of the output, live together for a moment (aten::linear ->
+  // matmul, add_ -> empty_like, _to_copy; measured on 1.13 and 2.14). T5 has no biases.
+  bool float_bias_transient = false;
+  // Feed-forward tensors of the width ffn at its peak: the product and its activation, or a gated feed-forward's
+  // two products, the activation and their product (T5 v1.1).
+  double ffn_tensors = 2;
+  // T5: every self-attention adds a float32 (rows, heads, T, S) mask carrying the relative position bias, computed
+  // once per stack and held while the stack runs.
+  bool position_bias = false;
 };
 
-Widths widths_of(const model::ModelConfig& c) {
+Widths widths_of(const model::ModelConfig& c, bool bf16) {
   Widths w;
   w.d = static_cast<double>(c.d_model);
   w.ffn_encoder = static_cast<double>(c.encoder_ffn_dim);
@@ -29,36 +44,64 @@ Widths widths_of(const model::ModelConfig& c) {
   w.heads_decoder = static_cast<double>(c.decoder_attention_heads);
   w.layers = static_cast<double>(c.decoder_layers);
   w.vocab = static_cast<double>(c.vocab_size);
+  w.bf16 = bf16;
+  w.product = bf16 ? 2.0 : 4.0;
+  w.pre_norm = c.normalize_before ? 1.0 : 0.0;
+  w.float_bias_transient = bf16 && c.linear_bias && !c.gated_ffn;
+  w.ffn_tensors = c.gated_ffn ? 4.0 : 2.0;
+  w.position_bias = c.is_t5();
   return w;
 }
 
 // One layer over `rows` x `length` queries attending to `keys` positions with `heads` heads and `ffn` wide
-// feed-forward: the larger of the attention block (the layer input, its norm, queries, keys, values and the context,
-// plus what the attention path holds) and the feed-forward block (input, norm, the product and its activation).
-// The math path (1.13) holds the scores and probabilities. The fused kernels of scaled_dot_product_attention (2.x)
-// hold none; measured with LibTorch 2.14 on the CPU, an encoder layer then peaks at 11 (rows, S, d) tensors where
-// the count above has 7, and the 4 more are counted as rows x (2 length + 2 keys) x d. That is exact for the encoder
-// and loss passes but not yet attributed to tensors (the CPU flash kernel itself allocates only its output), and it
-// over-counts decoding without the cache (docs/platforms.md).
-double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn) {
-  const double kernel =
-      FITSUM_ATTENTION_KEEPS_SCORES ? 2.0 * rows * heads * length * keys : rows * (2.0 * length + 2.0 * keys) * w.d;
-  const double attention = kernel + rows * (5.0 * length + 2.0 * keys) * w.d;
-  const double feed_forward = rows * length * (2.0 * ffn + 2.0 * w.d);
-  return w.act * std::max(attention, feed_forward);
+// feed-forward, beside `inputs` float32 (rows, length, d) tensors its caller holds (the layer's input; in a
+// decoder's cross-attention also the self-attention's residual sum): the larger of the attention block and the
+// feed-forward block. Measured against the tracking allocator on 1.13 and 2.14
+// (tests/model/evaluation_memory_test.cpp).
+// - Attention holds the inputs and the norm (float32), and 3 query-length and 2 key-length products (the queries,
+//   the context and its copy or the output projection; the keys and the values).
+// - On the math path (1.13) also the scores: float32, the sum with the mask and its softmax (8 bytes an element);
+//   under autocast the bfloat16 product, its float32 sum with the mask, the softmax and the bfloat16 probabilities
+//   for the next product (10 bytes at the peak).
+// - The fused kernels of scaled_dot_product_attention (2.x) take the head-split views as they are and keep no
+//   scores, only a float32 log-sum-exp per row, head and query; under autocast they pack the keys and values into
+//   bfloat16 buffers of their own, and a (rows, heads, T, S) mask (T5's) is copied per call: converted to bfloat16
+//   and clamped, or made contiguous (4 bytes an element either way).
+// - Feed-forward: the layer's input, the residual sum and, pre-LayerNorm, its norm (float32), and the products.
+double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn, double inputs) {
+  const double vectors =
+      rows * w.d * (w.act * (inputs + w.pre_norm) * length + w.product * (3.0 * length + 2.0 * keys));
+  const double packed = w.bf16 ? 2.0 * w.product * rows * keys * w.d : 0.0;
+  const double mask_copy = w.position_bias ? 4.0 * rows * heads * length * keys : 0.0;
+  const double scores = FITSUM_ATTENTION_KEEPS_SCORES ? (w.bf16 ? 10.0 : 8.0) * rows * heads * length * keys
+                                                      : 4.0 * rows * heads * length + packed + mask_copy;
+  const double attention = vectors + scores;
+  // Bytes per feed-forward element: its tensors, or the bfloat16 product beside the float32 pair.
+  const double per_element = w.float_bias_transient ? 10.0 : w.ffn_tensors * w.product;
+  const double feed_forward = rows * length * (per_element * ffn + (2.0 + w.pre_norm) * w.act * w.d);
+  return std::max(attention, feed_forward);
+}
+
+// T5's position-bias mask of a stack of self-attention over `length` queries and `keys` positions: float32, held
+// while the stack runs.
+double position_bias_mask(const Widths& w, double rows, double length, double keys, double heads) {
+  return w.position_bias ? 4.0 * rows * heads * length * keys : 0.0;
 }
 
 double encoder_peak(const Widths& w, double rows, double source) {
   // The embeddings (scaled, plus positions) hold two (rows, S, D) tensors before the first layer.
-  return std::max(layer_peak(w, rows, source, source, w.heads_encoder, w.ffn_encoder), 2.0 * w.act * rows * source * w.d);
+  return std::max(layer_peak(w, rows, source, source, w.heads_encoder, w.ffn_encoder, 1.0) +
+                      position_bias_mask(w, rows, source, source, w.heads_encoder),
+                  2.0 * w.act * rows * source * w.d);
 }
 
 // The decoder over `length` positions at once (the loss pass, or a step without the cache), beside the encoder
 // output: the self-attention layer and the cross-attention layer, whichever is larger.
 double decoder_peak(const Widths& w, double rows, double length, double source) {
-  const double self = layer_peak(w, rows, length, length, w.heads_decoder, w.ffn_decoder);
-  const double cross = layer_peak(w, rows, length, source, w.heads_decoder, w.ffn_decoder);
-  return w.act * rows * source * w.d + std::max(self, cross);
+  const double self = layer_peak(w, rows, length, length, w.heads_decoder, w.ffn_decoder, 1.0);
+  const double cross = layer_peak(w, rows, length, source, w.heads_decoder, w.ffn_decoder, 2.0);
+  return w.act * rows * source * w.d + std::max(self, cross) +
+         position_bias_mask(w, rows, length, length, w.heads_decoder);
 }
 
 // The encoder, then the decoder, then the fused head and loss (model/loss.h): without gradients it holds one chunk
@@ -89,9 +132,10 @@ double generation_peak(const Widths& w, const EvaluationLoad& load, double* cach
   const double mask = rows * source * 8.0;  // the int64 attention mask, one row per beam
   if (!load.use_cache) {
     *cache_bytes = 0;
-    // Every step reruns the decoder over all positions, cross-attention keys and values recomputed per layer (and
-    // made contiguous for the products: one more (R, S, D) copy at a time).
-    const double step = decoder_peak(w, rows, generated, source) + w.act * rows * source * w.d;
+    // Every step reruns the decoder over all positions, cross-attention keys and values recomputed per layer; the
+    // math path's products make them contiguous (one more (R, S, D) copy at a time), the fused kernels do not.
+    const double copy = FITSUM_ATTENTION_KEEPS_SCORES ? w.product * rows * source * w.d : 0.0;
+    const double step = decoder_peak(w, rows, generated, source) + copy;
     return std::max(encoder, mask + std::max(step, logits));
   }
   const double cross = 2.0 * w.layers * rows * source * w.d * w.act;
@@ -115,7 +159,7 @@ EvaluationMemory predict_evaluation(const model::ModelConfig& config, const Eval
       load.max_length < 1) {
     throw std::invalid_argument("evaluation memory: batch, lengths and num_beams must be >= 1");
   }
-  const auto w = widths_of(config);
+  const auto w = widths_of(config, load.bf16);
   EvaluationMemory m;
   m.encoder = bytes(encoder_peak(w, static_cast<double>(load.batch), static_cast<double>(load.source_length)));
   if (load.compute_loss) m.loss = bytes(loss_peak(w, load));

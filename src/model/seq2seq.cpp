@@ -279,14 +279,16 @@ torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, cons
   const auto residual = [&](const torch::Tensor& h, const torch::Tensor& block) {
     return h + model::dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
   };
-  auto x = self_attn_rms->forward(hidden);
-  auto h = residual(hidden, self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache)
-                                       : self_attn->forward(x, x, self_mask));
-  if (!encoder_attn.is_empty()) {
-    x = encoder_attn_rms->forward(h);
-    h = residual(h, cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
-                                : encoder_attn->forward(x, encoder_hidden, cross_mask));
-  }
+  // Each norm is a temporary of its sub-layer's expression: not held while the next sub-layer runs.
+  const auto self_attention = [&](const torch::Tensor& x) {
+    return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache) : self_attn->forward(x, x, self_mask);
+  };
+  const auto cross_attention = [&](const torch::Tensor& x) {
+    return cross_cache ? encoder_attn->forward_cross_cached(x, encoder_hidden, cross_mask, *cross_cache)
+                       : encoder_attn->forward(x, encoder_hidden, cross_mask);
+  };
+  auto h = residual(hidden, self_attention(self_attn_rms->forward(hidden)));
+  if (!encoder_attn.is_empty()) h = residual(h, cross_attention(encoder_attn_rms->forward(h)));
   return residual(h, ff->forward(ff_rms->forward(h), settings_.dropout, training, settings_.byte_mask_dropout));
 }
 

@@ -8,10 +8,12 @@
 // time for it. tests/model/evaluation_memory_test.cpp checks each phase against the tracking allocator's peaks.
 //
 // The phases, each a peak above the resident memory (B eval batch, K beams, R = B K rows, S source, T labels,
-// G = max_length - 1 generated positions, L decoder layers, D d_model, F ffn, H heads, V vocabulary, e the bytes of
-// an activation):
-//   encoder       one layer at a time over (B, S): attention keeps scores and probabilities (2 B H S^2) beside seven
-//                 (B, S, D) tensors; the feed-forward block its input and activation (2 B S F).
+// G = max_length - 1 generated positions, L decoder layers, D d_model, F ffn, H heads, V vocabulary):
+//   encoder       one layer at a time over (B, S): attention keeps the layer input and its norm (float32), three
+//                 query-length and two key-length products, and on the math path (1.13) the scores (B H S^2: the
+//                 sum with the mask and its softmax); the fused kernels of 2.x keep no scores. The feed-forward
+//                 block keeps the input, the residual sum and its norm beside its products (B S F each). T5 adds
+//                 its stack's position-bias mask (B H S^2, float32).
 //   loss          the encoder; then the decoder over (B, T) with cross-attention to S beside the encoder output;
 //                 then the fused head's chunk of float32 logits (B T x min(V, 32 MiB / (4 B T)) columns).
 //   generation    the encoder; then cross-attention keys/values of every decoder layer for all rows (2 L R S D),
@@ -19,6 +21,9 @@
 //                 larger of that copy and the next-token logits with their log-softmax (2 R V, fp32). Without the
 //                 cache, each step reruns the decoder over every position: the loss phase's decoder terms at R
 //                 rows and G positions.
+// Under bf16 autocast the products are bfloat16 and the rest float32, with the transients autocast adds (a
+// linear's float32 bias sum, the math path's float32 scores, the fused kernels' bfloat16 copies); the source file
+// says which tensor each term is.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +42,7 @@ struct EvaluationLoad {
   std::int64_t num_beams = 1;
   std::int64_t max_length = 128;  // generation's effective max_length: decoder positions, the start token included
   bool use_cache = true;
-  bool bf16 = false;  // autocast to bfloat16 (fp32 weights); its activations are counted as fp32 (an upper bound)
+  bool bf16 = false;  // autocast to bfloat16 (fp32 weights)
 };
 
 struct EvaluationMemory {
