@@ -461,6 +461,11 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
   // model's widths, so theirs is the full model's largest); the time scales with the elements.
   c.adamw = measure_optimizer(optim::OptimizerType::adamw_torch, largest, c.counts.trainable, device);
   c.adafactor = measure_optimizer(optim::OptimizerType::adafactor, largest, c.counts.trainable, device);
+  // The probe's copies, batches and optimizer state are gone; on CUDA their blocks would stay cached (reserved) for
+  // the rest of the run, so training's reserved peak would be the probe's plus what training could not fit into
+  // those blocks (the planner models training alone).
+  largest = torch::Tensor();
+  release_cached_memory(device);
   c.probe_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return c;
 }

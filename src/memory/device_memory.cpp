@@ -30,6 +30,7 @@ MemorySnapshot read_memory(const c10::Device& device) {
     s.current_bytes = stats.allocated_bytes[aggregate].current;
     s.peak_bytes = stats.allocated_bytes[aggregate].peak;
     s.peak_reserved_bytes = stats.reserved_bytes[aggregate].peak;
+    s.reserved_bytes = stats.reserved_bytes[aggregate].current;
     s.alloc_retries = stats.num_alloc_retries;
     s.ooms = stats.num_ooms;
     return s;
@@ -39,6 +40,7 @@ MemorySnapshot read_memory(const c10::Device& device) {
   s.current_bytes = tracker.current_bytes();
   s.peak_bytes = tracker.peak_bytes();
   s.peak_reserved_bytes = s.peak_bytes;
+  s.reserved_bytes = s.current_bytes;
   s.ooms = tracker.refused_allocations();
   return s;
 }
@@ -51,6 +53,16 @@ void reset_peak_memory(const c10::Device& device) {
   }
 #endif
   TrackingCpuAllocator::instance().reset_peak();
+}
+
+void release_cached_memory(const c10::Device& device) {
+#ifdef FITSUM_WITH_CUDA
+  if (device.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    return;
+  }
+#endif
+  (void)device;
 }
 
 void set_memory_limit(const c10::Device& device, std::int64_t bytes) {

@@ -14,6 +14,7 @@ struct MemorySnapshot {
   std::int64_t current_bytes = 0;
   std::int64_t peak_bytes = 0;           // peak allocated since the last reset
   std::int64_t peak_reserved_bytes = 0;  // CUDA: the caching allocator's peak reservation; CPU: = peak_bytes
+  std::int64_t reserved_bytes = 0;       // CUDA: what the caching allocator holds now; CPU: = current_bytes
   std::int64_t alloc_retries = 0;        // CUDA: allocations that had to free cached blocks and retry
   std::int64_t ooms = 0;
 };
@@ -22,6 +23,10 @@ struct MemorySnapshot {
 void start_tracking(const c10::Device& device);
 MemorySnapshot read_memory(const c10::Device& device);
 void reset_peak_memory(const c10::Device& device);
+// Hands the caching allocator's unused cached segments back to the driver (torch.cuda.empty_cache()); nothing on
+// the CPU, whose allocator caches nothing. Memory the planner's probe cached would otherwise stay reserved, where
+// training could not always reuse it, and count in every later max_memory_reserved.
+void release_cached_memory(const c10::Device& device);
 // Caps what tensors may hold on `device` (0: no cap): the tracking allocator's limit on the CPU, the caching
 // allocator's memory fraction on CUDA. Allocations beyond it fail with c10::OutOfMemoryError.
 void set_memory_limit(const c10::Device& device, std::int64_t bytes);
