@@ -3,8 +3,6 @@
 // that every later max_memory_reserved of the run would carry the probe's copies (at pegasus-large's widths two
 // 375 MiB embeddings with their gradients, and the probe's largest batches). Without a CUDA device it skips;
 // FITSUM_GPU_TESTS_ON_CPU=1 runs it on the CPU, where reserved is what the tracking allocator counts.
-#include <cstdlib>
-
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -12,19 +10,13 @@
 #include "fitsum/memory/calibration.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/model/config.h"
+#include "gpu_device.h"
 
 namespace fitsum::test {
 namespace {
 
-std::optional<torch::Device> memory_test_device() {
-  if (torch::cuda::is_available()) return torch::Device(torch::kCUDA);
-  const char* on_cpu = std::getenv("FITSUM_GPU_TESTS_ON_CPU");
-  if (on_cpu != nullptr && std::string(on_cpu) == "1") return torch::Device(torch::kCPU);
-  return std::nullopt;
-}
-
 TEST(CudaMemory, TheProbeLeavesNoCachedMemoryBehind) {
-  const auto device = memory_test_device();
+  const auto device = gpu_test_device();
   if (!device) GTEST_SKIP() << "no CUDA device (FITSUM_GPU_TESTS_ON_CPU=1 runs this on the CPU)";
   memory::start_tracking(*device);
   const auto before = memory::read_memory(*device);

@@ -3,7 +3,6 @@
 // at looser ones, Adafactor's three-step trajectory, and the fast paths (in-place embedding gradient, fused LM head
 // loss) against the plain ones on the device. Without a CUDA device they skip; FITSUM_GPU_TESTS_ON_CPU=1 runs them
 // on the CPU instead, to check the tests themselves.
-#include <cstdlib>
 
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
@@ -12,23 +11,16 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/util/torch_compat.h"
 #include "fixture_support.h"
+#include "gpu_device.h"
 #include "test_support.h"
 #include "tolerance.h"
 
 namespace fitsum::test {
 namespace {
 
-// The device under test, or nullopt (the test skips).
-std::optional<torch::Device> test_device() {
-  if (torch::cuda::is_available()) return torch::Device(torch::kCUDA);
-  const char* on_cpu = std::getenv("FITSUM_GPU_TESTS_ON_CPU");
-  if (on_cpu != nullptr && std::string(on_cpu) == "1") return torch::Device(torch::kCPU);
-  return std::nullopt;
-}
-
 #define FITSUM_REQUIRE_DEVICE()                                                                          \
   FITSUM_REQUIRE_SHARED();                                                                               \
-  const auto maybe_device = test_device();                                                               \
+  const auto maybe_device = gpu_test_device();                                                           \
   if (!maybe_device) GTEST_SKIP() << "no CUDA device (FITSUM_GPU_TESTS_ON_CPU=1 runs these on the CPU)"; \
   const torch::Device device = *maybe_device
 
