@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake g++ make pkg-config ninja-build
   libtorch-dev            # LibTorch 1.13.1, CPU
+  libgloo-dev             # Gloo's headers: data-parallel training on c10d's ProcessGroupGloo
   libopenblas0-pthread    # without it Debian's reference BLAS runs matmuls ~35x slower
   libsentencepiece-dev
   libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer

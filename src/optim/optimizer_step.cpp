@@ -8,11 +8,12 @@
 namespace fitsum::optim {
 
 void zero_gradients(torch::optim::Optimizer& optimizer) {
-#if FITSUM_TORCH_AT_LEAST(2, 0)
-  optimizer.zero_grad(/*set_to_none=*/false);
-#else
-  optimizer.zero_grad();
-#endif
+  torch::NoGradGuard no_grad;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
 }
 
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,

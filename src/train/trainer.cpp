@@ -49,6 +49,8 @@ std::int64_t label_tokens(const data::Example& e) {
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
+int requested_stop_signal() { return g_stop_signal.load(); }
+
 Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks callbacks)
     : args_(std::move(args)), in_(std::move(inputs)), callbacks_(std::move(callbacks)) {
   args_.validate();
@@ -68,16 +70,6 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   // Before the optimizer is made: a frozen embedding gets no gradient and no optimizer state.
   if (args_.freeze_embeds) model.model->shared->weight.set_requires_grad(false);
 
-  const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
-  const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
-  steps_per_epoch_ = (examples + per_step - 1) / per_step;
-  max_steps_ = args_.max_steps > 0 ? args_.max_steps
-                                   : static_cast<std::int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
-  num_epochs_ = (max_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
-  logging_steps_ = TrainingArguments::interval_in_steps(args_.logging_steps, max_steps_);
-  eval_steps_ = TrainingArguments::interval_in_steps(args_.eval_steps.value_or(args_.logging_steps), max_steps_);
-  save_steps_ = TrainingArguments::interval_in_steps(args_.save_steps, max_steps_);
-
   optim::OptimizerSettings settings;
   settings.type = args_.optimizer();
   settings.learning_rate = args_.learning_rate;
@@ -88,6 +80,17 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   optimizer_ = optim::make_optimizer(model, settings);
   parameters_ = optim::trainable_parameters(model);
   for (const auto& [name, p] : parameters_) parameter_list_.push_back(p);
+  join_process_group();
+
+  const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
+  const auto per_step = examples_per_step();
+  steps_per_epoch_ = (examples + per_step - 1) / per_step;
+  max_steps_ = args_.max_steps > 0 ? args_.max_steps
+                                   : static_cast<std::int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
+  num_epochs_ = (max_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
+  logging_steps_ = TrainingArguments::interval_in_steps(args_.logging_steps, max_steps_);
+  eval_steps_ = TrainingArguments::interval_in_steps(args_.eval_steps.value_or(args_.logging_steps), max_steps_);
+  save_steps_ = TrainingArguments::interval_in_steps(args_.save_steps, max_steps_);
 
   schedule_.type = args_.lr_scheduler_type;
   schedule_.base_lr = args_.learning_rate;
@@ -121,7 +124,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   }
   if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
   const double denominator = static_cast<double>(step_tokens);
-  auto micro_batches = planned;
+  auto micro_batches = own_micro_batches(planned);
   const auto step_rng = util::random_state(in_.device);
   oom_splits_in_step_ = 0;
   for (;;) {  // one pass per attempt: redone only when an out-of-memory error hit a backward
@@ -167,13 +170,14 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
       ++i;
       if (callbacks_.on_micro_batch) callbacks_.on_micro_batch(i, micro_batches.size());
       if (g_stop_signal.load() != 0) {
-        train_samples_ += samples;
         outcome.interrupted = true;
-        return outcome;
+        break;
       }
     }
     if (redo) continue;
+    reduce_step(outcome, loss_sum, samples);
     train_samples_ += samples;
+    if (outcome.interrupted) return outcome;
     outcome.loss = loss_sum / denominator;
     optim::UpdateOptions update;
     update.max_grad_norm = args_.max_grad_norm;
@@ -276,10 +280,12 @@ EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examp
 }
 
 void Trainer::begin_run() {
-  io::prepare_output_folder(args_.output_dir, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
-                            callbacks_.on_message);
+  if (main_process_) {
+    io::prepare_output_folder(args_.output_dir, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
+                              callbacks_.on_message);
+  }
   g_stop_signal.store(0);
-  if (args_.report_to_tensorboard) {
+  if (args_.report_to_tensorboard && main_process_) {
     const auto dir =
         args_.logging_dir.empty() ? io::default_logging_dir(args_.output_dir) : fs::path(args_.logging_dir);
     tensorboard_ = std::make_unique<io::TensorBoardWriter>(dir);
@@ -352,7 +358,7 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
       (last && args_.logging_strategy != IntervalStrategy::no) || (args_.logging_first_step && global_step_ == 1)) {
     log_training(epoch_value);
   }
-  if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
+  if (main_process_ && !in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
     auto entry = evaluate();
     if (entry.is_null()) return;
     const double seconds = entry["eval_runtime"].get<double>();
@@ -370,10 +376,14 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
 // of the last completed step is saved).
 bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::SamplerOptions& sampler) {
   const auto order = data::epoch_order(lengths, sampler, static_cast<std::uint64_t>(epoch_));
-  auto steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
-                                static_cast<std::size_t>(args_.gradient_accumulation_steps));
+  // Each step holds every process's examples (accumulation x world size micro-batches); run_step takes this one's.
+  const auto plan = [&] {
+    return data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
+                            static_cast<std::size_t>(args_.gradient_accumulation_steps * world_size_));
+  };
+  auto steps = plan();
   while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
-    if (g_stop_signal.load() != 0) {  // a stop request between steps (during evaluation or a save)
+    if (stop_requested()) {  // a stop request between steps (during evaluation or a save)
       if (saved_step_ != global_step_) save_checkpoint(util::random_state(in_.device));
       return false;
     }
@@ -392,8 +402,7 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
     record_step(outcome);
     if (oom_steps_in_a_row_ >= 2 && replan_after_repeated_oom()) {
       // The epoch order does not depend on the micro-batch size, so the remaining steps keep their examples.
-      steps = data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
-                               static_cast<std::size_t>(args_.gradient_accumulation_steps));
+      steps = plan();
     }
     const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
     const double epoch_value =
@@ -435,8 +444,7 @@ TrainResult Trainer::train() {
   data::SamplerOptions sampler;
   sampler.seed = static_cast<std::uint64_t>(args_.data_seed.value_or(args_.seed));
   sampler.group_by_length = args_.group_by_length;
-  sampler.examples_per_step =
-      static_cast<std::size_t>(args_.per_device_train_batch_size * args_.gradient_accumulation_steps);
+  sampler.examples_per_step = static_cast<std::size_t>(examples_per_step());
   const auto run_start = Clock::now();
   try {
     while (global_step_ < max_steps_ && !stop_early_) {

@@ -49,6 +49,7 @@ fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, 
 }
 
 void Trainer::write_trainer_state() const {
+  if (!main_process_) return;
   util::write_file_atomic(fs::path(args_.output_dir) / "trainer_state.json", trainer_state_json().dump(2) + "\n");
 }
 
@@ -78,6 +79,10 @@ nlohmann::ordered_json Trainer::trainer_state_json() const {
 }
 
 void Trainer::save_checkpoint(const torch::Tensor& rng) {
+  if (!main_process_) {  // rank 0 writes the one checkpoint of the job (every process holds the same state)
+    saved_step_ = global_step_;
+    return;
+  }
   const fs::path output_dir(args_.output_dir);
   const auto temp_dir = io::begin_checkpoint(output_dir, global_step_);
   fs::path final_dir;
@@ -158,19 +163,18 @@ void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tens
   util::write_file_atomic(temp_dir / "scheduler.json", scheduler.dump(2) + "\n");
   util::write_file_atomic(temp_dir / "trainer_state.json", trainer_state_json().dump(2) + "\n");
   util::write_file_atomic(temp_dir / "training_args.json", args_.to_json().dump(2) + "\n");
-  nlohmann::ordered_json position = {
-      {"epoch", epoch_},
-      {"step_in_epoch", step_in_epoch_},
-      {"global_step", global_step_},
-      {"loss_since_log", loss_since_log_},
-      {"steps_since_log", steps_since_log_},
-      {"total_loss", total_loss_},
-      {"last_grad_norm", last_grad_norm_},
-      {"evaluations_without_improvement", evaluations_without_improvement_},
-      {"seed", args_.seed},
-      {"data_seed", args_.data_seed.value_or(args_.seed)},
-      {"train_examples", in_.train_examples.size()},
-      {"examples_per_step", args_.per_device_train_batch_size * args_.gradient_accumulation_steps}};
+  nlohmann::ordered_json position = {{"epoch", epoch_},
+                                     {"step_in_epoch", step_in_epoch_},
+                                     {"global_step", global_step_},
+                                     {"loss_since_log", loss_since_log_},
+                                     {"steps_since_log", steps_since_log_},
+                                     {"total_loss", total_loss_},
+                                     {"last_grad_norm", last_grad_norm_},
+                                     {"evaluations_without_improvement", evaluations_without_improvement_},
+                                     {"seed", args_.seed},
+                                     {"data_seed", args_.data_seed.value_or(args_.seed)},
+                                     {"train_examples", in_.train_examples.size()},
+                                     {"examples_per_step", examples_per_step()}};
   util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
 }
 
@@ -181,7 +185,7 @@ void Trainer::resume(const fs::path& checkpoint) {
 
   const auto position_file = checkpoint / "fitsum_state.json";
   const auto position = io::parse_checkpoint_position(util::read_json_file(position_file), position_file);
-  const auto per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
+  const auto per_step = examples_per_step();
   const auto data_seed = args_.data_seed.value_or(args_.seed);
   const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
   if (position.seed != args_.seed || position.data_seed != data_seed || position.train_examples != examples ||
@@ -241,6 +245,7 @@ void Trainer::load_best_model() {
 }
 
 void Trainer::save_final_model() {
+  if (!main_process_) return;
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;

@@ -31,6 +31,7 @@ std::string split_description(const char* flag, const std::string& file, std::si
 }  // namespace
 
 void Trainer::write_run_results(TrainResult& result) {
+  if (!main_process_) return;
   const fs::path out(args_.output_dir);
   auto train_metrics = result.metrics;
   train_metrics.erase("step");
@@ -71,13 +72,13 @@ void Trainer::write_run_results(TrainResult& result) {
   if (!in_.test_examples.empty()) {
     card.data.push_back(split_description("test_file", in_.test_file, in_.test_examples.size()));
   }
-  const auto examples_per_step = args_.per_device_train_batch_size * args_.gradient_accumulation_steps;
+  const auto total_batch = examples_per_step();  // HF: per device x accumulation x processes
   card.hyperparameters = {{"learning_rate", args_.learning_rate},
                           {"train_batch_size", args_.per_device_train_batch_size},
                           {"eval_batch_size", args_.per_device_eval_batch_size},
                           {"seed", args_.seed},
                           {"gradient_accumulation_steps", args_.gradient_accumulation_steps},
-                          {"total_train_batch_size", examples_per_step},
+                          {"total_train_batch_size", total_batch},
                           {"optimizer", optim::to_string(args_.optimizer())},
                           {"weight_decay", args_.weight_decay},
                           {"lr_scheduler_type", to_string(args_.lr_scheduler_type)},

@@ -175,6 +175,10 @@ void TrainingArguments::validate() const {
   if (eval_steps) interval(*eval_steps, "eval_steps");
   interval(save_steps, "save_steps");
   if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
+  if (ddp_timeout < 1) throw std::invalid_argument("ddp_timeout must be at least 1 (seconds)");
+  if (!ddp_backend.empty() && ddp_backend != "gloo") {
+    throw std::invalid_argument("ddp_backend '" + ddp_backend + "' is not available: gloo is (CPU processes)");
+  }
   for (const auto& [field, value] :
        {std::pair{"gradient_checkpointing_layers", gradient_checkpointing_layers},
         std::pair{"gradient_checkpointing_encoder_layers", gradient_checkpointing_encoder_layers},
@@ -251,6 +255,8 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["report_to"] =
       report_to_tensorboard ? nlohmann::ordered_json::array({"tensorboard"}) : nlohmann::ordered_json::array();
   j["logging_dir"] = logging_dir.empty() ? nullptr : nlohmann::ordered_json(logging_dir);
+  j["ddp_backend"] = ddp_backend.empty() ? nullptr : nlohmann::ordered_json(ddp_backend);
+  j["ddp_timeout"] = ddp_timeout;
   return j;
 }
 

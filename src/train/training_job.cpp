@@ -12,6 +12,7 @@
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/tokenizer/tokenizer.h"
+#include "fitsum/train/distributed.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
 #include "fitsum/util/files.h"
@@ -289,6 +290,21 @@ std::optional<memory::EvaluationLoad> evaluation_load(const TrainingArguments& a
   return load;
 }
 
+namespace {
+
+// Under torchrun, mpirun or srun: joins the job's other processes (after everything that can reject the arguments,
+// so that a process whose arguments are wrong fails before the others wait for it).
+void join_launched_processes(PreparedTraining& p, const Report& report) {
+  const auto env = launch_environment();
+  if (!env.distributed()) return;
+  const auto backend = p.args.ddp_backend.empty() ? std::string("gloo") : p.args.ddp_backend;
+  say(report, "process " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (" + env.launcher +
+                  "), rendezvous " + env.master_addr + ":" + std::to_string(env.master_port) + ", " + backend);
+  p.inputs.process_group = ProcessGroup::connect(env, backend, std::chrono::seconds(p.args.ddp_timeout));
+}
+
+}  // namespace
+
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
   check_job(job);
   check_free_disk(job, report);
@@ -325,6 +341,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   }
   p.args = job.args;
   if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report);
+  join_launched_processes(p, report);
   return p;
 }
 

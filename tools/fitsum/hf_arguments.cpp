@@ -24,7 +24,7 @@ struct HfArgument {
 };
 
 constexpr const char* no_hub = "no model hub here: fitsum reads and writes local folders (copy output_dir)";
-constexpr const char* one_process = "fitsum trains in one process on one device";
+constexpr const char* one_process = "fitsum trains data-parallel only (torchrun / mpirun / srun with gloo)";
 constexpr const char* planner = "the memory planner does this: --max_memory";
 
 // clang-format off
@@ -73,8 +73,7 @@ const HfArgument table[] = {
     {"bf16_full_eval", Kind::boolean, "false", "--bf16 also covers evaluation"},
     {"fp16_full_eval", Kind::boolean, "false", "use --bf16"},
     {"tf32", Kind::boolean, "null|false", ""},
-    {"local_rank", Kind::value, "-1", one_process},
-    {"ddp_backend", Kind::value, "null", one_process},
+    {"local_rank", Kind::value, "*", ""},  // launchers set LOCAL_RANK; fitsum reads it there
     {"tpu_num_cores", Kind::value, "null", "fitsum runs on cpu or cuda"},
     {"tpu_metrics_debug", Kind::boolean, "false", "fitsum runs on cpu or cuda"},
     {"debug", Kind::list, "null|", ""},
@@ -121,7 +120,6 @@ const HfArgument table[] = {
     {"full_determinism", Kind::boolean, "*", ""},  // fitsum's runs are deterministic
     {"torchdynamo", Kind::value, "null", "fitsum is compiled C++"},
     {"ray_scope", Kind::value, "*", ""},
-    {"ddp_timeout", Kind::value, "*", ""},
     {"torch_compile", Kind::boolean, "false", "fitsum is compiled C++"},
     {"torch_compile_backend", Kind::value, "null", "fitsum is compiled C++"},
     {"torch_compile_mode", Kind::value, "null", "fitsum is compiled C++"},

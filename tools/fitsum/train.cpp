@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "fitsum/train/distributed.h"
 #include "fitsum/util/threads.h"
 #include "memory_report.h"
 #include "planning.h"
@@ -60,15 +61,25 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
     std::printf("memory plan: %s\n  flags: %s\n", fit.explanation.c_str(),
                 memory::plan_arguments(fit.chosen->knobs, *fit.calibration).c_str());
   }
-  print_configuration(prepared, runtime);
+  // With several processes rank 0 reports; the others print their own errors only.
+  const auto& group = prepared.inputs.process_group;
+  const bool main_process = !group || group->rank() == 0;
+  if (main_process) print_configuration(prepared, runtime);
   auto measured = std::make_shared<std::vector<MeasuredPeak>>();
   const auto args = prepared.args;
-  train::Trainer trainer(args, std::move(prepared.inputs), console_callbacks(measured, !o.disable_tqdm));
-  std::printf("training: %lld optimizer steps (%lld per epoch), %lld examples per step = %lld x %lld accumulation\n",
-              static_cast<long long>(trainer.max_steps()), static_cast<long long>(trainer.steps_per_epoch()),
-              static_cast<long long>(args.per_device_train_batch_size * args.gradient_accumulation_steps),
-              static_cast<long long>(args.per_device_train_batch_size),
-              static_cast<long long>(args.gradient_accumulation_steps));
+  const auto callbacks = main_process ? console_callbacks(measured, !o.disable_tqdm) : train::TrainerCallbacks{};
+  const auto world_size = group ? group->size() : 1;
+  train::Trainer trainer(args, std::move(prepared.inputs), callbacks);
+  if (main_process) {
+    std::printf(
+        "training: %lld optimizer steps (%lld per epoch), %lld examples per step = %lld x %lld accumulation",
+        static_cast<long long>(trainer.max_steps()), static_cast<long long>(trainer.steps_per_epoch()),
+        static_cast<long long>(args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size),
+        static_cast<long long>(args.per_device_train_batch_size),
+        static_cast<long long>(args.gradient_accumulation_steps));
+    if (world_size > 1) std::printf(" x %d processes", world_size);
+    std::printf("\n");
+  }
   std::fflush(stdout);
   train::TrainResult result;
   {
@@ -81,6 +92,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
     std::fflush(stdout);
     throw ExitStatus{128 + result.stop_signal};
   }
+  if (!main_process) return;
   if (prepared.fit && !o.memory_report.empty()) {
     write_memory_report(o.memory_report, prepared.fit->plan, prepared.fit->layers, prepared.budget, *measured);
     std::printf("fitsum: wrote %s\n", o.memory_report.c_str());

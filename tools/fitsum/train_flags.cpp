@@ -179,6 +179,10 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_t
   g.add_option_function<std::int64_t>(
       "--save_total_limit", [&t](const std::int64_t& n) { t.save_total_limit = n; },
       "keep only the newest N checkpoints");
+  g.add_option("--ddp_backend", t.ddp_backend,
+               "with several processes (torchrun, mpirun, srun): gloo (the default; CPU processes)");
+  g.add_option("--ddp_timeout", t.ddp_timeout, "seconds a process waits for the others before it gives up")
+      ->capture_default_str();
 }
 
 // HF accepts both spellings; a file that gives them different values is ambiguous.

@@ -17,7 +17,9 @@ struct UpdateOptions {
 
 // Zeroes the gradients in place, keeping their tensors, on every LibTorch: 2.0 made Optimizer::zero_grad free them
 // by default (set_to_none), which moved the measured peaks of the same step by up to 2 MiB of 20 against the
-// planner's model, where the gradients stay allocated between steps (memory/calibration.h).
+// planner's model, where the gradients stay allocated between steps (memory/calibration.h). Unlike zero_grad it
+// does not detach_() them: with several processes each gradient is a view of one flat buffer (train/trainer.h),
+// which detach_() refuses; fitsum never builds a graph of gradients (no create_graph), so there is nothing to cut.
 void zero_gradients(torch::optim::Optimizer& optimizer);
 
 // clip_grad_norm, optimizer.step(), zero_gradients. Returns the norm before clipping.

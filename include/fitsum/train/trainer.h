@@ -52,6 +52,7 @@ class TensorBoardWriter;
 namespace fitsum::train {
 
 namespace fs = std::filesystem;
+class ProcessGroup;
 
 // Everything the trainer needs besides the arguments; model code and data come in ready, the trainer owns the loop.
 struct TrainerInputs {
@@ -74,6 +75,9 @@ struct TrainerInputs {
   // The memory planner's prediction for this run (memory/planner.h), logged next to the measured peak.
   std::optional<std::int64_t> predicted_peak_bytes;
   int update_threads = 0;  // LibTorch intra-op threads for the optimizer step (util/threads.h); 0: as they are
+  // Data-parallel training (train/distributed.h): this process's group, or none for one process. Every process of
+  // the group runs a Trainer with the same arguments and data; rank 0 writes every file and runs the evaluations.
+  std::shared_ptr<ProcessGroup> process_group;
 };
 
 // What the caller sees while training runs (the CLI prints; tests record).
@@ -100,6 +104,8 @@ struct TrainResult {
 
 // Asks a running trainer to stop after the current micro-batch (async-signal-safe: one atomic store).
 void request_stop(int signal_number);
+// The signal of the stop request, 0 when there was none.
+int requested_stop_signal();
 
 // The decoding options of evaluation and prediction: the model folder's defaults with generation_num_beams and
 // generation_max_length applied (Seq2SeqTrainer's gen_kwargs).
@@ -164,6 +170,20 @@ class Trainer {
   // Loss and, with predict_with_generate, generation and ROUGE over `examples` (the evaluation options of the run).
   EvaluationResult run_evaluation(const std::vector<data::Example>& examples);
 
+  // Data parallelism (trainer_distributed.cpp). An optimizer step covers per_device_train_batch_size x
+  // gradient_accumulation_steps x world size examples, the ones a single process with world-size times the
+  // accumulation would see; each process takes its contiguous share of them and splits it into its own
+  // micro-batches. The loss denominator is the whole step's label tokens, so one sum of the gradients over the
+  // processes gives the single process's gradient.
+  void join_process_group();
+  std::int64_t examples_per_step() const;
+  std::vector<std::vector<std::size_t>> own_micro_batches(const std::vector<std::vector<std::size_t>>& step) const;
+  // Sums loss, samples, tokens and the stop flag over the processes, then (unless a process was stopped) the
+  // gradients; one process: nothing to do.
+  void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
+  // A stop request seen by any process (every process must call it at the same point).
+  bool stop_requested();
+
   TrainingArguments args_;
   TrainerInputs in_;
   TrainerCallbacks callbacks_;
@@ -208,6 +228,11 @@ class Trainer {
   std::int64_t oom_splits_since_log_ = 0;
   std::int64_t oom_splits_in_step_ = 0;
   std::int64_t oom_steps_in_a_row_ = 0;
+
+  std::shared_ptr<ProcessGroup> group_;  // none: one process
+  int world_size_ = 1;
+  bool main_process_ = true;      // rank 0 (HF's is_world_process_zero)
+  torch::Tensor flat_gradients_;  // multi-process: one buffer whose slices are the parameters' .grad
 };
 
 }  // namespace fitsum::train

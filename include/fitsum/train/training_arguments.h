@@ -99,6 +99,11 @@ struct TrainingArguments {
   std::optional<std::int64_t> early_stopping_patience;
   double early_stopping_threshold = 0.0;
 
+  // Data parallelism across processes (train/distributed.h; the launcher's environment says how many): HF's
+  // ddp_backend (empty: gloo, the CPU's) and ddp_timeout, the seconds a collective waits for the other processes.
+  std::string ddp_backend;
+  std::int64_t ddp_timeout = 1800;
+
   // Where the run is reported besides stdout and trainer_state.json: "tensorboard" (event files under logging_dir)
   // or none. logging_dir defaults to HF's output_dir/runs/<Mon DD_HH-MM-SS>_<hostname>.
   bool report_to_tensorboard = false;

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Data-parallel speed on one machine: the same optimizer steps (same examples, same weights at the end) trained by
+# 1 process and by N processes (torchrun's variables, 127.0.0.1), each process with one LibTorch and one BLAS
+# thread, alternating in one run. Prints train_tokens_per_second of each and the ratio.
+#   bash bench/data_parallel.sh [--fitsum build/fitsum] [--processes 2] [--rounds 2] [--steps 6] [--batch 2]
+#        [--config configs/pegasus-tiny] [--overrides d_model=256,...] [--src_len 128] [--tgt_len 32]
+set -euo pipefail
+fitsum=build/fitsum processes=2 rounds=2 steps=6 batch=2 src_len=128 tgt_len=32
+config=configs/pegasus-tiny
+overrides="vocab_size=8000,d_model=256,encoder_layers=2,decoder_layers=2,encoder_ffn_dim=1024,decoder_ffn_dim=1024"
+while (($#)); do
+  case $1 in
+    --fitsum) fitsum=$2 ;; --processes) processes=$2 ;; --rounds) rounds=$2 ;; --steps) steps=$2 ;;
+    --batch) batch=$2 ;; --config) config=$2 ;; --overrides) overrides=$2 ;; --src_len) src_len=$2 ;;
+    --tgt_len) tgt_len=$2 ;;
+    *) echo "data_parallel.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# Records of exactly src_len / tgt_len tokens (every batch the same shape), enough for the steps.
+python3 - "$work/data.jsonl" "$((steps * batch * processes * 2))" "$src_len" "$tgt_len" <<'PY'
+import json, sys
+path, count, src, tgt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+with open(path, "w") as f:
+    for i in range(count):
+        ids = [103 + (i * 13 + j * 7) % 7000 for j in range(src - 1)] + [1]
+        labels = [103 + (i * 11 + j * 5) % 7000 for j in range(tgt - 1)] + [1]
+        f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+PY
+common=(train --config_name "$config" --config_overrides "dropout=0.0,attention_dropout=0.0,$overrides"
+  --train_file "$work/data.jsonl" --max_source_length "$src_len" --max_target_length "$tgt_len"
+  --per_device_train_batch_size "$batch" --max_steps "$steps" --save_strategy no --logging_steps "$steps"
+  --optim adafactor --num_threads 1 --blas_threads 1 --overwrite_output_dir --disable_tqdm)
+rate() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train_tokens_per_second"])' "$1/train_results.json"; }
+echo "| round | 1 process, accumulation $processes (tokens/s) | $processes processes (tokens/s) | ratio |"
+echo "|---|---|---|---|"
+for round in $(seq 1 "$rounds"); do
+  "$fitsum" "${common[@]}" --gradient_accumulation_steps "$processes" --output_dir "$work/one" >"$work/one.log" 2>&1
+  port=$((20000 + RANDOM % 20000))
+  pids=()
+  for rank in $(seq 0 $((processes - 1))); do
+    RANK=$rank WORLD_SIZE=$processes LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$fitsum" "${common[@]}" --gradient_accumulation_steps 1 --output_dir "$work/many" >"$work/rank-$rank.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  one=$(rate "$work/one")
+  many=$(rate "$work/many")
+  python3 -c 'import sys; r, a, b = sys.argv[1:]; print(f"| {r} | {float(a):.1f} | {float(b):.1f} | {float(b) / float(a):.2f}x |")' \
+    "$round" "$one" "$many"
+done

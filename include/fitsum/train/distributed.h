@@ -1,0 +1,69 @@
+// Data-parallel training across processes: where a process sits in the job (what its launcher told it through the
+// environment) and the communication between the processes, which is LibTorch's c10d (ProcessGroupGloo over a
+// TCPStore rendezvous), the engine PyTorch's own DDP runs on. Nothing here knows of models or the trainer: it moves
+// tensors and agrees on flags.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+namespace fitsum::train {
+
+// The process's place in the job, from the variables its launcher sets:
+//   torchrun        RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (with its agent's store:
+//                   TORCHELASTIC_USE_AGENT_STORE=True and TORCHELASTIC_RESTART_COUNT, the /worker/attempt_N prefix)
+//   Open MPI        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
+//   MPICH / Hydra   PMI_RANK, PMI_SIZE (MPI_LOCALRANKID)
+//   Slurm (srun)    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+// The first family present wins, in that order. Without any, one process (rank 0 of 1). With more than one
+// process, MASTER_ADDR and MASTER_PORT name the rendezvous (torchrun sets them; under mpirun and srun they are
+// exported by the user or the batch script, as for torch.distributed).
+struct LaunchEnvironment {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+  std::string launcher = "none";  // torchrun, openmpi, mpich, slurm or none
+  bool agent_store = false;       // torchrun's agent hosts the store; every worker is a client under a prefix
+  int restart_count = 0;          // TORCHELASTIC_RESTART_COUNT: the prefix's attempt number
+  bool distributed() const { return world_size > 1; }
+};
+
+// Reads the environment through `lookup` (std::getenv by default). Throws std::invalid_argument naming the variable
+// and its value when one is not a number, a rank is outside the world, or the rendezvous is missing.
+LaunchEnvironment launch_environment(const std::function<const char*(const char*)>& lookup = {});
+
+// The processes of one job. Collectives block until every process has called them (or the timeout passes: then
+// they throw, naming the operation); every process must call the same collectives in the same order.
+class ProcessGroup {
+ public:
+  // Connects this process to the others (rank 0 hosts the TCPStore unless torchrun's agent does). `backend` is
+  // HF's ddp_backend: "gloo" (CPU tensors). Throws std::runtime_error when the rendezvous or a peer does not answer
+  // within `timeout`.
+  static std::shared_ptr<ProcessGroup> connect(const LaunchEnvironment& environment, const std::string& backend,
+                                               std::chrono::seconds timeout);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  // Sums `tensor` (contiguous, on the CPU) over the processes, in place.
+  void all_reduce_sum(torch::Tensor& tensor);
+  // True on every process when `flag` is true on any.
+  bool any(bool flag);
+  void barrier();
+
+ private:
+  struct State;
+  explicit ProcessGroup(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fitsum::train

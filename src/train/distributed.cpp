@@ -1,0 +1,177 @@
+// Implements include/fitsum/train/distributed.h on c10d: a TCPStore (behind torchrun's PrefixStore when its agent
+// hosts the store) and ProcessGroupGloo.
+#include "fitsum/train/distributed.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+namespace fitsum::train {
+
+namespace {
+
+using Lookup = std::function<const char*(const char*)>;
+
+const char* get(const Lookup& lookup, const char* name) {
+  const char* value = lookup(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+int integer(const Lookup& lookup, const char* name, int low, int high) {
+  const char* text = get(lookup, name);
+  if (text == nullptr) throw std::invalid_argument(std::string(name) + " is not set");
+  const std::string value(text);
+  int number = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (error != std::errc() || end != value.data() + value.size() || number < low || number > high) {
+    throw std::invalid_argument(std::string(name) + "='" + value + "' is not a whole number from " +
+                                std::to_string(low) + " to " + std::to_string(high));
+  }
+  return number;
+}
+
+// One launcher's variable names: rank, world size, local rank (optional).
+struct Family {
+  const char* launcher;
+  const char* rank;
+  const char* size;
+  const char* local_rank;
+};
+
+constexpr Family kFamilies[] = {
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+constexpr int kMaxProcesses = 1 << 20;
+
+// c10d's message without LibTorch's backtrace, on one line.
+std::string without_backtrace(const std::exception& e) {
+  const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10 != nullptr ? c10->what_without_backtrace() : e.what();
+  for (auto& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+}  // namespace
+
+LaunchEnvironment launch_environment(const std::function<const char*(const char*)>& lookup_or_default) {
+  const Lookup lookup = lookup_or_default ? lookup_or_default : Lookup([](const char* n) { return std::getenv(n); });
+  LaunchEnvironment env;
+  const Family* family = nullptr;
+  for (const auto& f : kFamilies) {
+    if (get(lookup, f.size) != nullptr || get(lookup, f.rank) != nullptr) {
+      family = &f;
+      break;
+    }
+  }
+  if (family == nullptr) return env;
+  env.launcher = family->launcher;
+  env.world_size = integer(lookup, family->size, 1, kMaxProcesses);
+  env.rank = integer(lookup, family->rank, 0, env.world_size - 1);
+  env.local_rank =
+      get(lookup, family->local_rank) != nullptr ? integer(lookup, family->local_rank, 0, kMaxProcesses) : 0;
+  if (!env.distributed()) return env;
+  const char* addr = get(lookup, "MASTER_ADDR");
+  if (addr == nullptr) {
+    throw std::invalid_argument(std::string(family->size) + "=" + std::to_string(env.world_size) +
+                                " but MASTER_ADDR is not set: export MASTER_ADDR and MASTER_PORT (the host and port "
+                                "of rank 0's rendezvous), as torchrun does");
+  }
+  env.master_addr = addr;
+  env.master_port = integer(lookup, "MASTER_PORT", 1, 65535);
+  const char* agent = get(lookup, "TORCHELASTIC_USE_AGENT_STORE");
+  env.agent_store = agent != nullptr && (std::string(agent) == "True" || std::string(agent) == "true");
+  if (get(lookup, "TORCHELASTIC_RESTART_COUNT") != nullptr) {
+    env.restart_count = integer(lookup, "TORCHELASTIC_RESTART_COUNT", 0, kMaxProcesses);
+  }
+  return env;
+}
+
+struct ProcessGroup::State {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  int rank = 0;
+  int size = 1;
+  std::chrono::seconds timeout{0};
+
+  // Runs a collective, turning c10d's errors (a peer gone, the timeout) into one line that says what failed.
+  template <typename Run>
+  void collective(const char* what, Run&& run) {
+    try {
+      run();
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(what) + " across " + std::to_string(size) + " processes failed on rank " +
+                               std::to_string(rank) + " (another process died or did not arrive within " +
+                               std::to_string(timeout.count()) + " s, ddp_timeout): " + without_backtrace(e));
+    }
+  }
+};
+
+ProcessGroup::ProcessGroup(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env, const std::string& backend,
+                                                    std::chrono::seconds timeout) {
+  if (backend != "gloo") {
+    throw std::invalid_argument("ddp_backend '" + backend + "' is not available in this build (gloo is)");
+  }
+  auto state = std::make_unique<State>();
+  state->rank = env.rank;
+  state->size = env.world_size;
+  state->timeout = timeout;
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(env.master_port);
+    options.isServer = env.rank == 0 && !env.agent_store;
+    options.numWorkers = env.world_size;
+    options.timeout = timeout;
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    if (env.agent_store) {
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+    }
+    auto gloo = c10d::ProcessGroupGloo::Options::create();
+    gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    gloo->timeout = timeout;
+    state->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                             " could not join the rendezvous at " + env.master_addr + ":" +
+                             std::to_string(env.master_port) + " within " + std::to_string(timeout.count()) +
+                             " s: " + without_backtrace(e));
+  }
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(state)));
+}
+
+int ProcessGroup::rank() const { return state_->rank; }
+int ProcessGroup::size() const { return state_->size; }
+
+void ProcessGroup::all_reduce_sum(torch::Tensor& tensor) {
+  state_->collective("all-reduce", [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    state_->group->allreduce(tensors)->wait();
+  });
+}
+
+bool ProcessGroup::any(bool flag) {
+  auto t = torch::full({1}, flag ? 1.0 : 0.0, torch::kDouble);
+  all_reduce_sum(t);
+  return t.item<double>() > 0.0;
+}
+
+void ProcessGroup::barrier() {
+  state_->collective("barrier", [&] { state_->group->barrier()->wait(); });
+}
+
+}  // namespace fitsum::train

@@ -1,0 +1,109 @@
+// Implements the data-parallel part of include/fitsum/train/trainer.h: the share of each optimizer step a process
+// trains on, and the sums over the processes (train/distributed.h) that make the step equal to one process's.
+#include <algorithm>
+#include <stdexcept>
+
+#include <torch/torch.h>
+
+#include "fitsum/train/distributed.h"
+#include "fitsum/train/trainer.h"
+
+namespace fitsum::train {
+
+namespace {
+
+// Every process starts from rank 0's weights and buffers (loaded or drawn the same way everywhere, but a process
+// that read another copy of a checkpoint must not train a different model): a sum where the others contribute 0.
+void take_rank_zero_state(ProcessGroup& group, model::Seq2SeqLMImpl& model) {
+  torch::NoGradGuard no_grad;
+  for (auto tensors : {model.parameters(), model.buffers()}) {
+    for (auto& t : tensors) {
+      if (!t.is_floating_point()) continue;
+      auto copy = t.detach().contiguous().clone();
+      if (group.rank() != 0) copy.zero_();
+      group.all_reduce_sum(copy);
+      t.copy_(copy);
+    }
+  }
+}
+
+}  // namespace
+
+void Trainer::join_process_group() {
+  group_ = in_.process_group;
+  if (!group_ || group_->size() == 1) return;
+  world_size_ = group_->size();
+  main_process_ = group_->rank() == 0;
+  if (args_.load_best_model_at_end || args_.early_stopping_patience) {
+    throw std::invalid_argument(
+        "load_best_model_at_end and early_stopping_patience are not supported with more than one process yet "
+        "(WORLD_SIZE=" +
+        std::to_string(world_size_) + "): rank 0 alone evaluates");
+  }
+  if (!in_.device.is_cpu()) {
+    throw std::invalid_argument("data-parallel training runs on the CPU (ddp_backend gloo) in this version; device " +
+                                in_.device.str() + " needs nccl");
+  }
+  auto& model = *in_.model;
+  take_rank_zero_state(*group_, model);
+  // One float32 buffer holds every trainable parameter's gradient, so that one collective sums them all in place.
+  // Autograd and fitsum's in-place embedding gradient accumulate into an existing .grad, and gradients are only
+  // ever zeroed in place (optim::zero_gradients), so the views stay the gradients for the whole run.
+  std::int64_t total = 0;
+  for (const auto& p : parameter_list_) {
+    if (p.scalar_type() != torch::kFloat) {
+      throw std::invalid_argument("data-parallel training needs float32 parameters");
+    }
+    total += p.numel();
+  }
+  torch::NoGradGuard no_grad;
+  flat_gradients_ = torch::zeros({total}, torch::TensorOptions(torch::kFloat).device(in_.device));
+  std::int64_t offset = 0;
+  for (auto& p : parameter_list_) {
+    p.mutable_grad() = flat_gradients_.narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
+  }
+}
+
+std::int64_t Trainer::examples_per_step() const {
+  return args_.per_device_train_batch_size * args_.gradient_accumulation_steps * world_size_;
+}
+
+std::vector<std::vector<std::size_t>> Trainer::own_micro_batches(
+    const std::vector<std::vector<std::size_t>>& step) const {
+  if (world_size_ == 1) return step;
+  std::vector<std::size_t> examples;
+  for (const auto& mb : step) examples.insert(examples.end(), mb.begin(), mb.end());
+  const auto n = examples.size();
+  const auto rank = static_cast<std::size_t>(group_->rank());
+  const auto world = static_cast<std::size_t>(world_size_);
+  const auto begin = n * rank / world;
+  const auto end = n * (rank + 1) / world;
+  const auto micro = static_cast<std::size_t>(args_.per_device_train_batch_size);
+  std::vector<std::vector<std::size_t>> own;
+  for (auto i = begin; i < end; i += micro) {
+    own.emplace_back(examples.begin() + static_cast<std::ptrdiff_t>(i),
+                     examples.begin() + static_cast<std::ptrdiff_t>(std::min(end, i + micro)));
+  }
+  return own;
+}
+
+void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples) {
+  if (world_size_ == 1) return;
+  auto totals = torch::tensor(
+      {loss_sum, static_cast<double>(samples), static_cast<double>(outcome.tokens), outcome.interrupted ? 1.0 : 0.0},
+      torch::kDouble);
+  group_->all_reduce_sum(totals);
+  loss_sum = totals[0].item<double>();
+  samples = static_cast<std::int64_t>(totals[1].item<double>());
+  outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
+  outcome.interrupted = totals[3].item<double>() > 0.0;
+  if (!outcome.interrupted) group_->all_reduce_sum(flat_gradients_);
+}
+
+bool Trainer::stop_requested() {
+  const bool here = requested_stop_signal() != 0;
+  return world_size_ == 1 ? here : group_->any(here);
+}
+
+}  // namespace fitsum::train

@@ -1,0 +1,199 @@
+// `fitsum train` as several processes on 127.0.0.1, launched the way torchrun launches them (RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
+// 0 writes, a checkpoint made by 2 processes resumes in 1, a killed process ends the other with an error, and
+// SIGTERM to every process saves one checkpoint and exits 143.
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "fitsum/io/safetensors.h"
+#include "fitsum/util/files.h"
+#include "test_support.h"
+#include "tolerance.h"
+
+namespace fitsum::test {
+namespace {
+
+fs::path fixture_dir() { return shared_dir() / "fixtures" / "tiny-pegasus"; }
+
+std::string train_command(const fs::path& data, const fs::path& out, const std::string& flags) {
+  return fitsum_binary().string() + " train --model_name_or_path '" + fixture_dir().string() + "' --train_file '" +
+         data.string() + "' --output_dir '" + out.string() + "' --logging_steps 1 --per_device_train_batch_size 1 " +
+         flags;
+}
+
+struct Process {
+  int exit_code = -1;
+  std::string output;
+};
+
+std::string read_text(const fs::path& file) {
+  std::ifstream in(file);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Starts `world` processes of `command` (rank r's output in dir/rank-r.log) with torchrun's variables.
+// `after_start` runs in the same shell once all are started, with their process ids in $p0, $p1, ...; then every
+// process is waited for.
+std::vector<Process> launch(int world, const std::string& command, const fs::path& dir,
+                            const std::string& after_start = ":") {
+  const int port = free_tcp_port();
+  std::string script = "cd '" + dir.string() + "'; ";
+  for (int r = 0; r < world; ++r) {
+    script += "(export RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +
+              " LOCAL_RANK=" + std::to_string(r) + " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
+              "; exec " + command + " > rank-" + std::to_string(r) + ".log 2>&1) & p" + std::to_string(r) + "=$!; ";
+  }
+  script += after_start + "; ";
+  for (int r = 0; r < world; ++r) {
+    script += "wait $p" + std::to_string(r) + "; echo $? > rank-" + std::to_string(r) + ".rc; ";
+  }
+  write_bytes(dir / "launch.sh", script + "\n");
+  const auto result = run_command("bash '" + (dir / "launch.sh").string() + "'");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  std::vector<Process> processes(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    auto& p = processes[static_cast<std::size_t>(r)];
+    p.output = read_text(dir / ("rank-" + std::to_string(r) + ".log"));
+    const auto rc = read_text(dir / ("rank-" + std::to_string(r) + ".rc"));
+    p.exit_code = rc.empty() ? -1 : std::stoi(rc);
+  }
+  return processes;
+}
+
+std::map<std::string, torch::Tensor> weights(const fs::path& model_dir) {
+  io::SafetensorsReader reader(model_dir / "model.safetensors");
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& e : reader.entries()) out[e.name] = reader.read(e.name);
+  return out;
+}
+
+// Every tensor within `relative` of the other; k_proj biases excepted (their true gradient is zero, what they get
+// is rounding noise: ../shared/fixtures/README.md).
+void expect_same_weights(const fs::path& a, const fs::path& b, double relative) {
+  const auto wa = weights(a), wb = weights(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (const auto& [name, t] : wa) {
+    if (name.find("k_proj.bias") != std::string::npos) continue;
+    EXPECT_CLOSE(wb.at(name), t, test::relative(relative)) << name << " differs between " << a << " and " << b;
+  }
+}
+
+nlohmann::json log_history(const fs::path& out) {
+  return util::read_json_file(out / "trainer_state.json")["log_history"];
+}
+
+void expect_same_losses(const fs::path& a, const fs::path& b, int steps) {
+  const auto la = log_history(a), lb = log_history(b);
+  for (int i = 0; i < steps; ++i) {
+    EXPECT_CLOSE(lb[i]["loss"].get<double>(), la[i]["loss"].get<double>(), relative(1e-5)) << "step " << i + 1;
+    EXPECT_CLOSE(lb[i]["grad_norm"].get<double>(), la[i]["grad_norm"].get<double>(), relative(1e-5))
+        << "step " << i + 1;
+  }
+}
+
+class DistributedTrain : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DistributedTrain, TwoProcessesTimesTwoEqualOneProcessTimesFour) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir(std::string("ddp-") + GetParam());
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = std::string("--optim ") + GetParam() + " --learning_rate 1e-3 --max_steps 4 " +
+                            "--warmup_steps 1 --weight_decay 0.01 --max_grad_norm 1.0 --save_strategy no ";
+  const auto one = run_command(train_command(data, dir / "one", flags + "--gradient_accumulation_steps 4"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  for (const std::string& variant : {"", "--gradient_checkpointing"}) {
+    const auto out = dir / (variant.empty() ? "two" : "two-checkpointed");
+    const auto ranks = launch(2, train_command(data, out, flags + "--gradient_accumulation_steps 2 " + variant), dir);
+    for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_weights(dir / "one", out, 1e-5);
+    expect_same_losses(dir / "one", out, 4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, DistributedTrain, ::testing::Values("adafactor", "adamw_torch"));
+
+TEST(Distributed, OnlyRankZeroWritesAndReports) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-rank-zero");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const auto ranks =
+      launch(2, train_command(data, dir / "out", "--max_steps 2 --save_steps 1 --gradient_accumulation_steps 2"), dir);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(ranks[0].output.find("x 2 accumulation x 2 processes"), std::string::npos) << ranks[0].output;
+  EXPECT_NE(ranks[0].output.find("process 0 of 2 (torchrun)"), std::string::npos) << ranks[0].output;
+  EXPECT_NE(ranks[1].output.find("process 1 of 2 (torchrun)"), std::string::npos) << ranks[1].output;
+  EXPECT_EQ(ranks[1].output.find("training:"), std::string::npos) << ranks[1].output;
+  EXPECT_EQ(ranks[1].output.find("saved"), std::string::npos) << ranks[1].output;
+  // One run's files: two checkpoints, one state whose steps count optimizer steps of 4 examples.
+  EXPECT_TRUE(fs::exists(dir / "out" / "checkpoint-1" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "out" / "checkpoint-2" / "model.safetensors"));
+  const auto state = util::read_json_file(dir / "out" / "trainer_state.json");
+  EXPECT_EQ(state["global_step"], 2);
+  EXPECT_EQ(state["log_history"].size(), 3u);  // two steps and the summary
+  const auto position = util::read_json_file(dir / "out" / "checkpoint-2" / "fitsum_state.json");
+  EXPECT_EQ(position["examples_per_step"], 4);
+}
+
+TEST(Distributed, ACheckpointOfTwoProcessesResumesInOne) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-resume");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = "--optim adamw_torch --learning_rate 1e-3 --lr_scheduler_type constant --save_steps 2 ";
+  auto one = run_command(train_command(data, dir / "one", flags + "--max_steps 4 --gradient_accumulation_steps 4"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto ranks =
+      launch(2, train_command(data, dir / "mixed", flags + "--max_steps 2 --gradient_accumulation_steps 2"), dir);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto resumed = run_command(train_command(
+      data, dir / "mixed", flags + "--max_steps 4 --gradient_accumulation_steps 4 --resume_from_checkpoint latest"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  expect_same_weights(dir / "one", dir / "mixed", 1e-5);
+  expect_same_losses(dir / "one", dir / "mixed", 4);
+}
+
+TEST(Distributed, AKilledProcessEndsTheOtherWithAnError) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-killed");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  // Rank 1 is killed once training runs; rank 0 learns it from the next all-reduce, long before ddp_timeout.
+  const auto ranks =
+      launch(2, train_command(data, dir / "out", "--max_steps 1000000 --save_strategy no --ddp_timeout 600"), dir,
+             "for i in $(seq 1 600); do grep -q '\"grad_norm\"' rank-0.log 2>/dev/null && break; sleep 0.1; done; "
+             "kill -KILL $p1");
+  EXPECT_EQ(ranks[1].exit_code, 137) << ranks[1].output;
+  EXPECT_EQ(ranks[0].exit_code, 1) << ranks[0].output;
+  EXPECT_NE(ranks[0].output.find("across 2 processes failed on rank 0"), std::string::npos) << ranks[0].output;
+  EXPECT_FALSE(fs::exists(dir / "out" / "model.safetensors"));
+}
+
+TEST(Distributed, SigtermToEveryProcessSavesOneCheckpoint) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-sigterm");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  // Started, then stopped together as torchrun and Slurm stop a job (a wait until rank 0 has logged a step).
+  const auto ranks =
+      launch(2, train_command(data, dir / "out", "--max_steps 1000000 --save_strategy no"), dir,
+             "for i in $(seq 1 600); do grep -q '\"grad_norm\"' rank-0.log 2>/dev/null && break; sleep 0.1; done; "
+             "kill -TERM $p0 $p1");
+  for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 143) << r.output;
+  const auto checkpoints = [&] {
+    std::vector<fs::path> found;
+    for (const auto& e : fs::directory_iterator(dir / "out")) {
+      if (e.path().filename().string().rfind("checkpoint-", 0) == 0) found.push_back(e.path());
+    }
+    return found;
+  }();
+  ASSERT_EQ(checkpoints.size(), 1u);
+  EXPECT_TRUE(fs::exists(checkpoints[0] / "trainer_state.json"));
+  EXPECT_TRUE(fs::exists(checkpoints[0] / "optimizer.safetensors"));
+}
+
+}  // namespace
+}  // namespace fitsum::test
