@@ -1,7 +1,10 @@
 // Implements the data-parallel part of include/fitsum/train/trainer.h: the share of each optimizer step a process
 // trains on, and the sums over the processes (train/distributed.h) that make the step equal to one process's.
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -27,6 +30,46 @@ void take_rank_zero_state(ProcessGroup& group, model::Seq2SeqLMImpl& model) {
   }
 }
 
+// What every process must agree on for the job to train one model: a process started with other arguments or
+// data, or a memory plan that chose another micro-batch or optimizer, would otherwise train something else in
+// silence (or wait forever at a collective the others never reach).
+void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, std::size_t examples) {
+  const std::vector<std::pair<const char*, double>> fields = {
+      {"per_device_train_batch_size", static_cast<double>(args.per_device_train_batch_size)},
+      {"gradient_accumulation_steps", static_cast<double>(args.gradient_accumulation_steps)},
+      {"optim", static_cast<double>(static_cast<int>(args.optimizer()))},
+      {"learning_rate", args.learning_rate},
+      {"max_steps", static_cast<double>(args.max_steps)},
+      {"num_train_epochs", args.num_train_epochs},
+      {"seed", static_cast<double>(args.seed)},
+      {"data_seed", static_cast<double>(args.data_seed.value_or(args.seed))},
+      {"bf16", args.bf16 ? 1.0 : 0.0},
+      {"training examples", static_cast<double>(examples)},
+  };
+  // Equal everywhere exactly when the sum is size x value and the sum of squares size x value^2.
+  auto sums = torch::zeros({static_cast<std::int64_t>(2 * fields.size())}, torch::kDouble);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    sums[static_cast<std::int64_t>(2 * i)] = fields[i].second;
+    sums[static_cast<std::int64_t>(2 * i + 1)] = fields[i].second * fields[i].second;
+  }
+  group.all_reduce_sum(sums);
+  const double n = static_cast<double>(group.size());
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    const double v = fields[i].second;
+    const double sum = sums[static_cast<std::int64_t>(2 * i)].item<double>();
+    const double squares = sums[static_cast<std::int64_t>(2 * i + 1)].item<double>();
+    const double scale = std::max(1.0, v * v * n);
+    if (std::abs(sum - n * v) > 1e-9 * std::max(1.0, std::abs(n * v)) || std::abs(squares - n * v * v) > 1e-9 * scale) {
+      std::ostringstream value;
+      value << v;
+      throw std::invalid_argument(std::string("the processes disagree on ") + fields[i].first + " (" + value.str() +
+                                  " on rank " + std::to_string(group.rank()) +
+                                  "): every process must run with the same arguments and data; with --max_memory, "
+                                  "give the memory plan's flags explicitly");
+    }
+  }
+}
+
 }  // namespace
 
 void Trainer::join_process_group() {
@@ -44,6 +87,7 @@ void Trainer::join_process_group() {
     throw std::invalid_argument("data-parallel training runs on the CPU (ddp_backend gloo) in this version; device " +
                                 in_.device.str() + " needs nccl");
   }
+  check_processes_agree(*group_, args_, in_.train_examples.size());
   auto& model = *in_.model;
   take_rank_zero_state(*group_, model);
   // One float32 buffer holds every trainable parameter's gradient, so that one collective sums them all in place.

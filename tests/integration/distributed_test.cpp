@@ -158,6 +158,22 @@ TEST(Distributed, ACheckpointOfTwoProcessesResumesInOne) {
   expect_same_losses(dir / "one", dir / "mixed", 4);
 }
 
+TEST(Distributed, ProcessesStartedWithDifferentArgumentsRefuseToTrain) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-disagree");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  // Rank 1 gets another learning rate (the last flag wins): both refuse before the first step, naming the field.
+  const auto ranks = launch(2,
+                            train_command(data, dir / "out", "--max_steps 2 --save_strategy no --learning_rate 1e-3") +
+                                " $( [ $RANK = 1 ] && echo --learning_rate 2e-3 )",
+                            dir);
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("the processes disagree on learning_rate"), std::string::npos) << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "out" / "model.safetensors"));
+}
+
 TEST(Distributed, AKilledProcessEndsTheOtherWithAnError) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("ddp-killed");
