@@ -2,15 +2,12 @@
 // MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
 // 0 writes, a checkpoint made by 2 processes resumes in 1, a killed process ends the other with an error, and
 // SIGTERM to every process saves one checkpoint and exits 143.
-#include <fstream>
-#include <sstream>
-
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "fitsum/io/safetensors.h"
 #include "fitsum/util/files.h"
+#include "saved_runs.h"
 #include "test_support.h"
 #include "tolerance.h"
 
@@ -26,16 +23,9 @@ std::string train_command(const fs::path& data, const fs::path& out, const std::
 }
 
 struct Process {
-  int exit_code = -1;
+  int exit_code = 0;
   std::string output;
 };
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Starts `world` processes of `command` (rank r's output in dir/rank-r.log) with torchrun's variables.
 // `after_start` runs in the same shell once all are started, with their process ids in $p0, $p1, ...; then every
@@ -59,34 +49,15 @@ std::vector<Process> launch(int world, const std::string& command, const fs::pat
   std::vector<Process> processes(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
     auto& p = processes[static_cast<std::size_t>(r)];
-    p.output = read_text(dir / ("rank-" + std::to_string(r) + ".log"));
-    const auto rc = read_text(dir / ("rank-" + std::to_string(r) + ".rc"));
-    p.exit_code = rc.empty() ? -1 : std::stoi(rc);
+    p.output = util::read_file(dir / ("rank-" + std::to_string(r) + ".log"));
+    p.exit_code = std::stoi(util::read_file(dir / ("rank-" + std::to_string(r) + ".rc")));
   }
   return processes;
 }
 
-std::map<std::string, torch::Tensor> weights(const fs::path& model_dir) {
-  io::SafetensorsReader reader(model_dir / "model.safetensors");
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& e : reader.entries()) out[e.name] = reader.read(e.name);
-  return out;
-}
-
-// Every tensor within `relative` of the other; k_proj biases excepted (their true gradient is zero, what they get
-// is rounding noise: ../shared/fixtures/README.md).
-void expect_same_weights(const fs::path& a, const fs::path& b, double relative) {
-  const auto wa = weights(a), wb = weights(b);
-  ASSERT_EQ(wa.size(), wb.size());
-  for (const auto& [name, t] : wa) {
-    if (name.find("k_proj.bias") != std::string::npos) continue;
-    EXPECT_CLOSE(wb.at(name), t, test::relative(relative)) << name << " differs between " << a << " and " << b;
-  }
-}
-
-nlohmann::json log_history(const fs::path& out) {
-  return util::read_json_file(out / "trainer_state.json")["log_history"];
-}
+// For launch()'s after_start: waits (up to a minute) until rank 0 has logged an optimizer step.
+const std::string kOnceTraining =
+    "for i in $(seq 1 600); do grep -q '\"grad_norm\"' rank-0.log 2>/dev/null && break; sleep 0.1; done; ";
 
 void expect_same_losses(const fs::path& a, const fs::path& b, int steps) {
   const auto la = log_history(a), lb = log_history(b);
@@ -181,8 +152,7 @@ TEST(Distributed, AKilledProcessEndsTheOtherWithAnError) {
   // Rank 1 is killed once training runs; rank 0 learns it from the next all-reduce, long before ddp_timeout.
   const auto ranks =
       launch(2, train_command(data, dir / "out", "--max_steps 1000000 --save_strategy no --ddp_timeout 600"), dir,
-             "for i in $(seq 1 600); do grep -q '\"grad_norm\"' rank-0.log 2>/dev/null && break; sleep 0.1; done; "
-             "kill -KILL $p1");
+             kOnceTraining + "kill -KILL $p1");
   EXPECT_EQ(ranks[1].exit_code, 137) << ranks[1].output;
   EXPECT_EQ(ranks[0].exit_code, 1) << ranks[0].output;
   EXPECT_NE(ranks[0].output.find("across 2 processes failed on rank 0"), std::string::npos) << ranks[0].output;
@@ -194,10 +164,8 @@ TEST(Distributed, SigtermToEveryProcessSavesOneCheckpoint) {
   const auto dir = temp_dir("ddp-sigterm");
   const auto data = write_copy_task_records(dir / "eight.jsonl");
   // Started, then stopped together as torchrun and Slurm stop a job (a wait until rank 0 has logged a step).
-  const auto ranks =
-      launch(2, train_command(data, dir / "out", "--max_steps 1000000 --save_strategy no"), dir,
-             "for i in $(seq 1 600); do grep -q '\"grad_norm\"' rank-0.log 2>/dev/null && break; sleep 0.1; done; "
-             "kill -TERM $p0 $p1");
+  const auto ranks = launch(2, train_command(data, dir / "out", "--max_steps 1000000 --save_strategy no"), dir,
+                            kOnceTraining + "kill -TERM $p0 $p1");
   for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 143) << r.output;
   const auto checkpoints = [&] {
     std::vector<fs::path> found;

@@ -16,6 +16,7 @@
 #include "fitsum/io/safetensors.h"
 #include "fitsum/util/files.h"
 #include "fixture_support.h"
+#include "saved_runs.h"
 #include "test_support.h"
 #include "tolerance.h"
 
@@ -63,28 +64,6 @@ std::string base_args(const fs::path& data, const fs::path& out) {
          "' --output_dir '" + out.string() + "' ";
 }
 
-std::map<std::string, torch::Tensor> weights(const fs::path& model_dir) {
-  io::SafetensorsReader reader(model_dir / "model.safetensors");
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& e : reader.entries()) out[e.name] = reader.read(e.name);
-  return out;
-}
-
-// Every tensor within `relative` of the other (max abs difference / max abs value), k_proj biases excepted: their
-// true gradient is zero, so what they get is rounding noise (see ../shared/fixtures/README.md).
-void expect_same_weights(const fs::path& a, const fs::path& b, double relative) {
-  const auto wa = weights(a), wb = weights(b);
-  ASSERT_EQ(wa.size(), wb.size());
-  for (const auto& [name, t] : wa) {
-    if (name.find("k_proj.bias") != std::string::npos) continue;
-    EXPECT_CLOSE(wb.at(name), t, test::relative(relative)) << name << " differs between " << a << " and " << b;
-  }
-}
-
-nlohmann::json log_history(const fs::path& out) {
-  return util::read_json_file(out / "trainer_state.json")["log_history"];
-}
-
 class TrainFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TrainFixture, ReproducesReferenceTrajectory) {
@@ -107,7 +86,7 @@ TEST_P(TrainFixture, ReproducesReferenceTrajectory) {
     EXPECT_EQ(history[i]["step"], i + 1);
     EXPECT_CLOSE(history[i]["loss"].get<double>(), want, relative(i == 0 ? 1e-5 : 1e-4)) << "step " << i + 1;
   }
-  const auto w = weights(out);
+  const auto w = saved_weights(out);
   for (const auto& item : expected["params_after_3_steps"].items()) {
     const auto& tensor = w.at(item.key());
     expect_samples_near(tensor, item.value(), rms_tolerance(item.value(), tensor.numel()), item.key());
