@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <regex>
 #include <stdexcept>
@@ -86,6 +87,45 @@ std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {
   std::sort(found.begin(), found.end(),
             [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
   return found;
+}
+
+std::string optimizer_shard_name(int shard, int shards) {
+  char name[64];
+  std::snprintf(name, sizeof name, "optimizer-%05d-of-%05d.safetensors", shard + 1, shards);
+  return name;
+}
+
+std::vector<fs::path> optimizer_state_files(const fs::path& checkpoint) {
+  if (fs::exists(checkpoint / "optimizer.safetensors")) return {checkpoint / "optimizer.safetensors"};
+  int shards = 0;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(checkpoint, error)) {
+    int index = 0, count = 0;
+    char tail[32] = {0};
+    const auto name = entry.path().filename().string();
+    if (std::sscanf(name.c_str(), "optimizer-%5d-of-%5d.%31s", &index, &count, tail) != 3 ||
+        std::string(tail) != "safetensors" || name != optimizer_shard_name(index - 1, count)) {
+      continue;
+    }
+    if (shards != 0 && count != shards) {
+      throw std::runtime_error("checkpoint '" + checkpoint.string() + "' mixes optimizer shards of " +
+                               std::to_string(shards) + " and " + std::to_string(count) + " processes");
+    }
+    shards = count;
+  }
+  if (shards == 0) {
+    throw std::runtime_error("checkpoint '" + checkpoint.string() +
+                             "' has no optimizer state (optimizer.safetensors or optimizer-00001-of-N.safetensors)");
+  }
+  std::vector<fs::path> files;
+  for (int i = 0; i < shards; ++i) {
+    files.push_back(checkpoint / optimizer_shard_name(i, shards));
+    if (!fs::exists(files.back())) {
+      throw std::runtime_error("checkpoint '" + checkpoint.string() + "' lacks " + files.back().filename().string() +
+                               " (optimizer shard " + std::to_string(i + 1) + " of " + std::to_string(shards) + ")");
+    }
+  }
+  return files;
 }
 
 fs::path begin_checkpoint(const fs::path& output_dir, std::int64_t step) {

@@ -280,11 +280,13 @@ NamedTensors trainable_parameters(torch::nn::Module& model) {
   return out;
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings) {
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings,
+                                                        const std::optional<std::set<std::string>>& only) {
   const auto decay_names = decay_parameter_names(model);
   const std::set<std::string> decay(decay_names.begin(), decay_names.end());
   std::vector<torch::Tensor> with_decay, without_decay;
   for (const auto& [name, p] : trainable_parameters(model)) {
+    if (only && !only->count(name)) continue;
     (decay.count(name) ? with_decay : without_decay).push_back(p);
   }
   if (settings.type == OptimizerType::adamw_torch) {

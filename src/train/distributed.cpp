@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -162,6 +163,24 @@ void ProcessGroup::all_reduce_sum(torch::Tensor& tensor) {
     std::vector<at::Tensor> tensors{tensor};
     state_->group->allreduce(tensors)->wait();
   });
+}
+
+void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
+  state_->collective("broadcast", [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    state_->group->broadcast(tensors, options)->wait();
+  });
+}
+
+std::string ProcessGroup::broadcast_string(const std::string& text, int root) {
+  auto length = torch::full({1}, static_cast<std::int64_t>(text.size()), torch::kLong);
+  broadcast(length, root);
+  auto bytes = torch::zeros({length.item<std::int64_t>()}, torch::kUInt8);
+  if (rank() == root) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  broadcast(bytes, root);
+  return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<std::size_t>(bytes.numel()));
 }
 
 bool ProcessGroup::any(bool flag) {

@@ -77,10 +77,10 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   settings.adam_beta1 = args_.adam_beta1;
   settings.adam_beta2 = args_.adam_beta2;
   settings.adam_epsilon = args_.adam_epsilon;
-  optimizer_ = optim::make_optimizer(model, settings);
   parameters_ = optim::trainable_parameters(model);
   for (const auto& [name, p] : parameters_) parameter_list_.push_back(p);
   join_process_group();
+  optimizer_ = optim::make_optimizer(model, settings, owned_parameter_names());
 
   const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
   const auto per_step = examples_per_step();
@@ -159,7 +159,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
         // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start.
         token_loss = {};
         split_after_oom(micro_batches, i, "backward", e);
-        optim::zero_gradients(*optimizer_);
+        zero_gradients();
         util::set_random_state(in_.device, step_rng);
         redo = true;
         break;
@@ -183,6 +183,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
     update.max_grad_norm = args_.max_grad_norm;
     update.threads = in_.update_threads;
     outcome.grad_norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
+    share_updated_parameters();
     return outcome;
   }
 }
@@ -391,7 +392,7 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
     const auto step_rng = util::random_state(in_.device);
     const auto outcome = run_step(steps[static_cast<std::size_t>(step_in_epoch_)]);
     if (outcome.interrupted) {
-      optim::zero_gradients(*optimizer_);
+      zero_gradients();
       util::set_random_state(in_.device, step_rng);
       save_checkpoint(step_rng);
       return false;

@@ -11,6 +11,7 @@
 #include "fitsum/io/safetensors.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/best_model.h"
+#include "fitsum/train/distributed.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/random_state.h"
@@ -79,6 +80,10 @@ nlohmann::ordered_json Trainer::trainer_state_json() const {
 }
 
 void Trainer::save_checkpoint(const torch::Tensor& rng) {
+  if (!owner_.empty()) {
+    save_sharded_checkpoint(rng);
+    return;
+  }
   if (!main_process_) {  // rank 0 writes the one checkpoint of the job (every process holds the same state)
     saved_step_ = global_step_;
     return;
@@ -152,8 +157,7 @@ void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tens
   save.copy_tokenizer_from = in_.tokenizer_dir;
   save.generation_config = source_generation_config(in_.model_name_or_path);
   io::save_model_folder(*in_.model, temp_dir, save);
-  io::write_safetensors(temp_dir / "optimizer.safetensors", optim::export_optimizer_state(*optimizer_, parameters_),
-                        {{"format", "fitsum-optimizer"}, {"optim", optim::to_string(args_.optimizer())}});
+  write_optimizer_state(temp_dir);
   io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
   nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
                                       {"last_epoch", global_step_},
@@ -176,6 +180,81 @@ void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tens
                                      {"train_examples", in_.train_examples.size()},
                                      {"examples_per_step", examples_per_step()}};
   util::write_file_atomic(temp_dir / "fitsum_state.json", position.dump(2) + "\n");
+}
+
+std::string Trainer::optimizer_file_name() const {
+  return owner_.empty() ? "optimizer.safetensors" : io::optimizer_shard_name(group_->rank(), world_size_);
+}
+
+void Trainer::write_optimizer_state(const fs::path& dir) const {
+  io::write_safetensors(dir / optimizer_file_name(), optim::export_optimizer_state(*optimizer_, parameters_),
+                        {{"format", "fitsum-optimizer"},
+                         {"optim", optim::to_string(args_.optimizer())},
+                         {"zero_stage", std::to_string(owner_.empty() ? 0 : args_.zero_stage)}});
+}
+
+// The state of this process's parameters, from the one file or from every shard (entries are "<parameter>.<state>"
+// by name, so a checkpoint of N processes resumes on M, sharded or not).
+void Trainer::read_optimizer_state(const fs::path& checkpoint) {
+  const auto owned = owned_parameter_names();
+  std::set<std::string> names;
+  for (const auto& [name, p] : parameters_) {
+    if (!owned || owned->count(name)) names.insert(name);
+  }
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& file : io::optimizer_state_files(checkpoint)) {
+    io::SafetensorsReader reader(file);
+    for (const auto& e : reader.entries()) {
+      const auto dot = e.name.rfind('.');
+      if (dot != std::string::npos && names.count(e.name.substr(0, dot))) state[e.name] = reader.read(e.name).to(in_.device);
+    }
+  }
+  optim::import_optimizer_state(*optimizer_, parameters_, state);
+}
+
+// The job's one checkpoint when each process holds part of the optimizer state: rank 0 makes the temporary folder
+// and tells the others where it is; every process writes its shard (rank 0 also the rest); only when all succeeded
+// does rank 0 rename it into place. A failure anywhere leaves no checkpoint folder and fails every process.
+void Trainer::save_sharded_checkpoint(const torch::Tensor& rng) {
+  const fs::path output_dir(args_.output_dir);
+  fs::path temp_dir;
+  std::string error;
+  if (main_process_) {
+    try {
+      temp_dir = io::begin_checkpoint(output_dir, global_step_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  temp_dir = group_->broadcast_string(temp_dir.string(), 0);
+  if (temp_dir.empty()) {
+    throw std::runtime_error(main_process_ ? error : "rank 0 could not start checkpoint " + std::to_string(global_step_));
+  }
+  try {
+    if (main_process_) {
+      write_checkpoint_files(temp_dir, rng);
+    } else {
+      write_optimizer_state(temp_dir);
+    }
+  } catch (const std::exception& e) {
+    error = "writing " + optimizer_file_name() + " of checkpoint " + std::to_string(global_step_) + " into '" +
+            temp_dir.string() + "' (output_dir must be on a file system every process sees): " + e.what();
+  }
+  if (group_->any(!error.empty())) {
+    if (main_process_) {
+      std::error_code ignored;
+      fs::remove_all(temp_dir, ignored);
+    }
+    throw std::runtime_error(!error.empty() ? error
+                                            : "another process failed to write its part of checkpoint " +
+                                                  std::to_string(global_step_) + "; nothing was saved");
+  }
+  saved_step_ = global_step_;
+  if (!main_process_) return;
+  const auto final_dir = io::commit_checkpoint(temp_dir, global_step_);
+  if (callbacks_.on_message) callbacks_.on_message("saved " + final_dir.string());
+  prune_checkpoints();
+  write_trainer_state();
 }
 
 void Trainer::resume(const fs::path& checkpoint) {
@@ -213,10 +292,7 @@ void Trainer::resume(const fs::path& checkpoint) {
   if (state.best_global_step) best_global_step_ = *state.best_global_step;
   if (!state.best_model_checkpoint.empty()) best_model_checkpoint_ = state.best_model_checkpoint;
 
-  io::SafetensorsReader optimizer_file(checkpoint / "optimizer.safetensors");
-  std::map<std::string, torch::Tensor> optimizer_state;
-  for (const auto& e : optimizer_file.entries()) optimizer_state[e.name] = optimizer_file.read(e.name).to(in_.device);
-  optim::import_optimizer_state(*optimizer_, parameters_, optimizer_state);
+  read_optimizer_state(checkpoint);
   io::SafetensorsReader rng_file(checkpoint / "rng_state.safetensors");
   util::set_random_state(in_.device, rng_file.read("generator"));
   if (callbacks_.on_message) {

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/optim/optimizer_step.h"
+#include "fitsum/optim/sharding.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/trainer.h"
 
@@ -44,6 +46,7 @@ void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, s
       {"seed", static_cast<double>(args.seed)},
       {"data_seed", static_cast<double>(args.data_seed.value_or(args.seed))},
       {"bf16", args.bf16 ? 1.0 : 0.0},
+      {"zero_stage", static_cast<double>(args.zero_stage)},
       {"training examples", static_cast<double>(examples)},
   };
   // Equal everywhere exactly when the sum is size x value and the sum of squares size x value^2.
@@ -106,6 +109,37 @@ void Trainer::join_process_group() {
   for (auto& p : parameter_list_) {
     p.mutable_grad() = flat_gradients_.narrow(0, offset, p.numel()).view(p.sizes());
     offset += p.numel();
+  }
+  if (args_.zero_stage >= 1) {
+    std::vector<std::int64_t> elements;
+    for (const auto& p : parameter_list_) elements.push_back(p.numel());
+    owner_ = optim::partition_by_size(elements, world_size_);
+  }
+}
+
+std::optional<std::set<std::string>> Trainer::owned_parameter_names() const {
+  if (owner_.empty()) return std::nullopt;
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < parameters_.size(); ++i) {
+    if (owner_[i] == group_->rank()) names.insert(parameters_[i].first);
+  }
+  return names;
+}
+
+void Trainer::share_updated_parameters() {
+  if (owner_.empty()) return;
+  torch::NoGradGuard no_grad;
+  // In the same order everywhere; each tensor straight from its owner, so no buffer beyond the parameters.
+  for (std::size_t i = 0; i < parameter_list_.size(); ++i) group_->broadcast(parameter_list_[i], owner_[i]);
+  flat_gradients_.zero_();  // the optimizer zeroed only the gradients of its share
+}
+
+void Trainer::zero_gradients() {
+  if (flat_gradients_.defined()) {
+    torch::NoGradGuard no_grad;
+    flat_gradients_.zero_();
+  } else {
+    optim::zero_gradients(*optimizer_);
   }
 }
 

@@ -176,6 +176,11 @@ void TrainingArguments::validate() const {
   interval(save_steps, "save_steps");
   if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
   if (ddp_timeout < 1) throw std::invalid_argument("ddp_timeout must be at least 1 (seconds)");
+  if (zero_stage < 0 || zero_stage > 1) {
+    throw std::invalid_argument("zero_stage is " + std::to_string(zero_stage) +
+                                ": 0 (no sharding) or 1 (optimizer state sharded across the processes); stage 2 "
+                                "(gradients sharded too) is not available yet");
+  }
   if (!ddp_backend.empty() && ddp_backend != "gloo") {
     throw std::invalid_argument("ddp_backend '" + ddp_backend + "' is not available: gloo is (CPU processes)");
   }
@@ -257,6 +262,7 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["logging_dir"] = logging_dir.empty() ? nullptr : nlohmann::ordered_json(logging_dir);
   j["ddp_backend"] = ddp_backend.empty() ? nullptr : nlohmann::ordered_json(ddp_backend);
   j["ddp_timeout"] = ddp_timeout;
+  j["zero_stage"] = zero_stage;
   return j;
 }
 

@@ -1,7 +1,8 @@
 // `fitsum train` as several processes on 127.0.0.1, launched the way torchrun launches them (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
-// 0 writes, a checkpoint made by 2 processes resumes in 1, a killed process ends the other with an error, and
-// SIGTERM to every process saves one checkpoint and exits 143.
+// 0 writes, a checkpoint made by 2 processes resumes in 1, ZeRO stage 1 trains stage 0's weights and its sharded
+// checkpoints resume at any world size, a killed process ends the other with an error, and SIGTERM to every process
+// saves one checkpoint and exits 143.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -87,7 +88,68 @@ TEST_P(DistributedTrain, TwoProcessesTimesTwoEqualOneProcessTimesFour) {
   }
 }
 
+// ZeRO stage 1: each process keeps the optimizer state of its share of the parameters and updates only those. The
+// weights are those of stage 0, and the checkpoint's state is stage 0's, split into one file per process.
+TEST_P(DistributedTrain, ZeroStageOneTrainsTheWeightsOfStageZero) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir(std::string("ddp-zero-") + GetParam());
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = std::string("--optim ") + GetParam() + " --learning_rate 1e-3 --max_steps 3 " +
+                            "--warmup_steps 1 --weight_decay 0.01 --max_grad_norm 1.0 --save_steps 3 " +
+                            "--gradient_accumulation_steps 2 ";
+  for (const std::string stage : {"0", "1"}) {
+    const auto ranks = launch(2, train_command(data, dir / ("stage" + stage), flags + "--zero_stage " + stage), dir);
+    for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  expect_same_weights(dir / "stage0", dir / "stage1", 1e-6);
+  expect_same_losses(dir / "stage0", dir / "stage1", 3);
+  const auto whole = saved_tensors(dir / "stage0" / "checkpoint-3" / "optimizer.safetensors");
+  EXPECT_FALSE(fs::exists(dir / "stage1" / "checkpoint-3" / "optimizer.safetensors"));
+  std::map<std::string, torch::Tensor> joined;
+  for (const auto* shard : {"optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors"}) {
+    const auto part = saved_tensors(dir / "stage1" / "checkpoint-3" / shard);
+    // A real share: neither process holds (nearly) all of the state, and no entry is in both.
+    EXPECT_GT(part.size(), whole.size() / 5) << shard;
+    EXPECT_LT(part.size(), whole.size() * 4 / 5) << shard;
+    for (const auto& [name, t] : part) EXPECT_TRUE(joined.emplace(name, t).second) << name << " is in two shards";
+  }
+  ASSERT_EQ(joined.size(), whole.size());
+  for (const auto& [name, t] : whole) EXPECT_CLOSE(joined.at(name), t, relative(1e-6)) << name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Optimizers, DistributedTrain, ::testing::Values("adafactor", "adamw_torch"));
+
+// A sharded checkpoint resumes exactly at the same world size and sharding, and in one process (the state of every
+// shard read back by name); an unsharded one resumes sharded.
+TEST(Distributed, ShardedCheckpointsResumeAtAnyWorldSize) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-zero-resume");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = "--optim adamw_torch --learning_rate 1e-3 --lr_scheduler_type constant --save_steps 2 ";
+  auto one = run_command(train_command(data, dir / "one", flags + "--max_steps 4 --gradient_accumulation_steps 4"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::string two = flags + "--gradient_accumulation_steps 2 ";
+  for (const std::string stage : {"0", "1"}) {
+    const auto ranks =
+        launch(2, train_command(data, dir / ("half" + stage), two + "--max_steps 2 --zero_stage " + stage), dir);
+    for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+  }
+  fs::copy(dir / "half1", dir / "in-one", fs::copy_options::recursive);
+  const std::vector<std::pair<std::string, std::string>> resumes = {
+      {"half1", "sharded on 2"}, {"half0", "unsharded, resumed sharded on 2"}, {"in-one", "sharded, resumed on 1"}};
+  for (const auto& [out, what] : resumes) {
+    const std::string resume = "--max_steps 4 --resume_from_checkpoint latest ";
+    if (out == "in-one") {
+      const auto r = run_command(train_command(data, dir / out, flags + resume + "--gradient_accumulation_steps 4"));
+      ASSERT_EQ(r.exit_code, 0) << r.output;
+    } else {
+      const auto ranks = launch(2, train_command(data, dir / out, two + resume + "--zero_stage 1"), dir);
+      for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
+    }
+    expect_same_weights(dir / "one", dir / out, 1e-5);
+    expect_same_losses(dir / "one", dir / out, 4);
+  }
+}
 
 TEST(Distributed, OnlyRankZeroWritesAndReports) {
   FITSUM_REQUIRE_SHARED();

@@ -16,11 +16,15 @@
 
 namespace fitsum::test {
 
-inline std::map<std::string, torch::Tensor> saved_weights(const fs::path& model_dir) {
-  io::SafetensorsReader reader(model_dir / "model.safetensors");
+inline std::map<std::string, torch::Tensor> saved_tensors(const fs::path& file) {
+  io::SafetensorsReader reader(file);
   std::map<std::string, torch::Tensor> out;
   for (const auto& e : reader.entries()) out[e.name] = reader.read(e.name);
   return out;
+}
+
+inline std::map<std::string, torch::Tensor> saved_weights(const fs::path& model_dir) {
+  return saved_tensors(model_dir / "model.safetensors");
 }
 
 // Every tensor within `relative` of the other (max abs difference / max abs value), k_proj biases excepted: their

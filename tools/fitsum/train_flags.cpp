@@ -183,6 +183,9 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_t
                "with several processes (torchrun, mpirun, srun): gloo (the default; CPU processes)");
   g.add_option("--ddp_timeout", t.ddp_timeout, "seconds a process waits for the others before it gives up")
       ->capture_default_str();
+  g.add_option("--zero_stage", t.zero_stage,
+               "with several processes: 0, or 1 to shard the optimizer state across them (ZeRO stage 1)")
+      ->capture_default_str();
 }
 
 // HF accepts both spellings; a file that gives them different values is ambiguous.

@@ -22,6 +22,14 @@ namespace fs = std::filesystem;
 // "checkpoint-N" -> N; -1 for any other name.
 std::int64_t checkpoint_step(const fs::path& dir);
 
+// The optimizer state of a checkpoint: "optimizer.safetensors", or with the state sharded across processes (ZeRO
+// stage 1) one file per process, "optimizer-00001-of-00004.safetensors" (`shard` counts from 0, the name from 1, as
+// HF names model shards).
+std::string optimizer_shard_name(int shard, int shards);
+// The optimizer state files of `checkpoint`: the single file, or every shard. Throws std::runtime_error naming the
+// folder when there is none, a shard is missing, or shards of different counts are mixed.
+std::vector<fs::path> optimizer_state_files(const fs::path& checkpoint);
+
 // The checkpoint-N folders of `output_dir`, by increasing N (none when the folder does not exist).
 std::vector<fs::path> list_checkpoints(const fs::path& output_dir);
 

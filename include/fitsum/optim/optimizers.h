@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,8 +123,10 @@ std::vector<std::string> decay_parameter_names(torch::nn::Module& model);
 // The trainable parameters of `model` with their names (requires_grad only).
 NamedTensors trainable_parameters(torch::nn::Module& model);
 
-// Two groups, decay and no decay, over the trainable parameters.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings);
+// Two groups, decay and no decay, over the trainable parameters; with `only`, over those of them it names (a
+// process's share under ZeRO stage 1, sharding.h).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings,
+                                                        const std::optional<std::set<std::string>>& only = {});
 
 // Name-keyed optimizer state for checkpoints: "<param name>.<state>" -> tensor (step counters as int64 scalars).
 NamedTensors export_optimizer_state(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters);

@@ -56,6 +56,10 @@ class ProcessGroup {
   int size() const;
   // Sums `tensor` (contiguous, on the CPU) over the processes, in place.
   void all_reduce_sum(torch::Tensor& tensor);
+  // Copies `tensor` (contiguous, on the CPU) of process `root` into every process's `tensor` (same shape and type).
+  void broadcast(torch::Tensor& tensor, int root);
+  // Process `root`'s `text` on every process (the others' `text` is ignored).
+  std::string broadcast_string(const std::string& text, int root);
   // True on every process when `flag` is true on any.
   bool any(bool flag);
   void barrier();

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,18 @@ class Trainer {
   void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
   // A stop request seen by any process (every process must call it at the same point).
   bool stop_requested();
+  // ZeRO stage 1 (optim/sharding.h): the parameters whose optimizer state this process keeps and updates (none:
+  // every parameter), and after each update, every parameter from its owner to the others.
+  std::optional<std::set<std::string>> owned_parameter_names() const;
+  void share_updated_parameters();
+  // Zeroes every gradient (with a sharded optimizer, also those it does not update).
+  void zero_gradients();
+  // Where this process's optimizer state goes in a checkpoint (io/checkpoint_folders.h).
+  std::string optimizer_file_name() const;
+  void write_optimizer_state(const fs::path& dir) const;
+  void read_optimizer_state(const fs::path& checkpoint);
+  // Every process writes its optimizer shard into rank 0's temporary folder; rank 0 commits it once all have.
+  void save_sharded_checkpoint(const torch::Tensor& rng_state);
 
   TrainingArguments args_;
   TrainerInputs in_;
@@ -233,6 +246,7 @@ class Trainer {
   int world_size_ = 1;
   bool main_process_ = true;      // rank 0 (HF's is_world_process_zero)
   torch::Tensor flat_gradients_;  // multi-process: one buffer whose slices are the parameters' .grad
+  std::vector<int> owner_;        // ZeRO stage 1: the rank that updates each of parameter_list_ (empty: stage 0)
 };
 
 }  // namespace fitsum::train

@@ -103,6 +103,9 @@ struct TrainingArguments {
   // ddp_backend (empty: gloo, the CPU's) and ddp_timeout, the seconds a collective waits for the other processes.
   std::string ddp_backend;
   std::int64_t ddp_timeout = 1800;
+  // ZeRO stage (optim/sharding.h): 0 every process keeps the whole optimizer state; 1 each keeps and updates its share
+  // of the parameters' state (the same weights, 1/N of the state per process). No effect with one process.
+  int zero_stage = 0;
 
   // Where the run is reported besides stdout and trainer_state.json: "tensorboard" (event files under logging_dir)
   // or none. logging_dir defaults to HF's output_dir/runs/<Mon DD_HH-MM-SS>_<hostname>.

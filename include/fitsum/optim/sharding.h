@@ -1,0 +1,24 @@
+// ZeRO stage 1 (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", the
+// DeepSpeed paper): with several processes, each keeps the optimizer state of a share of the parameters and updates
+// only those; the updated parameters then travel from their owner to the others. The shares are whole tensors, as
+// torch.distributed.optim.ZeroRedundancyOptimizer partitions them, so an update is exactly the one a single process
+// computes and the name-keyed optimizer state (optimizers.h) needs no re-slicing: a checkpoint written by N
+// processes resumes on M.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fitsum::optim {
+
+// The owner (0 .. world_size - 1) of each tensor, given their element counts: largest first, each to the process
+// with the fewest elements so far (the lowest rank on a tie). Depends only on the counts and their order, so every
+// process computes the same partition; the largest share is at most the balanced share plus the largest tensor.
+std::vector<int> partition_by_size(const std::vector<std::int64_t>& elements, int world_size);
+
+// The largest total of `bytes` over the processes' shares, for the partition of `elements` above (the memory
+// planner's per-process optimizer state under ZeRO stage 1).
+std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std::vector<std::uint64_t>& bytes,
+                            int world_size);
+
+}  // namespace fitsum::optim

@@ -1,0 +1,34 @@
+// Implements include/fitsum/optim/sharding.h.
+#include "fitsum/optim/sharding.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace fitsum::optim {
+
+std::vector<int> partition_by_size(const std::vector<std::int64_t>& elements, int world_size) {
+  if (world_size < 1) throw std::invalid_argument("partition_by_size: world_size must be at least 1");
+  std::vector<std::size_t> order(elements.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return elements[a] > elements[b]; });
+  std::vector<std::int64_t> load(static_cast<std::size_t>(world_size), 0);
+  std::vector<int> owner(elements.size(), 0);
+  for (const auto i : order) {
+    const auto lightest = std::min_element(load.begin(), load.end()) - load.begin();
+    owner[i] = static_cast<int>(lightest);
+    load[static_cast<std::size_t>(lightest)] += elements[i];
+  }
+  return owner;
+}
+
+std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std::vector<std::uint64_t>& bytes,
+                            int world_size) {
+  if (bytes.size() != elements.size()) throw std::invalid_argument("largest_share: one byte count per tensor");
+  const auto owner = partition_by_size(elements, world_size);
+  std::vector<std::uint64_t> share(static_cast<std::size_t>(world_size), 0);
+  for (std::size_t i = 0; i < owner.size(); ++i) share[static_cast<std::size_t>(owner[i])] += bytes[i];
+  return *std::max_element(share.begin(), share.end());
+}
+
+}  // namespace fitsum::optim
