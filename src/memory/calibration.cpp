@@ -205,6 +205,7 @@ model::ParameterCounts counts_with_frozen_embeddings(const model::ModelConfig& c
   counts.frozen += elements;
   counts.matrix_elements -= elements;
   counts.matrix_rows_plus_cols -= config.vocab_size + config.d_model;
+  counts.trainable_tensors.erase(counts.trainable_tensors.begin());  // model.shared, counted first
   return counts;
 }
 

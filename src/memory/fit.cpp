@@ -49,8 +49,12 @@ std::string freeze_hint(const model::ModelConfig& config, const FitRequest& requ
 std::optional<FitResult> check_static_memory(const model::ModelConfig& config, const FitRequest& request) {
   if (request.budget == 0) throw std::invalid_argument("max_memory must be above 0");
   const auto counts = request_counts(config, request.freeze_embeds);
+  // Per process: with several processes, the optimizer state of the largest share unless stage 0 is fixed.
+  const bool sharded = request.world_size > 1 && request.zero_stage.value_or(1) >= 1;
   const auto needs = [&](optim::OptimizerType type) {
-    return static_training_memory(counts, type, StorageDtype::fp32);
+    auto m = static_training_memory(counts, type, StorageDtype::fp32);
+    if (sharded) m.optimizer_state = sharded_optimizer_state(counts, type, StorageDtype::fp32, request.world_size);
+    return m;
   };
   FitResult r;
   r.worst = request.worst;
@@ -133,6 +137,8 @@ PlanRequest plan_request(const FitRequest& request, const c10::Device& device, s
   p.optimizer_policy = request.optimizer_policy;
   p.checkpointed_layers = request.checkpointed_layers;
   p.bf16 = request.bf16;
+  p.world_size = request.world_size;
+  p.zero_stage = request.zero_stage;
   p.budget = request.budget;
   p.margin = request.margin;
   p.evaluation = request.evaluation;
@@ -145,9 +151,10 @@ void explain_no_fit(FitResult& r, const FitRequest& request, const PlanRequest& 
   relaxed.micro_batch.reset();
   relaxed.optimizer_policy = OptimizerPolicy::free;
   relaxed.checkpointed_layers.reset();
+  relaxed.zero_stage.reset();
   const auto free = choose_plan(*r.calibration, relaxed);
   const bool something_fixed = request.micro_batch || request.optimizer_policy == OptimizerPolicy::fixed ||
-                               request.checkpointed_layers;
+                               request.checkpointed_layers || (request.world_size > 1 && request.zero_stage);
   std::ostringstream why;
   why << "max_memory " << util::format_bytes(request.budget)
       << " is too small for these settings: " << r.plan.explanation;
@@ -281,6 +288,7 @@ std::string plan_arguments(const PlanKnobs& knobs, const Calibration& c) {
   }
   out << " --optim " << optim::to_string(knobs.optimizer);
   if (knobs.bf16) out << " --bf16";
+  if (knobs.world_size > 1 && knobs.zero_stage > 0) out << " --zero_stage " << knobs.zero_stage;
   if (c.freeze_embeds) out << " --freeze_embeds";
   if (knobs.eval_batch > 0) out << " --per_device_eval_batch_size " << knobs.eval_batch;
   return out.str();

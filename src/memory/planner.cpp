@@ -76,7 +76,9 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   const auto fixed = static_training_memory(c.counts, knobs.optimizer, StorageDtype::fp32);
   p.weights = c.weight_bytes;
   p.gradients = c.gradient_bytes;
-  p.optimizer_state = fixed.optimizer_state;
+  p.optimizer_state = knobs.zero_stage >= 1
+                          ? sharded_optimizer_state(c.counts, knobs.optimizer, StorageDtype::fp32, knobs.world_size)
+                          : fixed.optimizer_state;
   // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
   // the kept gradient, with one chunk of logits in the decoder's phases.
   const auto head = loss_head_modes(c.config, shape);
@@ -141,7 +143,7 @@ std::uint64_t needed_bytes(const Candidate& k, const PlanRequest& request) {
 
 Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::int64_t micro_batch,
                          std::int64_t encoder_checkpointed, std::int64_t decoder_checkpointed,
-                         optim::OptimizerType kind) {
+                         optim::OptimizerType kind, int zero_stage) {
   const BatchShape worst{1, request.source_length, request.target_length};
   Candidate candidate;
   candidate.knobs.micro_batch = micro_batch;
@@ -150,6 +152,8 @@ Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::
   candidate.knobs.decoder_checkpointed = decoder_checkpointed;
   candidate.knobs.optimizer = kind;
   candidate.knobs.bf16 = request.bf16;
+  candidate.knobs.world_size = request.world_size;
+  candidate.knobs.zero_stage = zero_stage;
   candidate.prediction = predict(c, candidate.knobs, worst);
   if (request.cuda) {
     const auto& p = candidate.prediction;
@@ -177,6 +181,22 @@ std::vector<optim::OptimizerType> optimizer_choices(const PlanRequest& request) 
   return {request.optimizer, other};
 }
 
+// Every optimizer with every ZeRO stage the request allows (stage 1 only with several processes).
+std::vector<std::pair<optim::OptimizerType, int>> optimizer_and_stage_choices(
+    const PlanRequest& request, const std::vector<optim::OptimizerType>& optimizers) {
+  std::vector<int> stages = {0};
+  if (request.zero_stage) {
+    stages = {request.world_size > 1 ? *request.zero_stage : 0};
+  } else if (request.world_size > 1) {
+    stages = {0, 1};
+  }
+  std::vector<std::pair<optim::OptimizerType, int>> out;
+  for (const auto kind : optimizers) {
+    for (const auto stage : stages) out.emplace_back(kind, stage);
+  }
+  return out;
+}
+
 // The fastest fitting candidate among `allowed` optimizers. Ties are judged against the fastest fitting one, so
 // the result does not depend on the order of the candidates.
 std::optional<std::size_t> choose(const std::vector<Candidate>& candidates,
@@ -199,7 +219,9 @@ std::optional<std::size_t> choose(const std::vector<Candidate>& candidates,
     // Within the band of the fastest: the fixed rule alone.
     const auto& best = candidates[*chosen];
     bool wins = false;
-    if (k.prediction.recompute_flops != best.prediction.recompute_flops) {
+    if (k.knobs.zero_stage != best.knobs.zero_stage) {
+      wins = k.knobs.zero_stage < best.knobs.zero_stage;  // sharding only where it buys speed or a fit
+    } else if (k.prediction.recompute_flops != best.prediction.recompute_flops) {
       wins = k.prediction.recompute_flops < best.prediction.recompute_flops;
     } else if (k.knobs.micro_batch != best.knobs.micro_batch) {
       wins = k.knobs.micro_batch > best.knobs.micro_batch;
@@ -216,6 +238,10 @@ std::string describe_knobs(const PlanKnobs& k, const Calibration& c) {
   s << "micro-batch " << k.micro_batch << " x " << k.accumulation << " accumulation, checkpointing "
     << checkpointing_label(k, c.encoder_layers, c.decoder_layers) << ", " << optim::to_string(k.optimizer)
     << (k.bf16 ? ", bf16" : "");
+  if (k.world_size > 1) {
+    s << ", " << k.world_size << " processes"
+      << (k.zero_stage >= 1 ? " with the optimizer state sharded (ZeRO stage 1)" : "");
+  }
   return s.str();
 }
 
@@ -236,7 +262,9 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, const Cal
       << " (with a " << margin_percent << "% margin), "
       << static_cast<long long>(std::llround(best.prediction.tokens_per_second)) << " tokens/s, the fastest of the "
       << fitting << " of " << plan.candidates.size() << " candidates that fit (ties within "
-      << static_cast<int>(kSpeedTie * 100) << "% go to the least recomputation, then the largest micro-batch)";
+      << static_cast<int>(kSpeedTie * 100) << "% go to "
+      << (request.world_size > 1 ? "the unsharded optimizer state, then " : "")
+      << "the least recomputation, then the largest micro-batch)";
   const Candidate* fastest = nullptr;
   for (const auto& k : plan.candidates) {
     if (!fastest || k.prediction.tokens_per_second > fastest->prediction.tokens_per_second) fastest = &k;
@@ -261,15 +289,15 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
   plan.decoder_layers = d;
   plan.minimum_budget = std::numeric_limits<std::uint64_t>::max();
   for (const auto m : micro_batch_choices(request)) {
-    for (const auto kind : optimizers) {
+    for (const auto [kind, zero] : optimizer_and_stage_choices(request, optimizers)) {
       if (request.checkpointed_layers) {
         const auto [ce, cd] = *request.checkpointed_layers;
-        plan.candidates.push_back(make_candidate(c, request, m, std::min(ce, e), std::min(cd, d), kind));
+        plan.candidates.push_back(make_candidate(c, request, m, std::min(ce, e), std::min(cd, d), kind, zero));
         plan.minimum_budget = std::min(plan.minimum_budget, needed_bytes(plan.candidates.back(), request));
         continue;
       }
-      auto none = make_candidate(c, request, m, 0, 0, kind);
-      auto every = make_candidate(c, request, m, e, d, kind);
+      auto none = make_candidate(c, request, m, 0, 0, kind, zero);
+      auto every = make_candidate(c, request, m, e, d, kind, zero);
       plan.minimum_budget = std::min({plan.minimum_budget, needed_bytes(none, request), needed_bytes(every, request)});
       // Between the two, the set with the least recomputation that fits: every (ce, cd) is tried, which is exact
       // because the bottom layers of a stack are the cheapest to checkpoint (see the top of planner.h).
@@ -278,7 +306,7 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
         for (std::int64_t ce = 0; ce <= e; ++ce) {
           for (std::int64_t cd = 0; cd <= d; ++cd) {
             if ((ce == 0 && cd == 0) || (ce == e && cd == d)) continue;
-            auto k = make_candidate(c, request, m, ce, cd, kind);
+            auto k = make_candidate(c, request, m, ce, cd, kind, zero);
             if (!k.fits) continue;
             if (!partial || k.prediction.recompute_flops < partial->prediction.recompute_flops ||
                 (k.prediction.recompute_flops == partial->prediction.recompute_flops &&

@@ -115,10 +115,12 @@ ParameterCounts count_t5_parameters(const ModelConfig& c) {
     counts.trainable += rows * cols;
     counts.matrix_elements += rows * cols;
     counts.matrix_rows_plus_cols += rows + cols;
+    counts.trainable_tensors.push_back({rows * cols, rows + cols});
   };
   const auto add_norm = [&]() {
     counts.trainable += d;
     counts.vector_elements += d;
+    counts.trainable_tensors.push_back({d, 0});
   };
   add_matrix(c.vocab_size, d);                              // shared
   if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);  // lm_head
@@ -165,10 +167,12 @@ ParameterCounts count_parameters(const ModelConfig& c) {
     add(counts.trainable, product(rows, cols));
     add(counts.matrix_elements, product(rows, cols));
     add(counts.matrix_rows_plus_cols, rows + cols);
+    counts.trainable_tensors.push_back({product(rows, cols), rows + cols});
   };
   const auto add_vector = [&](std::int64_t n) {
     add(counts.trainable, n);
     add(counts.vector_elements, n);
+    counts.trainable_tensors.push_back({n, 0});
   };
   const auto add_linear = [&](std::int64_t out, std::int64_t in) {
     add_matrix(out, in);

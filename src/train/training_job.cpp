@@ -167,11 +167,17 @@ generate::GenerationOptions model_generation_options(const TrainingJob& job, con
       folder.empty() ? job.model.config_name : folder);
 }
 
+// The processes a plan is for: fitsum plan's --world_size, else the launcher's.
+int planned_world_size(const TrainingJob& job) {
+  return job.world_size > 0 ? job.world_size : launch_environment().world_size;
+}
+
 // With a budget, before the model is loaded: weights, gradients and optimizer state from the config alone; throws
 // the refusal when they exceed it (a 568M-parameter model refused in milliseconds, not after loading it).
 std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, std::uint64_t budget) {
   const auto request =
-      make_fit_request(job.args, job.fixed, {1, job.data.max_source_length, job.data.max_target_length}, budget);
+      make_fit_request(job.args, job.fixed, {1, job.data.max_source_length, job.data.max_target_length}, budget,
+                       planned_world_size(job));
   return memory::check_static_memory(io::preview_model(job.model).config, request);
 }
 
@@ -181,7 +187,8 @@ memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, co
   const auto& device = runtime.device;
   auto& model = *p.inputs.model;
   model.to(device);
-  auto request = make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget);
+  auto request = make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget,
+                                  planned_world_size(job));
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on CUDA the budget caps reserved bytes under them
   request.evaluation = evaluation_load(p.args, p.inputs, job.data);
   auto fit = memory::fit_training(model, request);
@@ -235,8 +242,10 @@ memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples,
 }
 
 memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKnobs& fixed,
-                                    const memory::BatchShape& worst, std::uint64_t budget) {
+                                    const memory::BatchShape& worst, std::uint64_t budget, int world_size) {
   memory::FitRequest request;
+  request.world_size = world_size;
+  if (fixed.zero_stage) request.zero_stage = args.zero_stage;
   request.budget = budget;
   request.worst = worst;
   request.effective_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps;
@@ -264,6 +273,7 @@ void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const m
   }
   args.optim = knobs.optimizer;
   args.bf16 = knobs.bf16;
+  args.zero_stage = knobs.zero_stage;
   if (knobs.eval_batch > 0) args.per_device_eval_batch_size = knobs.eval_batch;
 }
 
@@ -362,7 +372,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   say(report, m.loaded.description + "; worst batch " + std::to_string(worst.source) + " source x " +
                   std::to_string(worst.target) + " target tokens per example" +
                   (examples.empty() ? " (from the max lengths)" : " (from the data)"));
-  auto request = make_fit_request(job.args, job.fixed, worst, budget);
+  auto request = make_fit_request(job.args, job.fixed, worst, budget, planned_world_size(job));
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on the CPU too: the plan then reports CUDA's reserved bytes
   TrainerInputs evaluated;
   read_evaluation_splits(job, m, evaluated, report);

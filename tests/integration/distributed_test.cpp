@@ -1,8 +1,8 @@
 // `fitsum train` as several processes on 127.0.0.1, launched the way torchrun launches them (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
 // 0 writes, a checkpoint made by 2 processes resumes in 1, ZeRO stage 1 trains stage 0's weights and its sharded
-// checkpoints resume at any world size, a killed process ends the other with an error, and SIGTERM to every process
-// saves one checkpoint and exits 143.
+// checkpoints resume at any world size, a killed process ends the other with an error, SIGTERM to every process
+// saves one checkpoint and exits 143, and --nproc_per_node starts the processes without a launcher.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -239,6 +239,44 @@ TEST(Distributed, SigtermToEveryProcessSavesOneCheckpoint) {
   ASSERT_EQ(checkpoints.size(), 1u);
   EXPECT_TRUE(fs::exists(checkpoints[0] / "trainer_state.json"));
   EXPECT_TRUE(fs::exists(checkpoints[0] / "optimizer.safetensors"));
+}
+
+// `fitsum train --nproc_per_node 2` without a launcher starts the two processes itself: the same training as under
+// torchrun (the weights of 1 process x accumulation 4), a SIGTERM to it reaches both (one checkpoint, exit 143),
+// and a worker that dies ends the run at once with its status.
+TEST(Distributed, NprocPerNodeStartsTheProcessesItself) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-nproc");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = "--optim adamw_torch --learning_rate 1e-3 --max_steps 4 --save_strategy no ";
+  const auto one = run_command(train_command(data, dir / "one", flags + "--gradient_accumulation_steps 4"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto started =
+      launch(1, train_command(data, dir / "two", flags + "--gradient_accumulation_steps 2 --nproc_per_node 2"), dir);
+  ASSERT_EQ(started[0].exit_code, 0) << started[0].output;
+  EXPECT_NE(started[0].output.find("starting 2 processes on this machine"), std::string::npos) << started[0].output;
+  EXPECT_NE(started[0].output.find("x 2 accumulation x 2 processes"), std::string::npos) << started[0].output;
+  expect_same_weights(dir / "one", dir / "two", 1e-5);
+  expect_same_losses(dir / "one", dir / "two", 4);
+
+  const std::string endless = "--max_steps 1000000 --save_strategy no --nproc_per_node 2 ";
+  const auto stopped = launch(1, train_command(data, dir / "stopped", endless + "--zero_stage 1"), dir,
+                              kOnceTraining + "kill -TERM $p0");
+  EXPECT_EQ(stopped[0].exit_code, 143) << stopped[0].output;
+  std::vector<fs::path> checkpoints;
+  for (const auto& e : fs::directory_iterator(dir / "stopped")) {
+    if (e.path().filename().string().rfind("checkpoint-", 0) == 0) checkpoints.push_back(e.path());
+  }
+  ASSERT_EQ(checkpoints.size(), 1u) << stopped[0].output;
+  EXPECT_TRUE(fs::exists(checkpoints[0] / "optimizer-00002-of-00002.safetensors"));
+
+  // One worker killed: the run ends with its status (128 + 9), long before ddp_timeout.
+  const auto killed = launch(1, train_command(data, dir / "killed", endless + "--ddp_timeout 600"), dir,
+                             kOnceTraining + "kill -KILL $(pgrep -P $p0 | tail -1)");
+  EXPECT_EQ(killed[0].exit_code, 137) << killed[0].output;
+  EXPECT_FALSE(fs::exists(dir / "killed" / "model.safetensors"));
+  // And no worker is left behind (the pattern does not match the pgrep command line itself).
+  EXPECT_EQ(run_command("pgrep -f 'output_dir .*ddp-npro[c].*/killed'").exit_code, 1);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 // defaults (BART's forced_bos_token_id, no_repeat_ngram_size 3, min_length, length_penalty 2.0, num_beams 4), cached
 // and not.
 // Tolerances are those of ../shared/fixtures/README.md.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "fitsum/generate/generate.h"
@@ -12,6 +14,7 @@
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/hf_config.h"
 #include "fitsum/io/safetensors.h"
+#include "fitsum/optim/sharding.h"
 #include "fixture_support.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -268,6 +271,37 @@ TEST(FamilyConfig, BartCountsLikeTransformers) {
   EXPECT_EQ(model::count_parameters(c).trainable,
             util::read_json_file(dir / "case.json")["trainable_parameters"].get<std::int64_t>());
   EXPECT_EQ(model::count_parameters(c).frozen, c.vocab_size);  // final_logits_bias
+}
+
+// The per-tensor counts the planner partitions for ZeRO stage 1 (optim/sharding.h) are the built model's trainable
+// tensors: the same elements and rows + columns, so the planner's largest share is the trainer's.
+TEST(FamilyConfig, TrainableTensorsAreTheBuiltModelsParameters) {
+  const auto fixtures = source_dir() / "tests" / "data" / "fixtures";
+  for (const auto& dir : {fixtures / "tiny-bart", fixtures / "tiny-t5", fixtures / "tiny-t5-v1_1",
+                          fixtures / "odd-pegasus", source_dir() / "configs" / "pegasus-tiny"}) {
+    const auto name = dir.string();
+    const auto c = io::read_model_config(dir);
+    using Pair = std::pair<std::int64_t, std::int64_t>;
+    std::vector<Pair> counted, built;
+    std::vector<std::int64_t> counted_elements, built_elements;
+    for (const auto& t : model::count_parameters(c).trainable_tensors) {
+      counted.emplace_back(t.elements, t.rows_plus_cols);
+      counted_elements.push_back(t.elements);
+    }
+    for (const auto& p : model::Seq2SeqLM { c } -> parameters()) {
+      if (!p.requires_grad()) continue;
+      built.emplace_back(p.numel(), p.dim() >= 2 ? p.size(0) + p.size(1) : 0);
+      built_elements.push_back(p.numel());
+    }
+    std::vector<std::uint64_t> counted_bytes(counted_elements.begin(), counted_elements.end());
+    std::vector<std::uint64_t> built_bytes(built_elements.begin(), built_elements.end());
+    EXPECT_EQ(optim::largest_share(counted_elements, counted_bytes, 3),
+              optim::largest_share(built_elements, built_bytes, 3))
+        << name;
+    std::sort(counted.begin(), counted.end());
+    std::sort(built.begin(), built.end());
+    EXPECT_EQ(counted, built) << name;
+  }
 }
 
 }  // namespace

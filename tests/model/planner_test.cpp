@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "fitsum/memory/fit.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/tracking_allocator.h"
 #include "planner_grid.h"
@@ -163,6 +164,49 @@ TEST(Planner, KeepsTheEffectiveBatchAndFallsBackFromAdamWOnlyWhenItCannotFit) {
   const auto fixed = memory::choose_plan(c, request);
   EXPECT_FALSE(fixed.chosen.has_value());
   for (const auto& k : fixed.candidates) EXPECT_EQ(k.knobs.optimizer, optim::OptimizerType::adamw_torch);
+}
+
+// With several processes each candidate comes with and without ZeRO stage 1: sharding the optimizer state by tensor
+// divides it (the largest share is what a process holds), and is chosen only where stage 0 does not fit as fast.
+TEST(Planner, ShardsTheOptimizerStateOnlyWhereStageZeroDoesNotFitAsFast) {
+  auto c = synthetic_calibration();
+  c.counts.trainable_tensors.clear();
+  for (const auto elements : {400'000, 300'000, 200'000, 90'000})
+    c.counts.trainable_tensors.push_back({elements, 2000});
+  c.counts.trainable_tensors.push_back({10'000, 0});
+  auto request = synthetic_request(optim::OptimizerType::adamw_torch);
+  request.world_size = 2;
+  request.budget = 40'000'000;
+  const auto roomy = memory::choose_plan(c, request);
+  ASSERT_TRUE(roomy.chosen.has_value());
+  EXPECT_EQ(roomy.candidates[*roomy.chosen].knobs.zero_stage, 0);  // as fast, and nothing to gain
+  std::size_t sharded = 0;
+  for (const auto& k : roomy.candidates) {
+    EXPECT_EQ(k.knobs.world_size, 2);
+    if (k.knobs.zero_stage == 0) {
+      EXPECT_EQ(k.prediction.optimizer_state, 8'000'000u);  // AdamW: 2 x 1M x 4 B
+      continue;
+    }
+    ++sharded;
+    // Largest first to the lighter share: 400k -> 0, 300k -> 1, 200k -> 1, 90k -> 0, 10k -> 0: 500k elements each,
+    // x 8 B of AdamW state.
+    EXPECT_EQ(k.prediction.optimizer_state, 4'000'000u);
+  }
+  EXPECT_EQ(sharded * 2, roomy.candidates.size());
+  // 16 MB of static memory with stage 0, 12 MB with stage 1: only sharded candidates fit under 14 MB.
+  request.budget = 14'000'000;
+  const auto tight = memory::choose_plan(c, request);
+  ASSERT_TRUE(tight.chosen.has_value());
+  const auto& chosen = tight.candidates[*tight.chosen];
+  EXPECT_EQ(chosen.knobs.zero_stage, 1);
+  EXPECT_NE(memory::plan_arguments(chosen.knobs, c).find("--zero_stage 1"), std::string::npos);
+  EXPECT_NE(tight.explanation.find("ZeRO stage 1"), std::string::npos) << tight.explanation;
+  // Stage 0 fixed (--zero_stage 0): nothing fits; one process: no sharded candidate at all.
+  request.zero_stage = 0;
+  EXPECT_FALSE(memory::choose_plan(c, request).chosen.has_value());
+  request.zero_stage.reset();
+  request.world_size = 1;
+  for (const auto& k : memory::choose_plan(c, request).candidates) EXPECT_EQ(k.knobs.zero_stage, 0);
 }
 
 TEST(Planner, ChecksTheLeastRecomputationThatFitsAmongEveryLayerSet) {

@@ -2,6 +2,9 @@
 // on the CLI11 app here and runs library code in its callback. Library code throws; main() catches and reports.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include <CLI/CLI.hpp>
 
 namespace fitsum::cli {
@@ -11,6 +14,11 @@ namespace fitsum::cli {
 struct ExitStatus {
   int code;
 };
+
+// The arguments fitsum was started with (argv, the program's name first), as main() received them: what
+// `fitsum train --nproc_per_node N` starts each of its processes with.
+void set_command_line(int argc, char** argv);
+const std::vector<std::string>& command_line();
 
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);

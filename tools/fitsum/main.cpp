@@ -12,7 +12,22 @@
 #include "errors.h"
 #include "train_flags.h"
 
+namespace fitsum::cli {
+
+namespace {
+std::vector<std::string>& stored_command_line() {
+  static std::vector<std::string> line;
+  return line;
+}
+}  // namespace
+
+void set_command_line(int argc, char** argv) { stored_command_line().assign(argv, argv + argc); }
+const std::vector<std::string>& command_line() { return stored_command_line(); }
+
+}  // namespace fitsum::cli
+
 int main(int argc, char** argv) {
+  fitsum::cli::set_command_line(argc, argv);
   CLI::App app{
       "fitsum: fine-tune PEGASUS-style summarizers so that training fits the memory you have.\n"
       "Reads and writes Hugging Face checkpoint folders and speaks TrainingArguments names."};

@@ -16,6 +16,7 @@ namespace {
 struct PlanCommandOptions {
   TrainCommandOptions train;
   std::string format = "table";
+  int world_size = 0;  // 0: the launcher's environment, else 1
 };
 
 void run_plan(PlanCommandOptions& p, const CLI::App& command) {
@@ -25,7 +26,9 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   const auto runtime = start_runtime(p.train.runtime);
   const train::Report report{[](const std::string& line) { std::cerr << "fitsum: " << line << "\n"; },
                              [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};
-  const auto fit = train::plan_training(training_job(command, p.train), runtime, report);
+  auto job = training_job(command, p.train);
+  job.world_size = p.world_size;
+  const auto fit = train::plan_training(std::move(job), runtime, report);
   if (fit.calibration) {
     std::cerr << "fitsum: calibration probe: " << fit.calibration->samples.size() << " passes in "
               << static_cast<int>(fit.calibration->probe_seconds * 1000) << " ms\n";
@@ -54,6 +57,9 @@ void add_plan_command(CLI::App& app) {
                                  "that fits --max_memory (same flags as train)");
   add_training_flags(*cmd, options->train);
   cmd->add_option("--format", options->format, "table or json (stdout holds only the JSON)")->capture_default_str();
+  cmd->add_option("--world_size", options->world_size,
+                  "plan each process of a data-parallel run of N processes (default: the launcher's, else 1)")
+      ->check(CLI::Range(1, 65536));
   cmd->callback([options, cmd]() { run_plan(*options, *cmd); });
 }
 

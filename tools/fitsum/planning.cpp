@@ -34,18 +34,23 @@ std::string cuda_line(const memory::CudaMemoryTerms& t) {
 std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, std::uint64_t budget) {
   std::ostringstream out;
   char line[320];
-  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-11s %4s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
-                "accum", "ckpt", "optim", "bf16", "peak MiB", "weights", "grads", "opt", "activ", "tokens/s", "step s",
-                "fits");
+  // With several processes, a column for the ZeRO stage; the numbers are per process.
+  const bool parallel = !plan.candidates.empty() && plan.candidates.front().knobs.world_size > 1;
+  const auto stage = [&](const memory::Candidate& k) {
+    return parallel ? "    " + std::to_string(k.knobs.zero_stage) : "";
+  };
+  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-11s %4s%s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
+                "accum", "ckpt", "optim", "bf16", parallel ? " zero" : "", "peak MiB", "weights", "grads", "opt",
+                "activ", "tokens/s", "step s", "fits");
   out << line;
   for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& k = plan.candidates[i];
     const auto& p = k.prediction;
-    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-11s %4s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n", i,
-                  static_cast<long long>(k.knobs.micro_batch), static_cast<long long>(k.knobs.accumulation),
+    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-11s %4s%s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n",
+                  i, static_cast<long long>(k.knobs.micro_batch), static_cast<long long>(k.knobs.accumulation),
                   memory::checkpointing_label(k.knobs, c.encoder_layers, c.decoder_layers).c_str(),
-                  optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", mib(p.peak).c_str(),
-                  mib(p.weights).c_str(), mib(p.gradients).c_str(), mib(p.optimizer_state).c_str(),
+                  optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", stage(k).c_str(),
+                  mib(p.peak).c_str(), mib(p.weights).c_str(), mib(p.gradients).c_str(), mib(p.optimizer_state).c_str(),
                   mib(std::max(p.activations, p.optimizer_transient)).c_str(), p.tokens_per_second, p.step_seconds,
                   k.fits ? "yes" : "no", plan.chosen && *plan.chosen == i ? "  <- chosen" : "");
     out << line;
@@ -69,6 +74,10 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
   j["gradient_checkpointing_decoder_layers"] = k.knobs.decoder_checkpointed;
   j["optim"] = optim::to_string(k.knobs.optimizer);
   j["bf16"] = k.knobs.bf16;
+  if (k.knobs.world_size > 1) {  // per process, for each of world_size
+    j["world_size"] = k.knobs.world_size;
+    j["zero_stage"] = k.knobs.zero_stage;
+  }
   if (k.knobs.eval_batch > 0) j["per_device_eval_batch_size"] = k.knobs.eval_batch;
   j["predicted_peak_bytes"] = k.prediction.peak;
   j["predicted_step_flops"] = k.prediction.step_flops;

@@ -4,10 +4,13 @@
 // SIGINT / SIGTERM to a checkpoint of the last completed step and exit 130 / 143.
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/local_launch.h"
+#include "fitsum/train/trainer.h"
 #include "fitsum/util/threads.h"
 #include "memory_report.h"
 #include "planning.h"
@@ -40,9 +43,38 @@ void print_configuration(const train::PreparedTraining& p, const util::Runtime& 
   std::fflush(stdout);
 }
 
+// --nproc_per_node N without a launcher: this process starts the N workers and waits for them (true). Under a
+// launcher (or in one of those workers) the process trains itself (false).
+bool launch_workers(const TrainCommandOptions& o) {
+  if (o.nproc_per_node <= 1) return false;
+  const auto env = train::launch_environment();
+  if (env.distributed()) {
+    if (env.world_size != o.nproc_per_node) {
+      throw std::invalid_argument("--nproc_per_node " + std::to_string(o.nproc_per_node) + " inside a job of " +
+                                  std::to_string(env.world_size) + " processes (" + env.launcher +
+                                  "): leave --nproc_per_node to runs without a launcher");
+    }
+    return false;
+  }
+  std::printf("starting %d processes on this machine (torchrun's variables, 127.0.0.1)\n", o.nproc_per_node);
+  std::fflush(stdout);
+  train::LocalLaunchOptions launch;
+  launch.processes = o.nproc_per_node;
+  launch.stop_signal = train::requested_stop_signal;
+  int status = 0;
+  {
+    StopSignals signals;
+    status =
+        train::launch_local_processes(std::filesystem::read_symlink("/proc/self/exe").string(), command_line(), launch);
+  }
+  if (status != 0) throw ExitStatus{status};
+  return true;
+}
+
 void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   // A closed stdout (fitsum train ... | head) fails the log writes with EPIPE instead of killing the run.
   std::signal(SIGPIPE, SIG_IGN);
+  if (launch_workers(o)) return;
   const auto runtime = start_runtime(o.runtime);
   std::printf("data\n");
   train::PreparedTraining prepared;
@@ -110,6 +142,9 @@ void add_train_command(CLI::App& app) {
                                  "Fine-tune a model (Hugging Face TrainingArguments names; an args.json may come "
                                  "first, flags override it)");
   add_training_flags(*cmd, *options);
+  cmd->add_option("--nproc_per_node", options->nproc_per_node,
+                  "start N data-parallel processes on this machine (as torchrun --nproc_per_node N would)")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([options, cmd]() { run_train(*options, *cmd); });
 }
 

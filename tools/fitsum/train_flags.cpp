@@ -246,6 +246,7 @@ train::TrainingJob training_job(const CLI::App& command, const TrainCommandOptio
   const auto given = [&command](const char* flag) { return command.get_option(flag)->count() > 0; };
   job.fixed.micro_batch = options.no_resplit;
   job.fixed.optimizer = given("--optim") && job.args.optim.has_value();
+  job.fixed.zero_stage = given("--zero_stage");
   job.fixed.checkpointing = given("--gradient_checkpointing") || given("--gradient_checkpointing_layers") ||
                             given("--gradient_checkpointing_encoder_layers") ||
                             given("--gradient_checkpointing_decoder_layers");

@@ -23,6 +23,7 @@ struct TrainCommandOptions {
   bool no_resplit = false;    // --no_resplit: the planner keeps the micro-batch and accumulation as given
   std::string memory_report;  // --memory_report: an SVG of the plan (and, after training, the measured peaks)
   bool disable_tqdm = false;  // --disable_tqdm: no progress on stderr
+  int nproc_per_node = 1;     // fitsum train --nproc_per_node: start that many processes here (train/local_launch.h)
 };
 
 void add_training_flags(CLI::App& command, TrainCommandOptions& options);

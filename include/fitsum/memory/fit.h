@@ -38,6 +38,9 @@ struct FitRequest {
   OptimizerPolicy optimizer_policy = OptimizerPolicy::preferred;
   std::optional<std::pair<std::int64_t, std::int64_t>> checkpointed_layers;  // encoder, decoder; >= depth means all
   bool bf16 = false;
+  // A data-parallel run: its processes (each planned alike, for its own device) and the ZeRO stage when fixed.
+  int world_size = 1;
+  std::optional<int> zero_stage;
   bool freeze_embeds = false;  // --freeze_embeds: the shared embedding and the tied LM head are not trained
   double label_smoothing = 0.0;
   double margin = kPlanMargin;

@@ -69,6 +69,10 @@ struct PlanKnobs {
   optim::OptimizerType optimizer = optim::OptimizerType::adamw_torch;
   bool bf16 = false;
   std::int64_t eval_batch = 0;  // per_device_eval_batch_size, when the run evaluates (0: it does not)
+  // Data parallelism: the processes (each with this plan) and the ZeRO stage (1: each keeps the optimizer state of
+  // its share of the parameters, optim/sharding.h; the prediction is the process with the largest share).
+  int world_size = 1;
+  int zero_stage = 0;
   bool checkpointing() const { return encoder_checkpointed > 0 || decoder_checkpointed > 0; }
 };
 
@@ -115,6 +119,10 @@ struct PlanRequest {
   // Fixed by an explicit --gradient_checkpointing[_layers]: checkpointed encoder and decoder layers.
   std::optional<std::pair<std::int64_t, std::int64_t>> checkpointed_layers;
   bool bf16 = false;
+  // The processes of a data-parallel run and, when fixed (--zero_stage), the ZeRO stage; unset with several
+  // processes, the planner chooses it (stage 1 only where it fits a faster or otherwise no candidate).
+  int world_size = 1;
+  std::optional<int> zero_stage;
   std::uint64_t budget = 0;
   double margin = kPlanMargin;
   // When set, every candidate's CUDA terms are predicted (Candidate::cuda, cuda_allocator_model.h); with

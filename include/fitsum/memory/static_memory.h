@@ -29,4 +29,9 @@ struct StaticMemory {
 StaticMemory static_training_memory(const model::ParameterCounts& counts, optim::OptimizerType optimizer,
                                     StorageDtype dtype);
 
+// The optimizer state of the process with the largest share when `world_size` processes shard it by tensor (ZeRO
+// stage 1, optim/sharding.h); the whole state for one process.
+std::uint64_t sharded_optimizer_state(const model::ParameterCounts& counts, optim::OptimizerType optimizer,
+                                      StorageDtype dtype, int world_size);
+
 }  // namespace fitsum::memory

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace fitsum::model {
 
@@ -99,6 +100,13 @@ struct ParameterCounts {
   std::int64_t matrix_elements = 0;
   std::int64_t matrix_rows_plus_cols = 0;
   std::int64_t vector_elements = 0;
+  // Every trainable tensor (the shared embedding first): its elements, and its rows + columns (0 for a vector), for
+  // what one process holds when the optimizer state is sharded by tensor (optim/sharding.h).
+  struct Tensor {
+    std::int64_t elements = 0;
+    std::int64_t rows_plus_cols = 0;
+  };
+  std::vector<Tensor> trainable_tensors;
 };
 ParameterCounts count_parameters(const ModelConfig& config);
 

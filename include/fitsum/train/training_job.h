@@ -25,6 +25,7 @@ struct FixedKnobs {
   bool micro_batch = false;    // per_device_train_batch_size and gradient_accumulation_steps stay as given
   bool optimizer = false;      // optim (unless it is "auto")
   bool checkpointing = false;  // gradient_checkpointing (and gradient_checkpointing_layers)
+  bool zero_stage = false;     // zero_stage
 };
 
 struct TrainingJob {
@@ -37,6 +38,8 @@ struct TrainingJob {
   bool keep_empty_examples = false;  // run_summarization.py drops records with an empty text or summary
   std::string max_memory;            // a size ("6GiB"), "auto" (free memory), or empty: no budget
   FixedKnobs fixed;
+  // The processes the plan is for: `fitsum plan --world_size N`; 0: the launcher's (train/distributed.h), else 1.
+  int world_size = 0;
 };
 
 // Where progress lines ("train_file data/train.jsonl: 14732 examples, ...") and warnings go, one line per call.
@@ -59,8 +62,9 @@ struct PreparedTraining {
 memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples, const data::DataOptions& data);
 
 // The planner request for `args`: the effective batch is kept; the knobs in `fixed` stay as given.
+// With several processes (`world_size`), each gets the same plan; the ZeRO stage is the planner's unless fixed.
 memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKnobs& fixed,
-                                    const memory::BatchShape& worst, std::uint64_t budget);
+                                    const memory::BatchShape& worst, std::uint64_t budget, int world_size = 1);
 
 // Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the knobs'.
 void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config);
