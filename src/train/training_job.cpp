@@ -2,9 +2,12 @@
 #include "fitsum/train/training_job.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <stdexcept>
+
+#include <torch/torch.h>
 
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
@@ -313,6 +316,60 @@ void join_launched_processes(PreparedTraining& p, const Report& report) {
   p.inputs.process_group = ProcessGroup::connect(env, backend, std::chrono::seconds(p.args.ddp_timeout));
 }
 
+// With --max_memory every process planned for its own device, and the processes must train alike: rank 0's plan is
+// the job's. Another process takes it when its own prediction of that plan fits its budget (on equal devices the
+// plans only differ where timing noise broke a tie); otherwise every process stops, naming the numbers.
+void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config, const Report& report) {
+  const auto& group = p.inputs.process_group;
+  if (!group) return;
+  const bool planned = p.fit && p.fit->chosen;
+  auto count = torch::full({1}, planned ? 1.0 : 0.0, torch::kDouble);
+  group->all_reduce_sum(count);
+  const auto planners = static_cast<int>(count.item<double>());
+  if (planners == 0) return;
+  if (planners != group->size()) {
+    throw std::invalid_argument("max_memory is given to " + std::to_string(planners) + " of " +
+                                std::to_string(group->size()) + " processes: give it to every process or to none");
+  }
+  const auto& own = p.fit->chosen->knobs;
+  auto knobs = torch::tensor({own.micro_batch, own.accumulation, own.encoder_checkpointed, own.decoder_checkpointed,
+                              static_cast<std::int64_t>(own.optimizer), static_cast<std::int64_t>(own.bf16),
+                              static_cast<std::int64_t>(own.zero_stage), own.eval_batch},
+                             torch::kLong);
+  group->broadcast(knobs, 0);
+  auto chosen = own;
+  const auto value = [&](std::int64_t i) { return knobs[i].item<std::int64_t>(); };
+  chosen.micro_batch = value(0);
+  chosen.accumulation = value(1);
+  chosen.encoder_checkpointed = value(2);
+  chosen.decoder_checkpointed = value(3);
+  chosen.optimizer = static_cast<optim::OptimizerType>(value(4));
+  chosen.bf16 = value(5) != 0;
+  chosen.zero_stage = static_cast<int>(value(6));
+  chosen.eval_batch = value(7);
+  const auto flags = memory::plan_arguments(chosen, *p.fit->calibration);
+  const auto prediction = memory::predict(*p.fit->calibration, chosen, p.fit->worst);
+  const auto needs =
+      static_cast<std::uint64_t>(std::ceil(static_cast<double>(prediction.peak) * (1.0 + memory::kPlanMargin)));
+  const bool fits = needs <= p.budget;
+  if (group->any(!fits)) {
+    throw std::invalid_argument(
+        fits ? "another process cannot fit rank 0's memory plan (" + flags +
+                   ") in its max_memory; give every process "
+                   "the same device and budget, or the plan's flags explicitly"
+             : "rank 0's memory plan (" + flags + ") needs " + util::format_bytes(needs) + " here (with the margin), " +
+                   "over this process's max_memory " + util::format_bytes(p.budget) +
+                   "; give every process the same device and budget, or the plan's flags explicitly");
+  }
+  if (group->rank() == 0 || flags == memory::plan_arguments(own, *p.fit->calibration)) return;
+  apply_plan(p.args, chosen, config);
+  p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(prediction.peak);
+  p.fit->chosen->knobs = chosen;  // what this process prints as its plan's flags
+  p.fit->chosen->prediction = prediction;
+  say(report, "taking rank 0's memory plan (" + flags + "; predicted peak here " + util::format_bytes(prediction.peak) +
+                  ") instead of this process's own");
+}
+
 }  // namespace
 
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
@@ -352,6 +409,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   p.args = job.args;
   if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report);
   join_launched_processes(p, report);
+  adopt_rank_zero_plan(p, config, report);
   return p;
 }
 

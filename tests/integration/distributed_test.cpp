@@ -241,6 +241,32 @@ TEST(Distributed, SigtermToEveryProcessSavesOneCheckpoint) {
   EXPECT_TRUE(fs::exists(checkpoints[0] / "optimizer.safetensors"));
 }
 
+// With --max_memory each process plans for its own device; rank 0's plan is the job's. A process with a larger
+// budget (whose own plan would have been another) takes it; one whose budget cannot hold it stops every process.
+TEST(Distributed, RankZerosMemoryPlanIsTheJobs) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-plan");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = "--max_steps 2 --save_strategy no --optim adamw_torch --per_device_train_batch_size 4 ";
+  const auto budgets = [](const char* zero, const char* one) {
+    return std::string(" --max_memory $( [ $RANK = 0 ] && echo ") + zero + " || echo " + one + " )";
+  };
+  // The tiny model on this data: micro-batch 4 needs 1.0 MiB with the whole AdamW state, 0.8 MiB with its share
+  // (ZeRO stage 1): under 0.95 MiB rank 0 plans stage 1, a process with 200 MiB would plan stage 0.
+  const auto adopted = launch(2, train_command(data, dir / "adopted", flags) + budgets("0.95MiB", "200MiB"), dir);
+  for (const auto& r : adopted) ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(adopted[1].output.find("taking rank 0's memory plan (--per_device_train_batch_size 4 "
+                                   "--gradient_accumulation_steps 1 --optim adamw_torch --zero_stage 1;"),
+            std::string::npos)
+      << adopted[1].output;
+  const auto refused = launch(2, train_command(data, dir / "refused", flags) + budgets("200MiB", "0.95MiB"), dir);
+  EXPECT_EQ(refused[0].exit_code, 2) << refused[0].output;
+  EXPECT_NE(refused[0].output.find("another process cannot fit rank 0's memory plan"), std::string::npos)
+      << refused[0].output;
+  EXPECT_EQ(refused[1].exit_code, 2) << refused[1].output;
+  EXPECT_NE(refused[1].output.find("over this process's max_memory"), std::string::npos) << refused[1].output;
+}
+
 // `fitsum train --nproc_per_node 2` without a launcher starts the two processes itself: the same training as under
 // torchrun (the weights of 1 process x accumulation 4), a SIGTERM to it reaches both (one checkpoint, exit 143),
 // and a worker that dies ends the run at once with its status.
