@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "fitsum/memory/tracking_allocator.h"
+#include "fitsum/optim/sharding.h"
 #include "fitsum/util/bytes.h"
 
 #ifdef FITSUM_WITH_CUDA
@@ -87,6 +88,12 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
                    : c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd);
   p.activations = static_cast<std::uint64_t>(std::llround(activations));
   p.optimizer_transient = c.optimizer(knobs.optimizer).transient_bytes;
+  if (knobs.zero_stage >= 1 && knobs.world_size > 1) {  // the broadcast bucket of the updated small tensors
+    std::vector<std::int64_t> elements;
+    for (const auto& t : c.counts.trainable_tensors) elements.push_back(t.elements);
+    p.optimizer_transient =
+        std::max(p.optimizer_transient, optim::largest_broadcast_bucket(elements, knobs.world_size));
+  }
   p.peak = p.weights + p.gradients + p.optimizer_state + std::max(p.activations, p.optimizer_transient);
   double recompute = 0.0;
   const double micro_flops = micro_step_flops(c.config, shape, ce, cd, &recompute);

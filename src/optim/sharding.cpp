@@ -31,4 +31,14 @@ std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std
   return *std::max_element(share.begin(), share.end());
 }
 
+std::uint64_t largest_broadcast_bucket(const std::vector<std::int64_t>& elements, int world_size) {
+  if (world_size <= 1) return 0;
+  std::vector<std::uint64_t> small(elements.size(), 0);
+  for (std::size_t i = 0; i < elements.size(); ++i) {
+    const auto bytes = static_cast<std::uint64_t>(elements[i]) * 4;
+    if (bytes < static_cast<std::uint64_t>(kBroadcastBucketBytes)) small[i] = bytes;
+  }
+  return std::min(largest_share(elements, small, world_size), static_cast<std::uint64_t>(kBroadcastBucketBytes));
+}
+
 }  // namespace fitsum::optim

@@ -129,8 +129,47 @@ std::optional<std::set<std::string>> Trainer::owned_parameter_names() const {
 void Trainer::share_updated_parameters() {
   if (owner_.empty()) return;
   torch::NoGradGuard no_grad;
-  // In the same order everywhere; each tensor straight from its owner, so no buffer beyond the parameters.
-  for (std::size_t i = 0; i < parameter_list_.size(); ++i) group_->broadcast(parameter_list_[i], owner_[i]);
+  // Owner by owner, in the same order everywhere. A tensor of a bucket's size or more travels alone, in place;
+  // smaller ones travel together (one collective instead of dozens: for biases and norms latency, not bandwidth,
+  // is the cost), through a buffer of at most a bucket.
+  for (int owner = 0; owner < world_size_; ++owner) {
+    std::vector<torch::Tensor> bucket;
+    std::int64_t bucket_bytes = 0;
+    const auto send_bucket = [&] {
+      if (bucket.empty()) return;
+      std::int64_t elements = 0;
+      for (const auto& t : bucket) elements += t.numel();
+      torch::Tensor packed;
+      if (owner == group_->rank()) {
+        std::vector<torch::Tensor> flat;
+        for (const auto& t : bucket) flat.push_back(t.reshape(-1));
+        packed = torch::cat(flat);
+      } else {
+        packed = torch::empty({elements}, bucket.front().options());
+      }
+      group_->broadcast(packed, owner);
+      std::int64_t offset = 0;
+      for (auto& t : bucket) {
+        t.copy_(packed.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
+      }
+      bucket.clear();
+      bucket_bytes = 0;
+    };
+    for (std::size_t i = 0; i < parameter_list_.size(); ++i) {
+      if (owner_[i] != owner) continue;
+      auto& p = parameter_list_[i];
+      const auto bytes = static_cast<std::int64_t>(p.numel() * p.element_size());
+      if (bytes >= optim::kBroadcastBucketBytes) {
+        group_->broadcast(p, owner);
+        continue;
+      }
+      if (bucket_bytes + bytes > optim::kBroadcastBucketBytes) send_bucket();
+      bucket.push_back(p);
+      bucket_bytes += bytes;
+    }
+    send_bucket();
+  }
   flat_gradients_.zero_();  // the optimizer zeroed only the gradients of its share
 }
 

@@ -24,6 +24,18 @@ TEST(Sharding, LargestTensorsGoFirstToTheLeastLoadedProcess) {
   EXPECT_THROW(optim::partition_by_size({1}, 0), std::invalid_argument);
 }
 
+TEST(Sharding, TheBroadcastBucketIsTheLargestShareOfSmallTensorsAtMostABucket) {
+  const std::int64_t bucket_elements = optim::kBroadcastBucketBytes / 4;
+  // Small tensors only: 300 + 100 on one process, 200 + 150 on the other -> 400 elements x 4 B.
+  EXPECT_EQ(optim::largest_broadcast_bucket({300, 200, 150, 100}, 2), 1600u);
+  // A tensor of a bucket or more travels alone and needs none: the big one on process 0, 20 + 10 on process 1.
+  EXPECT_EQ(optim::largest_broadcast_bucket({bucket_elements * 3, 10, 20}, 2), 120u);
+  // Many small tensors: at most one bucket.
+  EXPECT_EQ(optim::largest_broadcast_bucket(std::vector<std::int64_t>(100, bucket_elements / 4), 2),
+            static_cast<std::uint64_t>(optim::kBroadcastBucketBytes));
+  EXPECT_EQ(optim::largest_broadcast_bucket({300, 200}, 1), 0u);
+}
+
 TEST(Sharding, TheStateFilesOfACheckpointAreTheWholeFileOrEveryShard) {
   const auto dir = temp_dir("optimizer-shards");
   EXPECT_EQ(io::optimizer_shard_name(0, 2), "optimizer-00001-of-00002.safetensors");

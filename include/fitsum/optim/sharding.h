@@ -16,6 +16,15 @@ namespace fitsum::optim {
 // process computes the same partition; the largest share is at most the balanced share plus the largest tensor.
 std::vector<int> partition_by_size(const std::vector<std::int64_t>& elements, int world_size);
 
+// After each update under ZeRO stage 1 the tensors travel from their owners: a tensor of this size or more alone,
+// in place; smaller ones together, through a buffer of at most this size (the step's only extra memory).
+constexpr std::int64_t kBroadcastBucketBytes = std::int64_t{4} << 20;
+
+// An upper bound of that buffer for float32 tensors of `elements` partitioned over `world_size` processes: the
+// smaller of a bucket and the largest share of the tensors below a bucket's size (exact when no share's small
+// tensors need a second bucket). 0 for one process.
+std::uint64_t largest_broadcast_bucket(const std::vector<std::int64_t>& elements, int world_size);
+
 // The largest total of `bytes` over the processes' shares, for the partition of `elements` above (the memory
 // planner's per-process optimizer state under ZeRO stage 1).
 std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std::vector<std::uint64_t>& bytes,
