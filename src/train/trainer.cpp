@@ -359,18 +359,26 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
       (last && args_.logging_strategy != IntervalStrategy::no) || (args_.logging_first_step && global_step_ == 1)) {
     log_training(epoch_value);
   }
-  if (main_process_ && !in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
-    auto entry = evaluate();
-    if (entry.is_null()) return;
-    const double seconds = entry["eval_runtime"].get<double>();
-    record_evaluation(entry);
-    entry["epoch"] = epoch_value;
-    entry["step"] = global_step_;
-    log(entry);
-    // Evaluation time is not training time: tokens_per_second of the next log leaves it out.
-    log_start_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
+    // Rank 0 evaluates (the others wait); whether it was interrupted and whether it stops the run early reach
+    // every process, so that all take the same path to the next collective.
+    const bool completed = main_process_ ? evaluate_and_record(epoch_value) : true;
+    if (!share_evaluation_outcome(completed)) return;
   }
   if (due(args_.save_strategy, save_steps_, end_of_epoch)) save_checkpoint(util::random_state(in_.device));
+}
+
+bool Trainer::evaluate_and_record(double epoch_value) {
+  auto entry = evaluate();
+  if (entry.is_null()) return false;  // a stop request interrupted it
+  const double seconds = entry["eval_runtime"].get<double>();
+  record_evaluation(entry);
+  entry["epoch"] = epoch_value;
+  entry["step"] = global_step_;
+  log(entry);
+  // Evaluation time is not training time: tokens_per_second of the next log leaves it out.
+  log_start_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return true;
 }
 
 // One epoch from step_in_epoch_ on, until its end or max_steps. False when a stop request ended it (a checkpoint

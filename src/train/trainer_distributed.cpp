@@ -80,12 +80,6 @@ void Trainer::join_process_group() {
   if (!group_ || group_->size() == 1) return;
   world_size_ = group_->size();
   main_process_ = group_->rank() == 0;
-  if (args_.load_best_model_at_end || args_.early_stopping_patience) {
-    throw std::invalid_argument(
-        "load_best_model_at_end and early_stopping_patience are not supported with more than one process yet "
-        "(WORLD_SIZE=" +
-        std::to_string(world_size_) + "): rank 0 alone evaluates");
-  }
   if (!in_.device.is_cpu()) {
     throw std::invalid_argument("data-parallel training runs on the CPU (ddp_backend gloo) in this version; device " +
                                 in_.device.str() + " needs nccl");
@@ -216,6 +210,14 @@ void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& 
   outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
   outcome.interrupted = totals[3].item<double>() > 0.0;
   if (!outcome.interrupted) group_->all_reduce_sum(flat_gradients_);
+}
+
+bool Trainer::share_evaluation_outcome(bool completed) {
+  if (world_size_ == 1) return completed;
+  auto flags = torch::tensor({completed ? 0.0 : 1.0, stop_early_ ? 1.0 : 0.0}, torch::kDouble);
+  group_->all_reduce_sum(flags);
+  stop_early_ = flags[1].item<double>() > 0.0;
+  return flags[0].item<double>() == 0.0;
 }
 
 bool Trainer::stop_requested() {

@@ -1,8 +1,9 @@
 // `fitsum train` as several processes on 127.0.0.1, launched the way torchrun launches them (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
-// 0 writes, ZeRO stage 1 trains stage 0's weights, checkpoints (sharded or not) resume at any world size, rank 0's
-// memory plan is the job's, a killed process ends the other with an error, SIGTERM to every process saves one
-// checkpoint and exits 143, and --nproc_per_node starts the processes without a launcher.
+// 0 writes, ZeRO stage 1 trains stage 0's weights, checkpoints (sharded or not) resume at any world size, early
+// stopping and the best model match one process's, rank 0's memory plan is the job's, a killed process ends the other
+// with an error, SIGTERM to every process saves one checkpoint and exits 143, and --nproc_per_node starts the processes
+// without a launcher.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -226,6 +227,32 @@ TEST(Distributed, SigtermToEveryProcessSavesOneCheckpoint) {
   ASSERT_EQ(checkpoints.size(), 1u);
   EXPECT_TRUE(fs::exists(checkpoints[0] / "trainer_state.json"));
   EXPECT_TRUE(fs::exists(checkpoints[0] / "optimizer.safetensors"));
+}
+
+// Rank 0 evaluates; its early-stopping decision reaches every process, so 2 processes (with sharded checkpoints
+// between the evaluations) stop at the step 1 process stops at, and load_best_model_at_end gives the same model.
+TEST(Distributed, EarlyStoppingAndTheBestModelMatchOneProcess) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-early-stopping");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = "--optim adafactor --learning_rate 1e-3 --max_steps 12 --validation_file '" +
+                            data.string() +
+                            "' --eval_strategy steps --eval_steps 1 --save_steps 1 --save_total_limit 2 "
+                            "--load_best_model_at_end --greater_is_better true --early_stopping_patience 2 "
+                            "--early_stopping_threshold 0.0001 ";
+  const auto one = run_command(train_command(data, dir / "one", flags + "--gradient_accumulation_steps 4"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto ranks =
+      launch(2, train_command(data, dir / "two", flags + "--gradient_accumulation_steps 2 --zero_stage 1"), dir);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto a = util::read_json_file(dir / "one" / "trainer_state.json");
+  const auto b = util::read_json_file(dir / "two" / "trainer_state.json");
+  ASSERT_LT(a["global_step"].get<int>(), 12) << "the reference run did not stop early: " << a.dump();
+  EXPECT_EQ(b["global_step"], a["global_step"]);
+  EXPECT_EQ(b["best_global_step"], a["best_global_step"]);
+  EXPECT_NE(ranks[0].output.find("early stopping at step " + a["global_step"].dump()), std::string::npos)
+      << ranks[0].output;
+  expect_same_weights(dir / "one", dir / "two", 1e-5);
 }
 
 // With --max_memory each process plans for its own device; rank 0's plan is the job's. A process with a larger

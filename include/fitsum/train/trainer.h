@@ -155,6 +155,9 @@ class Trainer {
   void record_step(const StepOutcome& outcome);
   void after_step(bool end_of_epoch, double epoch_value);
   bool due(IntervalStrategy strategy, std::int64_t every, bool end_of_epoch) const;
+  // One evaluation during training, logged and judged for the best model and early stopping; false when a stop
+  // request interrupted it.
+  bool evaluate_and_record(double epoch_value);
   void log_training(double epoch_value);
   TrainResult finish_run();
   nlohmann::ordered_json trainer_state_json() const;
@@ -184,6 +187,8 @@ class Trainer {
   void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
   // A stop request seen by any process (every process must call it at the same point).
   bool stop_requested();
+  // After rank 0's evaluation: whether it completed and whether early stopping ends the run, on every process.
+  bool share_evaluation_outcome(bool completed);
   // ZeRO stage 1 (optim/sharding.h): the parameters whose optimizer state this process keeps and updates (none:
   // every parameter), and after each update, every parameter from its owner to the others.
   std::optional<std::set<std::string>> owned_parameter_names() const;
