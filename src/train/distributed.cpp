@@ -38,19 +38,21 @@ int integer(const Lookup& lookup, const char* name, int low, int high) {
   return number;
 }
 
-// One launcher's variable names: rank, world size, local rank (optional).
+// One launcher's variable names: rank, world size, local rank and local world size (the last two optional).
 struct Family {
   const char* launcher;
   const char* rank;
   const char* size;
   const char* local_rank;
+  const char* local_size;
 };
 
 constexpr Family kFamilies[] = {
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"mpich", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
 
 constexpr int kMaxProcesses = 1 << 20;
@@ -84,6 +86,8 @@ LaunchEnvironment launch_environment(const std::function<const char*(const char*
   env.rank = integer(lookup, family->rank, 0, env.world_size - 1);
   env.local_rank =
       get(lookup, family->local_rank) != nullptr ? integer(lookup, family->local_rank, 0, kMaxProcesses) : 0;
+  env.local_world_size =
+      get(lookup, family->local_size) != nullptr ? integer(lookup, family->local_size, 1, env.world_size) : 1;
   if (!env.distributed()) return env;
   const char* addr = get(lookup, "MASTER_ADDR");
   if (addr == nullptr) {

@@ -170,6 +170,19 @@ generate::GenerationOptions model_generation_options(const TrainingJob& job, con
       folder.empty() ? job.model.config_name : folder);
 }
 
+// "auto" is the device's free memory; on the CPU the job's processes on this machine share it, so each plans for its
+// part (where the launcher says how many there are: LOCAL_WORLD_SIZE and its kin, set by --nproc_per_node too).
+std::uint64_t resolve_budget(const std::string& spec, const c10::Device& device, const Report& report) {
+  auto bytes = memory::resolve_memory_budget(spec, device);
+  if (spec != "auto" || !device.is_cpu()) return bytes;
+  const auto local = launch_environment().local_world_size;
+  if (local <= 1) return bytes;
+  bytes /= static_cast<std::uint64_t>(local);
+  say(report, "max_memory auto: the free memory shared by the " + std::to_string(local) +
+                  " processes on this machine, " + util::format_bytes(bytes) + " each");
+  return bytes;
+}
+
 // The processes a plan is for: fitsum plan's --world_size, else the launcher's.
 int planned_world_size(const TrainingJob& job) {
   return job.world_size > 0 ? job.world_size : launch_environment().world_size;
@@ -378,7 +391,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   PreparedTraining p;
   if (!job.max_memory.empty()) {
     memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
-    p.budget = memory::resolve_memory_budget(job.max_memory, runtime.device);
+    p.budget = resolve_budget(job.max_memory, runtime.device, report);
     if (auto refused = refusal_before_loading(job, p.budget)) throw memory::PlanDoesNotFit(std::move(*refused));
   }
   auto m = load_model_and_tokenizer(job, report);
@@ -417,7 +430,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   if (job.args.output_dir.empty()) job.args.output_dir = ".";  // nothing is written
   job.args.validate();
   memory::start_tracking(runtime.device);
-  const auto budget = memory::resolve_memory_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device);
+  const auto budget = resolve_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device, report);
   if (auto refused = refusal_before_loading(job, budget)) return *refused;
   const bool weights = !memory::can_fit_without_weights(runtime.device, runtime.cuda_alloc_conf);
   auto m = load_model_and_tokenizer(job, report, weights);

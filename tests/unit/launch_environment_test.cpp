@@ -42,10 +42,14 @@ TEST(LaunchEnvironment, NoLauncherIsOneProcess) {
 TEST(LaunchEnvironment, EachLaunchersVariables) {
   const Variables rendezvous = {{"MASTER_ADDR", "node7"}, {"MASTER_PORT", "29500"}};
   const std::vector<std::pair<std::string, Variables>> cases = {
-      {"torchrun", {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}}},
-      {"openmpi", {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}},
-      {"mpich", {{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "1"}}},
-      {"slurm", {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}}},
+      {"torchrun", {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"}}},
+      {"openmpi",
+       {{"OMPI_COMM_WORLD_RANK", "3"},
+        {"OMPI_COMM_WORLD_SIZE", "4"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+        {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}},
+      {"mpich", {{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}}},
+      {"slurm", {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}, {"SLURM_NTASKS_PER_NODE", "2"}}},
   };
   for (auto [launcher, vars] : cases) {
     vars.insert(rendezvous.begin(), rendezvous.end());
@@ -54,6 +58,12 @@ TEST(LaunchEnvironment, EachLaunchersVariables) {
     EXPECT_EQ(env.rank, 3) << launcher;
     EXPECT_EQ(env.world_size, 4) << launcher;
     EXPECT_EQ(env.local_rank, 1) << launcher;
+    EXPECT_EQ(env.local_world_size, 2) << launcher;
+    vars.erase(launcher == "torchrun"  ? "LOCAL_WORLD_SIZE"
+               : launcher == "openmpi" ? "OMPI_COMM_WORLD_LOCAL_SIZE"
+               : launcher == "mpich"   ? "MPI_LOCALNRANKS"
+                                       : "SLURM_NTASKS_PER_NODE");
+    EXPECT_EQ(read(vars).local_world_size, 1) << launcher;  // not said: this process alone
     EXPECT_EQ(env.master_addr, "node7") << launcher;
     EXPECT_EQ(env.master_port, 29500) << launcher;
     EXPECT_FALSE(env.agent_store) << launcher;

@@ -15,11 +15,11 @@
 namespace fitsum::train {
 
 // The process's place in the job, from the variables its launcher sets:
-//   torchrun        RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT (with its agent's store:
+//   torchrun        RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (with its agent's store:
 //                   TORCHELASTIC_USE_AGENT_STORE=True and TORCHELASTIC_RESTART_COUNT, the /worker/attempt_N prefix)
-//   Open MPI        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK
-//   MPICH / Hydra   PMI_RANK, PMI_SIZE (MPI_LOCALRANKID)
-//   Slurm (srun)    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//   Open MPI        OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, ..._LOCAL_SIZE
+//   MPICH / Hydra   PMI_RANK, PMI_SIZE (MPI_LOCALRANKID, MPI_LOCALNRANKS)
+//   Slurm (srun)    SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID (SLURM_NTASKS_PER_NODE)
 // The first family present wins, in that order. Without any, one process (rank 0 of 1). With more than one
 // process, MASTER_ADDR and MASTER_PORT name the rendezvous (torchrun sets them; under mpirun and srun they are
 // exported by the user or the batch script, as for torch.distributed).
@@ -27,6 +27,7 @@ struct LaunchEnvironment {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // the job's processes on this machine, where the launcher says (else 1)
   std::string master_addr;
   int master_port = 0;
   std::string launcher = "none";  // torchrun, openmpi, mpich, slurm or none
