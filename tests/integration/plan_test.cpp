@@ -2,6 +2,7 @@
 // (about 9.5M parameters: AdamW's 16 bytes per parameter need about 150 MB before any activation).
 #include <chrono>
 #include <fstream>
+#include <optional>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -88,6 +89,49 @@ TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("is too small for optim adamw_torch"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("calibration probe"), std::string::npos) << r.output;
+}
+
+// `fitsum plan --world_size 2` plans one process of two: every candidate with and without ZeRO stage 1. AdamW's 150 MB
+// of weights, gradients and state need more than 150 MiB with the margin; with the state sharded (about half of it
+// per process) they fit, so the plan is stage 1, and its flags say so. One process, or stage 0 fixed: nothing fits.
+TEST(PlanCommand, WorldSizePlansOneProcessWithAndWithoutTheOptimizerStateSharded) {
+  const auto dir = temp_dir("plan-world-size");
+  const auto data = write_records(dir);
+  const std::string plan = fitsum_binary().string() + " plan" + model_args() + "--train_file '" + data.string() +
+                           "' --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --optim adamw_torch"
+                           " --max_memory 150MiB ";
+  auto r = run_command("(" + plan + "--world_size 2 --format json 2>/dev/null)");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  std::size_t sharded = 0;
+  std::optional<double> whole_state, shared_state;
+  for (const auto& c : j["candidates"]) {
+    EXPECT_EQ(c["world_size"], 2);
+    const auto state = c["breakdown"]["optimizer_state"].get<double>();
+    if (c["zero_stage"] == 1) {
+      ++sharded;
+      shared_state = state;
+    } else {
+      whole_state = state;
+      EXPECT_FALSE(c["fits"].get<bool>());
+    }
+  }
+  EXPECT_EQ(sharded * 2, j["candidates"].size());
+  ASSERT_TRUE(whole_state && shared_state);
+  EXPECT_LT(*shared_state, *whole_state * 0.6);  // half, up to the whole-tensor partition
+  EXPECT_GE(*shared_state, *whole_state * 0.5);
+  EXPECT_EQ(j["chosen"]["zero_stage"], 1);
+  r = run_command(plan + "--world_size 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--optim adamw_torch --zero_stage 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" zero |"), std::string::npos) << r.output;  // the table's stage column
+  for (const std::string other : {"--world_size 1", "--world_size 2 --zero_stage 0"}) {
+    r = run_command(plan + other);
+    EXPECT_EQ(r.exit_code, 3) << other << ": " << r.output;
+  }
+  r = run_command(plan + "--world_size 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--world_size"), std::string::npos) << r.output;
 }
 
 // Evaluation under the same budget: 64 examples x 8 beams x 64 tokens need about 450 MB of key/value cache and
