@@ -2,7 +2,6 @@
 #include "fitsum/memory/fit.h"
 
 #include <algorithm>
-#include <cmath>
 #include <sstream>
 
 #include "fitsum/memory/device_memory.h"
@@ -11,10 +10,6 @@
 namespace fitsum::memory {
 
 namespace {
-
-std::uint64_t with_margin(std::uint64_t bytes, double margin) {
-  return static_cast<std::uint64_t>(std::ceil(static_cast<double>(bytes) * (1.0 + margin)));
-}
 
 optim::OptimizerType other_optimizer(optim::OptimizerType type) {
   return type == optim::OptimizerType::adamw_torch ? optim::OptimizerType::adafactor
@@ -53,7 +48,7 @@ std::optional<FitResult> check_static_memory(const model::ModelConfig& config, c
   const bool sharded = request.world_size > 1 && request.zero_stage.value_or(1) >= 1;
   const auto needs = [&](optim::OptimizerType type) {
     auto m = static_training_memory(counts, type, StorageDtype::fp32);
-    if (sharded) m.optimizer_state = sharded_optimizer_state(counts, type, StorageDtype::fp32, request.world_size);
+    m.optimizer_state = sharded_optimizer_state(counts, type, StorageDtype::fp32, sharded ? request.world_size : 1);
     return m;
   };
   FitResult r;

@@ -74,12 +74,10 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   const auto ce = std::clamp<std::int64_t>(knobs.encoder_checkpointed, 0, c.encoder_layers);
   const auto cd = std::clamp<std::int64_t>(knobs.decoder_checkpointed, 0, c.decoder_layers);
   Prediction p;
-  const auto fixed = static_training_memory(c.counts, knobs.optimizer, StorageDtype::fp32);
   p.weights = c.weight_bytes;
   p.gradients = c.gradient_bytes;
-  p.optimizer_state = knobs.zero_stage >= 1
-                          ? sharded_optimizer_state(c.counts, knobs.optimizer, StorageDtype::fp32, knobs.world_size)
-                          : fixed.optimizer_state;
+  p.optimizer_state = sharded_optimizer_state(c.counts, knobs.optimizer, StorageDtype::fp32,
+                                              knobs.zero_stage >= 1 ? knobs.world_size : 1);
   // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
   // the kept gradient, with one chunk of logits in the decoder's phases.
   const auto head = loss_head_modes(c.config, shape);
@@ -108,6 +106,10 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
 }
 
 // ---- Choosing ----
+
+std::uint64_t with_margin(std::uint64_t bytes, double margin) {
+  return static_cast<std::uint64_t>(std::ceil(static_cast<double>(bytes) * (1.0 + margin)));
+}
 
 std::string checkpointing_label(const PlanKnobs& k, std::int64_t encoder_layers, std::int64_t decoder_layers) {
   const auto ce = std::clamp<std::int64_t>(k.encoder_checkpointed, 0, encoder_layers);
@@ -144,8 +146,7 @@ void add_evaluation(const Calibration& c, const PlanRequest& request, Candidate&
 }
 
 std::uint64_t needed_bytes(const Candidate& k, const PlanRequest& request) {
-  return static_cast<std::uint64_t>(
-      std::ceil(static_cast<double>(budgeted_bytes(k, request)) * (1.0 + request.margin)));
+  return with_margin(budgeted_bytes(k, request), request.margin);
 }
 
 Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::int64_t micro_batch,

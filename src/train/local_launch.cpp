@@ -80,7 +80,7 @@ pid_t start(const std::string& executable, std::vector<std::string> arguments, s
 
 int free_local_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error(std::string("--nproc_per_node: no socket: ") + std::strerror(errno));
+  if (fd < 0) throw std::runtime_error(std::string("no socket for a free TCP port: ") + std::strerror(errno));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -89,7 +89,7 @@ int free_local_port() {
   const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   ::close(fd);
-  if (!ok) throw std::runtime_error("--nproc_per_node: no free TCP port on 127.0.0.1");
+  if (!ok) throw std::runtime_error("no free TCP port on 127.0.0.1");
   return ntohs(address.sin_port);
 }
 

@@ -2,7 +2,6 @@
 #include "fitsum/train/training_job.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <stdexcept>
@@ -362,8 +361,7 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
   chosen.eval_batch = value(7);
   const auto flags = memory::plan_arguments(chosen, *p.fit->calibration);
   const auto prediction = memory::predict(*p.fit->calibration, chosen, p.fit->worst);
-  const auto needs =
-      static_cast<std::uint64_t>(std::ceil(static_cast<double>(prediction.peak) * (1.0 + memory::kPlanMargin)));
+  const auto needs = memory::with_margin(prediction.peak, memory::kPlanMargin);
   const bool fits = needs <= p.budget;
   if (group->any(!fits)) {
     throw std::invalid_argument(

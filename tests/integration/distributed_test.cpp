@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "fitsum/train/local_launch.h"
 #include "fitsum/util/files.h"
 #include "saved_runs.h"
 #include "test_support.h"
@@ -34,7 +35,7 @@ struct Process {
 // process is waited for.
 std::vector<Process> launch(int world, const std::string& command, const fs::path& dir,
                             const std::string& after_start = ":") {
-  const int port = free_tcp_port();
+  const int port = train::free_local_port();
   std::string script = "cd '" + dir.string() + "'; ";
   for (int r = 0; r < world; ++r) {
     script += "(export RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(world) +

@@ -1,13 +1,10 @@
 #include "test_support.h"
 
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <array>
 #include <cstdio>
 #include <fstream>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 
 #include <gtest/gtest.h>
 
@@ -16,23 +13,6 @@ namespace fitsum::test {
 fs::path shared_dir() { return FITSUM_SHARED_DIR; }
 fs::path source_dir() { return FITSUM_SOURCE_DIR; }
 fs::path fitsum_binary() { return FITSUM_BINARY; }
-
-int free_tcp_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("free_tcp_port: socket() failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    ::close(fd);
-    throw std::runtime_error("free_tcp_port: bind() failed");
-  }
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 fs::path temp_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();

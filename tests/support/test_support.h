@@ -18,8 +18,6 @@ fs::path shared_dir();
 fs::path source_dir();
 // The fitsum binary under test.
 fs::path fitsum_binary();
-// A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick), for a test's rendezvous.
-int free_tcp_port();
 // A fresh, empty temporary folder unique to the calling test.
 fs::path temp_dir(const std::string& name);
 

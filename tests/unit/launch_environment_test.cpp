@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/local_launch.h"
 #include "test_support.h"
 
 namespace fitsum::test {
@@ -117,7 +118,7 @@ TEST(LaunchEnvironment, BrokenVariablesAreNamed) {
 
 // Two threads of this process as the two ranks of a job: a real TCPStore rendezvous and Gloo all-reduce.
 TEST(ProcessGroup, TwoRanksSumOverARealRendezvous) {
-  const int port = free_tcp_port();
+  const int port = train::free_local_port();
   std::vector<double> sums(2), flags(2);
   std::vector<std::string> errors(2);
   auto rank = [&](int r) {
@@ -152,7 +153,7 @@ TEST(ProcessGroup, AMissingPeerIsAOneLineErrorWithinTheTimeout) {
   env.rank = 0;
   env.world_size = 2;
   env.master_addr = "127.0.0.1";
-  env.master_port = free_tcp_port();
+  env.master_port = train::free_local_port();
   try {
     train::ProcessGroup::connect(env, "gloo", std::chrono::seconds(2));
     FAIL() << "connected without its peer";

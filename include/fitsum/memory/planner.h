@@ -99,6 +99,9 @@ Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const
 
 // Predictions are within a few percent (tests/model/planner_test.cpp); the margin absorbs the rest.
 constexpr double kPlanMargin = 0.05;
+// What `bytes` need under a budget with the planner's margin: bytes x (1 + margin), rounded up.
+std::uint64_t with_margin(std::uint64_t bytes, double margin);
+
 // Candidates predicted within this fraction of the fastest are equally fast: timing noise must not decide.
 constexpr double kSpeedTie = 0.03;
 
