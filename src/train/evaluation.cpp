@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 #include <torch/torch.h>
 
@@ -36,6 +37,173 @@ std::vector<std::vector<std::size_t>> batches_of(const std::vector<std::size_t>&
   return out;
 }
 
+void check_sharding(const EvaluationOptions& options) {
+  if (options.shards < 1 || options.shard < 0 || options.shard >= options.shards ||
+      (options.shards > 1 && !options.sum_over_processes)) {
+    throw std::invalid_argument("evaluation shard " + std::to_string(options.shard) + " of " +
+                                std::to_string(options.shards) +
+                                ": needs 0 <= shard < shards and, with several shards, sum_over_processes");
+  }
+}
+
+// The one-process batches are dealt round-robin: batch b runs on shard b % shards.
+bool runs_here(std::size_t batch, const EvaluationOptions& options) {
+  return batch % static_cast<std::size_t>(options.shards) == static_cast<std::size_t>(options.shard);
+}
+
+std::size_t batches_here(std::size_t batches, const EvaluationOptions& options) {
+  std::size_t n = 0;
+  for (std::size_t b = 0; b < batches; ++b) n += runs_here(b, options) ? 1 : 0;
+  return n;
+}
+
+// Every process holds zeros where another process's numbers go, so the sum is a gather (x + 0 is exact).
+void gather(const EvaluationOptions& options, torch::Tensor& tensor) {
+  if (options.shards > 1) options.sum_over_processes(tensor);
+}
+
+struct LossPass {
+  std::optional<double> loss;
+  bool complete = true;
+};
+
+LossPass loss_pass(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
+                   const EvaluationOptions& options, const c10::Device& device) {
+  check_sharding(options);
+  std::vector<std::size_t> labelled;
+  for (std::size_t i = 0; i < examples.size(); ++i) {
+    if (examples[i].labels) labelled.push_back(i);
+  }
+  if (labelled.empty()) return {};
+  EvalMode eval_mode(model);
+  torch::NoGradGuard no_grad;
+  const auto batches = batches_of(labelled, options.batch_size);
+  const auto n = static_cast<std::int64_t>(batches.size());
+  // Row 0: each batch's mean token loss; row 1: 1 where the batch ran.
+  auto table = torch::zeros({2, n}, torch::kDouble);
+  auto* means = table.data_ptr<double>();
+  auto* ran = means + n;
+  const auto total_here = batches_here(batches.size(), options);
+  std::size_t done_here = 0;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    if (!runs_here(b, options)) continue;
+    if (options.should_stop && options.should_stop()) break;
+    auto batch = data::collate(examples, batches[b], options.collator);
+    auto ids = batch.input_ids.to(device);
+    auto mask = batch.attention_mask.to(device);
+    auto labels = batch.labels.to(device);
+    util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
+    auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
+    // The fused head + loss: without gradients it walks the vocabulary in chunks, never holding (B, T, V) logits.
+    const auto loss = model.token_loss(hidden, labels, options.label_smoothing);
+    means[b] = loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens));
+    ran[b] = 1.0;
+    ++done_here;
+    if (options.on_progress) options.on_progress("eval loss", done_here, total_here);
+  }
+  gather(options, table);
+  means = table.data_ptr<double>();
+  ran = means + n;
+  // Trainer.evaluation_loop repeats each batch's mean loss per_device_eval_batch_size times (the dataloader's batch
+  // size, also for a shorter last batch) and averages: the mean of the batch means (transformers 4.47), summed in
+  // batch order.
+  double sum_of_means = 0.0;
+  std::int64_t done = 0;
+  for (std::int64_t b = 0; b < n; ++b) {
+    if (ran[b] == 0.0) continue;
+    sum_of_means += means[b];
+    ++done;
+  }
+  return {sum_of_means / static_cast<double>(std::max<std::int64_t>(1, done)), done == n};
+}
+
+// The generated ids of every example whose batch ran (here or, gathered, on another process); empty where none.
+std::vector<std::vector<std::int64_t>> generation_pass(model::Seq2SeqLMImpl& model,
+                                                       const std::vector<data::Example>& examples,
+                                                       const EvaluationOptions& options, const c10::Device& device) {
+  EvalMode eval_mode(model);
+  std::vector<std::size_t> all(examples.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const auto batches = batches_of(all, options.batch_size);
+  const auto total_here = batches_here(batches.size(), options);
+  std::vector<std::vector<std::int64_t>> generated_ids(examples.size());
+  std::size_t done_here = 0;
+  for (std::size_t b = 0; b < batches.size(); ++b) {
+    if (!runs_here(b, options)) continue;
+    if (options.should_stop && options.should_stop()) break;
+    // Generation needs no labels: collate the sources alone.
+    std::vector<data::Example> sources;
+    for (auto i : batches[b]) {
+      data::Example e;
+      e.input_ids = examples[i].input_ids;
+      e.attention_mask = examples[i].attention_mask;
+      sources.push_back(std::move(e));
+    }
+    std::vector<std::size_t> local(sources.size());
+    for (std::size_t i = 0; i < local.size(); ++i) local[i] = i;
+    auto batch = data::collate(sources, local, options.collator);
+    util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
+    const auto generated =
+        generate::generate(model, batch.input_ids.to(device), batch.attention_mask.to(device), options.generation);
+    for (std::size_t row = 0; row < batches[b].size(); ++row) {
+      generated_ids[batches[b][row]] =
+          strip_trailing_padding(generated.sequences, static_cast<std::int64_t>(row), options.generation.pad_token_id,
+                                 options.generation.eos_token_id);
+    }
+    ++done_here;
+    if (options.on_progress) options.on_progress("generate", done_here, total_here);
+  }
+  if (options.shards == 1) return generated_ids;
+  const auto n = static_cast<std::int64_t>(examples.size());
+  auto lengths = torch::zeros({n}, torch::kLong);
+  for (std::int64_t i = 0; i < n; ++i) lengths[i] = static_cast<std::int64_t>(generated_ids[i].size());
+  gather(options, lengths);
+  auto ids = torch::zeros({n, std::max<std::int64_t>(1, lengths.max().item<std::int64_t>())}, torch::kLong);
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::copy(generated_ids[i].begin(), generated_ids[i].end(), ids[i].data_ptr<std::int64_t>());
+  }
+  gather(options, ids);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto* row = ids[i].data_ptr<std::int64_t>();
+    generated_ids[i].assign(row, row + lengths[i].item<std::int64_t>());
+  }
+  return generated_ids;
+}
+
+// ROUGE of each generated example with labels, scored on the process that generated it and gathered.
+std::vector<std::optional<eval::RougeScores>> score_pass(const std::vector<Prediction>& predictions,
+                                                         const std::vector<data::Example>& examples,
+                                                         const EvaluationOptions& options) {
+  constexpr std::int64_t kColumns = 1 + 3 * static_cast<std::int64_t>(eval::kNumRougeTypes);
+  auto table = torch::zeros({static_cast<std::int64_t>(predictions.size()), kColumns}, torch::kDouble);
+  for (std::size_t k = 0; k < predictions.size(); ++k) {
+    const auto& p = predictions[k];
+    if (!examples[p.index].labels || !runs_here(p.index / static_cast<std::size_t>(options.batch_size), options)) {
+      continue;
+    }
+    const auto scores = eval::score_rouge(p.reference, p.summary, options.rouge);
+    auto* row = table[static_cast<std::int64_t>(k)].data_ptr<double>();
+    row[0] = 1.0;
+    for (std::size_t t = 0; t < eval::kNumRougeTypes; ++t) {
+      row[1 + 3 * t] = scores.by_type[t].precision;
+      row[2 + 3 * t] = scores.by_type[t].recall;
+      row[3 + 3 * t] = scores.by_type[t].fmeasure;
+    }
+  }
+  gather(options, table);
+  std::vector<std::optional<eval::RougeScores>> out(predictions.size());
+  for (std::size_t k = 0; k < predictions.size(); ++k) {
+    const auto* row = table[static_cast<std::int64_t>(k)].data_ptr<double>();
+    if (row[0] == 0.0) continue;
+    eval::RougeScores scores;
+    for (std::size_t t = 0; t < eval::kNumRougeTypes; ++t) {
+      scores.by_type[t] = {row[1 + 3 * t], row[2 + 3 * t], row[3 + 3 * t]};
+    }
+    out[k] = scores;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::int64_t> strip_trailing_padding(const at::Tensor& sequences, std::int64_t row, std::int64_t pad_id,
@@ -56,92 +224,50 @@ std::vector<std::int64_t> strip_trailing_padding(const at::Tensor& sequences, st
 
 std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
                                       const EvaluationOptions& options, const c10::Device& device) {
-  std::vector<std::size_t> labelled;
-  for (std::size_t i = 0; i < examples.size(); ++i) {
-    if (examples[i].labels) labelled.push_back(i);
-  }
-  if (labelled.empty()) return std::nullopt;
-  EvalMode eval_mode(model);
-  torch::NoGradGuard no_grad;
-  // Trainer.evaluation_loop repeats each batch's mean loss per_device_eval_batch_size times (the dataloader's batch
-  // size, also for a shorter last batch) and averages: the mean of the batch means (transformers 4.47).
-  double sum_of_means = 0.0;
-  const auto batches = batches_of(labelled, options.batch_size);
-  std::size_t done = 0;
-  for (const auto& batch_indices : batches) {
-    if (options.should_stop && options.should_stop()) break;
-    auto batch = data::collate(examples, batch_indices, options.collator);
-    auto ids = batch.input_ids.to(device);
-    auto mask = batch.attention_mask.to(device);
-    auto labels = batch.labels.to(device);
-    util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
-    auto hidden = model.decode(model.shift_tokens_right(labels), model.encode(ids, mask), mask);
-    // The fused head + loss: without gradients it walks the vocabulary in chunks, never holding (B, T, V) logits.
-    const auto loss = model.token_loss(hidden, labels, options.label_smoothing);
-    sum_of_means += loss.sum.item<double>() / static_cast<double>(std::max<std::int64_t>(1, loss.tokens));
-    ++done;
-    if (options.on_progress) options.on_progress("eval loss", done, batches.size());
-  }
-  return sum_of_means / static_cast<double>(std::max<std::size_t>(1, done));
+  return loss_pass(model, examples, options, device).loss;
 }
 
 EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
                                 const tokenizer::Tokenizer* tokenizer, const EvaluationOptions& options,
                                 const c10::Device& device) {
+  check_sharding(options);
   const auto start = std::chrono::steady_clock::now();
   EvaluationResult result;
-  const auto stopped = [&] { return options.should_stop && options.should_stop(); };
-  if (options.compute_loss) result.eval_loss = evaluation_loss(model, examples, options, device);
-  result.interrupted = stopped();
+  if (options.compute_loss) {
+    const auto pass = loss_pass(model, examples, options, device);
+    result.eval_loss = pass.loss;
+    result.interrupted = !pass.complete;
+  }
   if (options.generate && !examples.empty()) {
-    EvalMode eval_mode(model);
-    std::vector<std::size_t> all(examples.size());
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::vector<eval::RougeScores> scores;
+    // After an interrupted loss pass no batch generates, but every process still takes part in the gathers.
+    auto run = options;
+    if (result.interrupted) run.should_stop = [] { return true; };
+    const auto generated_ids = generation_pass(model, examples, run, device);
     double generated_tokens = 0.0;
-    const auto batches = batches_of(all, options.batch_size);
-    std::size_t done = 0;
-    for (const auto& batch_indices : batches) {
-      if (result.interrupted || stopped()) {
+    for (std::size_t i = 0; i < examples.size(); ++i) {
+      if (generated_ids[i].empty()) {
         result.interrupted = true;
-        break;
+        continue;
       }
-      // Generation needs no labels: collate the sources alone.
-      std::vector<data::Example> sources;
-      for (auto i : batch_indices) {
-        data::Example e;
-        e.input_ids = examples[i].input_ids;
-        e.attention_mask = examples[i].attention_mask;
-        sources.push_back(std::move(e));
+      Prediction p;
+      p.index = i;
+      p.generated_ids = generated_ids[i];
+      // run_summarization's gen_len: the non-pad tokens of the generated row.
+      for (auto id : p.generated_ids) generated_tokens += id != options.generation.pad_token_id ? 1.0 : 0.0;
+      if (tokenizer != nullptr) {
+        p.summary = tokenizer->decode(p.generated_ids);
+        if (examples[i].labels) p.reference = tokenizer->decode(*examples[i].labels);
       }
-      std::vector<std::size_t> local(sources.size());
-      for (std::size_t i = 0; i < local.size(); ++i) local[i] = i;
-      auto batch = data::collate(sources, local, options.collator);
-      util::AutocastGuard autocast(device.type(), torch::kBFloat16, options.bf16);
-      const auto generated =
-          generate::generate(model, batch.input_ids.to(device), batch.attention_mask.to(device), options.generation);
-      for (std::size_t b = 0; b < batch_indices.size(); ++b) {
-        Prediction p;
-        p.index = batch_indices[b];
-        p.generated_ids = strip_trailing_padding(generated.sequences, static_cast<std::int64_t>(b),
-                                                 options.generation.pad_token_id, options.generation.eos_token_id);
-        // run_summarization's gen_len: the non-pad tokens of the generated row.
-        for (auto id : p.generated_ids) generated_tokens += id != options.generation.pad_token_id ? 1.0 : 0.0;
-        if (tokenizer != nullptr) {
-          p.summary = tokenizer->decode(p.generated_ids);
-          const auto& labels = examples[p.index].labels;
-          if (labels) {
-            p.reference = tokenizer->decode(*labels);
-            scores.push_back(eval::score_rouge(p.reference, p.summary, options.rouge));
-          }
-        }
-        result.predictions.push_back(std::move(p));
-      }
-      ++done;
-      if (options.on_progress) options.on_progress("generate", done, batches.size());
+      result.predictions.push_back(std::move(p));
     }
     result.gen_len = generated_tokens / static_cast<double>(examples.size());
-    if (!scores.empty()) result.rouge = eval::mean_rouge(scores);
+    if (tokenizer != nullptr) {
+      std::vector<eval::RougeScores> scores;
+      for (const auto& s : score_pass(result.predictions, examples, options)) {
+        if (s) scores.push_back(*s);
+      }
+      if (!scores.empty()) result.rouge = eval::mean_rouge(scores);
+    }
   }
   result.runtime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.samples_per_second = static_cast<double>(examples.size()) / std::max(result.runtime_seconds, 1e-9);

@@ -277,6 +277,7 @@ EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examp
   options.collator = in_.collator;
   options.on_progress = callbacks_.on_evaluation;
   options.should_stop = [] { return g_stop_signal.load() != 0; };
+  shard_evaluation(options);
   return evaluate_model(*in_.model, examples, in_.tokenizer.get(), options, in_.device);
 }
 
@@ -360,17 +361,17 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
     log_training(epoch_value);
   }
   if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
-    // Rank 0 evaluates (the others wait); whether it was interrupted and whether it stops the run early reach
-    // every process, so that all take the same path to the next collective.
-    const bool completed = main_process_ ? evaluate_and_record(epoch_value) : true;
-    if (!share_evaluation_outcome(completed)) return;
+    // Every process evaluates its share and has the metrics; rank 0 logs them and judges the best model and early
+    // stopping, whose verdict reaches every process, so that all take the same path to the next collective.
+    if (!share_evaluation_outcome(evaluate_and_record(epoch_value))) return;
   }
   if (due(args_.save_strategy, save_steps_, end_of_epoch)) save_checkpoint(util::random_state(in_.device));
 }
 
 bool Trainer::evaluate_and_record(double epoch_value) {
   auto entry = evaluate();
-  if (entry.is_null()) return false;  // a stop request interrupted it
+  if (entry.is_null()) return false;  // a stop request (on any process) interrupted it
+  if (!main_process_) return true;
   const double seconds = entry["eval_runtime"].get<double>();
   record_evaluation(entry);
   entry["epoch"] = epoch_value;

@@ -300,24 +300,26 @@ void Trainer::resume(const fs::path& checkpoint) {
   }
 }
 
-// load_best_model_at_end: the weights of the best checkpoint become the model saved in output_dir.
+// load_best_model_at_end: the weights of the best checkpoint become the model saved in output_dir. Only rank 0
+// judged the evaluations; the other processes take its weights (the final evaluation is sharded over all).
 void Trainer::load_best_model() {
-  if (!args_.load_best_model_at_end || best_model_checkpoint_.empty()) return;
-  if (!fs::exists(fs::path(best_model_checkpoint_) / "model.safetensors")) {
-    if (callbacks_.on_message) {
+  if (!args_.load_best_model_at_end) return;
+  if (main_process_ && !best_model_checkpoint_.empty()) {
+    if (fs::exists(fs::path(best_model_checkpoint_) / "model.safetensors")) {
+      std::ostringstream score;
+      score << *best_metric_;
+      if (callbacks_.on_message) {
+        callbacks_.on_message("loading best model from " + best_model_checkpoint_ + " (score: " + score.str() + ")");
+      }
+      auto folder = io::open_model_folder(best_model_checkpoint_);
+      io::load_weights(*in_.model, folder);
+      in_.model->to(in_.device);
+    } else if (callbacks_.on_message) {
       callbacks_.on_message("load_best_model_at_end: " + best_model_checkpoint_ +
                             " was not saved; the final model is the last step's");
     }
-    return;
   }
-  std::ostringstream score;
-  score << *best_metric_;
-  if (callbacks_.on_message) {
-    callbacks_.on_message("loading best model from " + best_model_checkpoint_ + " (score: " + score.str() + ")");
-  }
-  auto folder = io::open_model_folder(best_model_checkpoint_);
-  io::load_weights(*in_.model, folder);
-  in_.model->to(in_.device);
+  if (world_size_ > 1) share_rank_zero_weights();
 }
 
 void Trainer::save_final_model() {

@@ -17,25 +17,10 @@ namespace fitsum::train {
 
 namespace {
 
-// Every process starts from rank 0's weights and buffers (loaded or drawn the same way everywhere, but a process
-// that read another copy of a checkpoint must not train a different model): a sum where the others contribute 0.
-void take_rank_zero_state(ProcessGroup& group, model::Seq2SeqLMImpl& model) {
-  torch::NoGradGuard no_grad;
-  for (auto tensors : {model.parameters(), model.buffers()}) {
-    for (auto& t : tensors) {
-      if (!t.is_floating_point()) continue;
-      auto copy = t.detach().contiguous().clone();
-      if (group.rank() != 0) copy.zero_();
-      group.all_reduce_sum(copy);
-      t.copy_(copy);
-    }
-  }
-}
-
 // What every process must agree on for the job to train one model: a process started with other arguments or
 // data, or a memory plan that chose another micro-batch or optimizer, would otherwise train something else in
 // silence (or wait forever at a collective the others never reach).
-void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, std::size_t examples) {
+void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, const TrainerInputs& in) {
   const std::vector<std::pair<const char*, double>> fields = {
       {"per_device_train_batch_size", static_cast<double>(args.per_device_train_batch_size)},
       {"gradient_accumulation_steps", static_cast<double>(args.gradient_accumulation_steps)},
@@ -47,7 +32,11 @@ void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, s
       {"data_seed", static_cast<double>(args.data_seed.value_or(args.seed))},
       {"bf16", args.bf16 ? 1.0 : 0.0},
       {"zero_stage", static_cast<double>(args.zero_stage)},
-      {"training examples", static_cast<double>(examples)},
+      {"per_device_eval_batch_size", static_cast<double>(args.per_device_eval_batch_size)},
+      {"predict_with_generate", args.predict_with_generate ? 1.0 : 0.0},
+      {"training examples", static_cast<double>(in.train_examples.size())},
+      {"evaluation examples", static_cast<double>(in.eval_examples.size())},
+      {"test examples", static_cast<double>(in.test_examples.size())},
   };
   // Equal everywhere exactly when the sum is size x value and the sum of squares size x value^2.
   auto sums = torch::zeros({static_cast<std::int64_t>(2 * fields.size())}, torch::kDouble);
@@ -75,6 +64,20 @@ void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, s
 
 }  // namespace
 
+// A sum where the others contribute 0.
+void Trainer::share_rank_zero_weights() {
+  torch::NoGradGuard no_grad;
+  for (auto tensors : {in_.model->parameters(), in_.model->buffers()}) {
+    for (auto& t : tensors) {
+      if (!t.is_floating_point()) continue;
+      auto copy = t.detach().contiguous().clone();
+      if (group_->rank() != 0) copy.zero_();
+      group_->all_reduce_sum(copy);
+      t.copy_(copy);
+    }
+  }
+}
+
 void Trainer::join_process_group() {
   group_ = in_.process_group;
   if (!group_ || group_->size() == 1) return;
@@ -84,9 +87,10 @@ void Trainer::join_process_group() {
     throw std::invalid_argument("data-parallel training runs on the CPU (ddp_backend gloo) in this version; device " +
                                 in_.device.str() + " needs nccl");
   }
-  check_processes_agree(*group_, args_, in_.train_examples.size());
-  auto& model = *in_.model;
-  take_rank_zero_state(*group_, model);
+  check_processes_agree(*group_, args_, in_);
+  // Every process starts from rank 0's weights and buffers (loaded or drawn the same way everywhere, but a process
+  // that read another copy of a checkpoint must not train a different model).
+  share_rank_zero_weights();
   // One float32 buffer holds every trainable parameter's gradient, so that one collective sums them all in place.
   // Autograd and fitsum's in-place embedding gradient accumulate into an existing .grad, and gradients are only
   // ever zeroed in place (optim::zero_gradients), so the views stay the gradients for the whole run.
@@ -210,6 +214,13 @@ void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& 
   outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
   outcome.interrupted = totals[3].item<double>() > 0.0;
   if (!outcome.interrupted) group_->all_reduce_sum(flat_gradients_);
+}
+
+void Trainer::shard_evaluation(EvaluationOptions& options) {
+  if (world_size_ == 1) return;
+  options.shard = group_->rank();
+  options.shards = world_size_;
+  options.sum_over_processes = [this](at::Tensor& t) { group_->all_reduce_sum(t); };
 }
 
 bool Trainer::share_evaluation_outcome(bool completed) {

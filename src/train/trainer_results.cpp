@@ -31,6 +31,11 @@ std::string split_description(const char* flag, const std::string& file, std::si
 }  // namespace
 
 void Trainer::write_run_results(TrainResult& result) {
+  // Every process evaluates its share of the batches (the evaluations are collectives); rank 0 writes.
+  const bool evaluates = args_.do_eval && !in_.eval_examples.empty();
+  const bool predicts = args_.do_predict && !in_.test_examples.empty();
+  const auto evaluation = evaluates ? run_evaluation(in_.eval_examples) : EvaluationResult{};
+  const auto prediction = predicts ? run_evaluation(in_.test_examples) : EvaluationResult{};
   if (!main_process_) return;
   const fs::path out(args_.output_dir);
   auto train_metrics = result.metrics;
@@ -38,8 +43,7 @@ void Trainer::write_run_results(TrainResult& result) {
   train_metrics["train_samples"] = in_.train_examples.size();
   save_metrics(out, "train", train_metrics);
   const double epoch = result.metrics.value("epoch", 0.0);
-  if (args_.do_eval && !in_.eval_examples.empty()) {
-    const auto evaluation = run_evaluation(in_.eval_examples);
+  if (evaluates) {
     auto metrics = evaluation_metrics(evaluation, args_.predict_with_generate);
     metrics["epoch"] = epoch;
     metrics["eval_samples"] = in_.eval_examples.size();
@@ -49,8 +53,7 @@ void Trainer::write_run_results(TrainResult& result) {
     save_metrics(out, "eval", metrics);
     result.eval_metrics = metrics;
   }
-  if (args_.do_predict && !in_.test_examples.empty()) {
-    const auto prediction = run_evaluation(in_.test_examples);
+  if (predicts) {
     auto metrics = with_prefix(evaluation_metrics(prediction, args_.predict_with_generate), "predict_");
     metrics["predict_samples"] = in_.test_examples.size();
     save_metrics(out, "predict", metrics);

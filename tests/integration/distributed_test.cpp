@@ -1,9 +1,12 @@
 // `fitsum train` as several processes on 127.0.0.1, launched the way torchrun launches them (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
 // 0 writes, ZeRO stage 1 trains stage 0's weights, checkpoints (sharded or not) resume at any world size, early
-// stopping and the best model match one process's, rank 0's memory plan is the job's, a killed process ends the other
-// with an error, SIGTERM to every process saves one checkpoint and exits 143, and --nproc_per_node starts the processes
-// without a launcher.
+// stopping and the best model match one process's, sharded evaluation equals one process's, rank 0's memory plan is the
+// job's, a killed process ends the other with an error, SIGTERM to every process saves one checkpoint and exits 143,
+// and --nproc_per_node starts the processes without a launcher.
+#include <fstream>
+#include <sstream>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -254,6 +257,91 @@ TEST(Distributed, EarlyStoppingAndTheBestModelMatchOneProcess) {
   EXPECT_NE(ranks[0].output.find("early stopping at step " + a["global_step"].dump()), std::string::npos)
       << ranks[0].output;
   expect_same_weights(dir / "one", dir / "two", 1e-5);
+}
+
+// Records of SAMSum's first dialogues with summaries of their own: a random model writes the same words for every
+// dialogue ("podium", "fights"), so these summaries give every example its own ROUGE, and a lost or misplaced share
+// of the evaluation changes the means.
+fs::path write_scored_records(const fs::path& file, const fs::path& samsum, int count) {
+  const std::vector<std::string> summaries = {
+      "podium fights",   "a dog at home", "podium", "fights fights podium podium",
+      "nothing of note", "podium cat",    "fights", "the podium"};
+  const auto lines = util::read_file(samsum);
+  std::istringstream in(lines);
+  std::ofstream out(file);
+  std::string line;
+  for (int i = 0; i < count && std::getline(in, line); ++i) {
+    auto record = nlohmann::json::parse(line);
+    record["summary"] = summaries[static_cast<std::size_t>(i) % summaries.size()];
+    out << record.dump() << "\n";
+  }
+  return file;
+}
+
+// Every process evaluates every other batch (7 examples in batches of 2: rank 0 the first and third, rank 1 the second
+// and the last, a single example); the metrics during and after training, the prediction metrics and
+// generated_predictions.txt equal one process's `fitsum eval` of the same weights (learning rate 0).
+TEST(Distributed, ShardedEvaluationEqualsOneProcess) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-sharded-eval");
+  const auto samsum = source_dir() / "data" / "samsum";
+  const auto validation = write_scored_records(dir / "validation.jsonl", samsum / "validation.jsonl", 7);
+  const auto test = write_scored_records(dir / "test.jsonl", samsum / "test.jsonl", 5);
+  const std::string lengths = " --max_source_length 64 --max_target_length 16";
+  const std::string common = " --train_file '" + (samsum / "train.jsonl").string() +
+                             "' --max_train_samples 8 --per_device_train_batch_size 2 --optim adafactor "
+                             "--learning_rate 0 --disable_tqdm" +
+                             lengths;
+  const auto init = run_command(fitsum_binary().string() + " train --config_name '" +
+                                (source_dir() / "configs" / "pegasus-tiny").string() + "' --tokenizer_name '" +
+                                (shared_dir() / "data" / "pegasus").string() + "' --output_dir '" +
+                                (dir / "init").string() + "' --max_steps 1 --save_strategy no" + common);
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  const auto ranks = launch(2,
+                            fitsum_binary().string() + " train --model_name_or_path '" + (dir / "init").string() +
+                                "' --output_dir '" + (dir / "two").string() + "' --validation_file '" +
+                                validation.string() + "' --test_file '" + test.string() +
+                                "' --do_eval --do_predict --predict_with_generate --generation_max_length 40 "
+                                "--generation_num_beams 2 --per_device_eval_batch_size 2 --eval_strategy steps "
+                                "--eval_steps 1 --max_steps 2 --save_strategy no --logging_steps 1" +
+                                common,
+                            dir);
+  for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto one_process = [&](const fs::path& file, const std::string& name) {
+    const auto run = run_command(fitsum_binary().string() + " eval --model '" + (dir / "init").string() +
+                                 "' --test_file '" + file.string() +
+                                 "' --per_device_eval_batch_size 2 --num_beams 2 --max_length 40 --disable_tqdm "
+                                 "--metrics_file '" +
+                                 (dir / (name + ".json")).string() + "' --predictions_file '" +
+                                 (dir / (name + ".jsonl")).string() + "'" + lengths);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    return util::read_json_file(dir / (name + ".json"));
+  };
+  const auto want_eval = one_process(validation, "eval");
+  const auto want_predict = one_process(test, "predict");
+  ASSERT_GT(want_eval["eval_rouge1"].get<double>(), 1.0) << want_eval.dump();  // the records score
+  std::vector<nlohmann::json> evaluations;
+  for (const auto& entry : log_history(dir / "two")) {
+    if (entry.contains("eval_loss")) evaluations.push_back(entry);
+  }
+  ASSERT_EQ(evaluations.size(), 3u);  // steps 1 and 2, and do_eval
+  evaluations.push_back(util::read_json_file(dir / "two" / "eval_results.json"));
+  auto predicted = util::read_json_file(dir / "two" / "predict_results.json");
+  for (const auto* metric : {"loss", "rouge1", "rouge2", "rougeL", "rougeLsum", "gen_len"}) {
+    const auto key = std::string("eval_") + metric;
+    for (const auto& e : evaluations) {
+      EXPECT_CLOSE(e[key].get<double>(), want_eval[key].get<double>(), relative(1e-6)) << key << " " << e.dump();
+    }
+    EXPECT_CLOSE(predicted[std::string("predict_") + metric].get<double>(), want_predict[key].get<double>(),
+                 relative(1e-6))
+        << metric;
+  }
+  std::string summaries;
+  std::istringstream lines(util::read_file(dir / "predict.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    summaries += (summaries.empty() ? "" : "\n") + nlohmann::json::parse(line)["summary"].get<std::string>();
+  }
+  EXPECT_EQ(util::read_file(dir / "two" / "generated_predictions.txt"), summaries);  // "\n".join, as HF writes it
 }
 
 // With --max_memory each process plans for its own device; rank 0's plan is the job's. A process with a larger

@@ -41,6 +41,13 @@ struct EvaluationOptions {
   // Called after each batch of a pass: phase ("eval loss" or "generate"), batches done, batches in the pass.
   std::function<void(const char* phase, std::size_t done, std::size_t total)> on_progress;
   std::function<bool()> should_stop;  // checked before each batch: a stop request ends the evaluation early
+  // Sharded across the processes of a data-parallel job: this process runs batches shard, shard + shards, ... of the
+  // one-process batching, and `sum_over_processes` (a sum of a CPU tensor over the processes, in place, called the
+  // same number of times on every process) gathers what each ran, so that every process ends with the one-process
+  // result: the same batches, the per-batch and per-example numbers combined in the one-process order.
+  int shard = 0;
+  int shards = 1;
+  std::function<void(at::Tensor&)> sum_over_processes;
 };
 
 struct Prediction {
@@ -57,7 +64,7 @@ struct EvaluationResult {
   double samples_per_second = 0.0;
   double runtime_seconds = 0.0;
   std::vector<Prediction> predictions;
-  bool interrupted = false;  // should_stop() ended it early: the numbers cover only part of the examples
+  bool interrupted = false;  // should_stop() ended it early (on any process): the numbers cover only part
 };
 
 // The loss HF's evaluation loop reports. Examples without labels are skipped; nullopt when none has any.

@@ -77,7 +77,7 @@ struct TrainerInputs {
   std::optional<std::int64_t> predicted_peak_bytes;
   int update_threads = 0;  // LibTorch intra-op threads for the optimizer step (util/threads.h); 0: as they are
   // Data-parallel training (train/distributed.h): this process's group, or none for one process. Every process of
-  // the group runs a Trainer with the same arguments and data; rank 0 writes every file and runs the evaluations.
+  // the group runs a Trainer with the same arguments and data; rank 0 writes every file, evaluations are sharded.
   std::shared_ptr<ProcessGroup> process_group;
 };
 
@@ -187,8 +187,13 @@ class Trainer {
   void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
   // A stop request seen by any process (every process must call it at the same point).
   bool stop_requested();
-  // After rank 0's evaluation: whether it completed and whether early stopping ends the run, on every process.
+  // Every process evaluates its share of the batches and ends with the whole result (EvaluationOptions::shards).
+  void shard_evaluation(EvaluationOptions& options);
+  // After an evaluation (sharded: every process has its metrics): whether it completed everywhere and whether rank
+  // 0's early stopping ends the run, on every process.
   bool share_evaluation_outcome(bool completed);
+  // Rank 0's weights and buffers on every process.
+  void share_rank_zero_weights();
   // ZeRO stage 1 (optim/sharding.h): the parameters whose optimizer state this process keeps and updates (none:
   // every parameter), and after each update, every parameter from its owner to the others.
   std::optional<std::set<std::string>> owned_parameter_names() const;
