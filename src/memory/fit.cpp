@@ -53,6 +53,7 @@ std::optional<FitResult> check_static_memory(const model::ModelConfig& config, c
   };
   FitResult r;
   r.worst = request.worst;
+  r.evaluation = request.evaluation;
   r.budget = request.budget;
   r.layers = std::max(config.encoder_layers, config.decoder_layers);
   std::ostringstream why;
@@ -214,6 +215,7 @@ FitResult fit(const model::ModelConfig& config, const c10::Device& device, const
   options.freeze_embeds = request.freeze_embeds;
   FitResult r;
   r.worst = request.worst;
+  r.evaluation = request.evaluation;
   r.budget = request.budget;
   r.calibration = calibrate(config, device, options);
   r.layers = std::max(r.calibration->encoder_layers, r.calibration->decoder_layers);

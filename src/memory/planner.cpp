@@ -107,6 +107,14 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
 
 // ---- Choosing ----
 
+void add_evaluation(const model::ModelConfig& config, EvaluationLoad load, std::int64_t eval_batch,
+                    Prediction& prediction) {
+  load.batch = eval_batch;
+  prediction.evaluation = predict_evaluation(config, load).peak();
+  prediction.peak = std::max(
+      prediction.peak, prediction.weights + prediction.gradients + prediction.optimizer_state + prediction.evaluation);
+}
+
 std::uint64_t with_margin(std::uint64_t bytes, double margin) {
   return static_cast<std::uint64_t>(std::ceil(static_cast<double>(bytes) * (1.0 + margin)));
 }
@@ -132,17 +140,15 @@ std::uint64_t budgeted_bytes(const Candidate& k, const PlanRequest& request) {
 
 // The largest eval batch (up to the requested one) that fits beside the candidate's resident memory, and what
 // evaluation adds at it; with none that fits, one example's (the candidate then does not fit).
-void add_evaluation(const Calibration& c, const PlanRequest& request, Candidate& candidate) {
+void add_planned_evaluation(const Calibration& c, const PlanRequest& request, Candidate& candidate) {
   if (!request.evaluation) return;
   auto& p = candidate.prediction;
   const auto resident = p.weights + p.gradients + p.optimizer_state;
   const auto usable = static_cast<std::uint64_t>(std::floor(static_cast<double>(request.budget) / (1.0 + request.margin)));
   auto load = *request.evaluation;
   const auto batch = usable > resident ? largest_evaluation_batch(c.config, load, usable - resident) : 0;
-  load.batch = std::max<std::int64_t>(1, batch);
-  candidate.knobs.eval_batch = load.batch;
-  p.evaluation = predict_evaluation(c.config, load).peak();
-  p.peak = std::max(p.peak, resident + p.evaluation);
+  candidate.knobs.eval_batch = std::max<std::int64_t>(1, batch);
+  memory::add_evaluation(c.config, load, candidate.knobs.eval_batch, p);
 }
 
 std::uint64_t needed_bytes(const Candidate& k, const PlanRequest& request) {
@@ -168,7 +174,7 @@ Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::
     candidate.cuda = predict_cuda_memory(*request.cuda, kind, micro_batch, worst.source,
                                          std::max(p.activations, p.optimizer_transient));
   }
-  add_evaluation(c, request, candidate);
+  add_planned_evaluation(c, request, candidate);
   candidate.fits = needed_bytes(candidate, request) <= request.budget;
   return candidate;
 }

@@ -360,7 +360,10 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
   chosen.zero_stage = static_cast<int>(value(6));
   chosen.eval_batch = value(7);
   const auto flags = memory::plan_arguments(chosen, *p.fit->calibration);
-  const auto prediction = memory::predict(*p.fit->calibration, chosen, p.fit->worst);
+  auto prediction = memory::predict(*p.fit->calibration, chosen, p.fit->worst);
+  if (p.fit->evaluation) {  // its eval batch too: evaluation may set the peak
+    memory::add_evaluation(p.fit->calibration->config, *p.fit->evaluation, chosen.eval_batch, prediction);
+  }
   const auto needs = memory::with_margin(prediction.peak, memory::kPlanMargin);
   const bool fits = needs <= p.budget;
   if (group->any(!fits)) {

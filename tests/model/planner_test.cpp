@@ -320,6 +320,13 @@ TEST(Planner, EvaluationBatchIsLoweredUntilItFitsAndCountsInThePeak) {
   EXPECT_EQ(chosen.knobs.eval_batch, 5);
   EXPECT_EQ(chosen.prediction.evaluation, at(5));
   EXPECT_EQ(chosen.prediction.peak, resident + at(5));  // evaluation, not the tiny training step, sets the peak
+  // Another process of a data-parallel job re-predicts rank 0's knobs: predict() and add_evaluation() at the plan's
+  // eval batch give the planner's own numbers, evaluation included (predict() alone is training's, below).
+  auto again = memory::predict(c, chosen.knobs, {1, request.source_length, request.target_length});
+  EXPECT_LT(again.peak, chosen.prediction.peak);
+  memory::add_evaluation(c.config, load, chosen.knobs.eval_batch, again);
+  EXPECT_EQ(again.evaluation, chosen.prediction.evaluation);
+  EXPECT_EQ(again.peak, chosen.prediction.peak);
   // Without evaluation the same budget keeps the plan and its peak is training's.
   auto without = request;
   without.evaluation.reset();

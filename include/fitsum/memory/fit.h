@@ -67,6 +67,7 @@ struct FitResult {
   std::uint64_t minimum_budget = 0;        // the smallest budget under which the request's best candidate fits
   std::uint64_t budget = 0;                // the request's budget
   BatchShape worst;                        // the request's worst batch (lengths planned for)
+  std::optional<EvaluationLoad> evaluation;  // the request's, when the run evaluates
   std::int64_t layers = 0;                 // the deeper stack's layer count (checkpointing labels)
   std::string explanation;                 // why this plan, or why none, in one paragraph
   // Set when the optimizer was `preferred` and the plan uses another: the numbers, for a warning.

@@ -94,6 +94,10 @@ struct Prediction {
 
 // `worst` gives the lengths; its batch is ignored (the knobs' micro-batch is used).
 Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const BatchShape& worst);
+// Adds what evaluating `load` at batch `eval_batch` holds beside the weights, gradients and optimizer state to a
+// prediction: Prediction::evaluation, and the peak when evaluation's is higher.
+void add_evaluation(const model::ModelConfig& config, EvaluationLoad load, std::int64_t eval_batch,
+                    Prediction& prediction);
 
 // ---- Choosing ----
 
