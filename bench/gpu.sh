@@ -4,6 +4,7 @@
 #      (torch.utils.cmake_prefix_path of $FITSUM_GPU_PYTHON, any 2.x version), in build-gpu/, without the
 #      SentencePiece shim; ldd and the c10d NCCL process group (an all-reduce on one rank);
 #   2. parity on CUDA (tests/gpu): float32 at the CPU tolerances, bfloat16 autocast within its documented bounds;
+#      data-parallel training on CUDA (bench/gpu_data_parallel.sh: NCCL with two GPUs, else Gloo on one);
 #   3. the memory planner on CUDA, the seed's configuration of pegasus-large (random init) under --max_memory:
 #      `fitsum plan` predicts allocated and reserved bytes (the CUDA allocator model's terms), `fitsum bench train`
 #      measures torch.cuda.max_memory_allocated / max_memory_reserved; then the planner's own choice (bench --plan);
@@ -157,6 +158,11 @@ show grep -E "libtorch_cuda|libnccl|not found|NCCL|all-reduce" "$work/check.log"
 echo "== parity tests on CUDA"
 run parity-tests 120 20 "$work/gpu_tests.log" "./$build/tests/fitsum_gpu_tests" --gtest_output="json:$work/gpu_tests.json"
 show grep -E "^\[  FAILED  \]|^\[  PASSED  \]|Failure$" "$work/gpu_tests.log" | sort -u | head -12 | sed 's/^/    /'
+
+echo "== data-parallel on CUDA: 2 processes x accumulation 1 against 1 x 2, the tiny fixture"
+run data-parallel 90 20 "$work/data_parallel.log" bash bench/gpu_data_parallel.sh "./$build/fitsum" \
+  "$root/.gpu/shared/fixtures/tiny-pegasus" "$work/data-parallel"
+show cat "$work/data_parallel.log"
 
 echo "== planner on CUDA: pegasus-large, the seed's configuration, --max_memory $cap, $src_len / $tgt_len tokens"
 seed_flags=(--per_device_train_batch_size 1 --gradient_accumulation_steps 64 --no_resplit --optim adafactor

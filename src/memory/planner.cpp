@@ -303,7 +303,7 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
   plan.decoder_layers = d;
   plan.minimum_budget = std::numeric_limits<std::uint64_t>::max();
   for (const auto m : micro_batch_choices(request)) {
-    for (const auto [kind, zero] : optimizer_and_stage_choices(request, optimizers)) {
+    for (const auto& [kind, zero] : optimizer_and_stage_choices(request, optimizers)) {
       if (request.checkpointed_layers) {
         const auto [ce, cd] = *request.checkpointed_layers;
         plan.candidates.push_back(make_candidate(c, request, m, std::min(ce, e), std::min(cd, d), kind, zero));

@@ -12,7 +12,12 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef FITSUM_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 #include <torch/torch.h>
+
+#include "fitsum/util/torch_compat.h"
 
 namespace fitsum::train {
 
@@ -105,11 +110,56 @@ LaunchEnvironment launch_environment(const std::function<const char*(const char*
   return env;
 }
 
+// What both process groups implement: c10d::Backend since PyTorch 2.0, c10d::ProcessGroup before.
+#if FITSUM_TORCH_AT_LEAST(2, 0)
+using Collectives = c10d::Backend;
+#else
+using Collectives = c10d::ProcessGroup;
+#endif
+
+bool nccl_available() {
+#ifdef FITSUM_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string default_ddp_backend(const c10::Device& device) {
+  return device.is_cuda() && nccl_available() ? "nccl" : "gloo";
+}
+
 struct ProcessGroup::State {
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<Collectives> group;
+  // nccl: the CUDA device its collectives run on (CPU tensors are copied there and back); gloo: the CPU.
+  c10::Device device = c10::Device(c10::kCPU);
   int rank = 0;
   int size = 1;
   std::chrono::seconds timeout{0};
+
+  ~State() {
+#ifdef FITSUM_WITH_NCCL
+    // NCCL's watchdog thread keeps a process alive until its group is shut down (destroy_process_group in Python).
+    if (group && !device.is_cpu()) {
+      try {
+        group->shutdown();
+      } catch (const std::exception&) {
+      }
+    }
+#endif
+  }
+
+  // `run` on `tensor` where the backend takes it: a CPU tensor of an nccl group through a copy on its device.
+  template <typename Run>
+  void on_device(torch::Tensor& tensor, Run&& run) {
+    if (device.is_cpu() || tensor.device() == device) {
+      run(tensor);
+      return;
+    }
+    auto staged = tensor.to(device);
+    run(staged);
+    tensor.copy_(staged.to(tensor.device()));
+  }
 
   // Runs a collective, turning c10d's errors (a peer gone, the timeout) into one line that says what failed.
   template <typename Run>
@@ -128,11 +178,21 @@ ProcessGroup::ProcessGroup(std::unique_ptr<State> state) : state_(std::move(stat
 ProcessGroup::~ProcessGroup() = default;
 
 std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env, const std::string& backend,
-                                                    std::chrono::seconds timeout) {
-  if (backend != "gloo") {
-    throw std::invalid_argument("ddp_backend '" + backend + "' is not available in this build (gloo is)");
+                                                    std::chrono::seconds timeout, const c10::Device& device) {
+  if (backend == "nccl" && !nccl_available()) {
+    throw std::invalid_argument(
+        "ddp_backend nccl: this fitsum is built without NCCL (a CPU LibTorch, or a CUDA one "
+        "configured without FITSUM_NCCL_ROOT: make build-cuda); use ddp_backend gloo");
+  }
+  if (backend == "nccl" && !device.is_cuda()) {
+    throw std::invalid_argument("ddp_backend nccl runs on CUDA devices; this process trains on " + device.str() +
+                                ": use ddp_backend gloo for CPU processes");
+  }
+  if (backend != "nccl" && backend != "gloo") {
+    throw std::invalid_argument("ddp_backend '" + backend + "' is not one of gloo, nccl");
   }
   auto state = std::make_unique<State>();
+  if (backend == "nccl") state->device = device;
   state->rank = env.rank;
   state->size = env.world_size;
   state->timeout = timeout;
@@ -146,10 +206,18 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env
     if (env.agent_store) {
       store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
     }
-    auto gloo = c10d::ProcessGroupGloo::Options::create();
-    gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    gloo->timeout = timeout;
-    state->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo);
+    if (backend == "nccl") {
+#ifdef FITSUM_WITH_NCCL
+      auto nccl = c10d::ProcessGroupNCCL::Options::create();
+      nccl->timeout = timeout;
+      state->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, nccl);
+#endif
+    } else {
+      auto gloo = c10d::ProcessGroupGloo::Options::create();
+      gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      gloo->timeout = timeout;
+      state->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo);
+    }
   } catch (const std::exception& e) {
     throw std::runtime_error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                              " could not join the rendezvous at " + env.master_addr + ":" +
@@ -164,17 +232,21 @@ int ProcessGroup::size() const { return state_->size; }
 
 void ProcessGroup::all_reduce_sum(torch::Tensor& tensor) {
   state_->collective("all-reduce", [&] {
-    std::vector<at::Tensor> tensors{tensor};
-    state_->group->allreduce(tensors)->wait();
+    state_->on_device(tensor, [&](torch::Tensor& t) {
+      std::vector<at::Tensor> tensors{t};
+      state_->group->allreduce(tensors)->wait();
+    });
   });
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {
   state_->collective("broadcast", [&] {
-    std::vector<at::Tensor> tensors{tensor};
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    state_->group->broadcast(tensors, options)->wait();
+    state_->on_device(tensor, [&](torch::Tensor& t) {
+      std::vector<at::Tensor> tensors{t};
+      c10d::BroadcastOptions options;
+      options.rootRank = root;
+      state_->group->broadcast(tensors, options)->wait();
+    });
   });
 }
 

@@ -83,10 +83,6 @@ void Trainer::join_process_group() {
   if (!group_ || group_->size() == 1) return;
   world_size_ = group_->size();
   main_process_ = group_->rank() == 0;
-  if (!in_.device.is_cpu()) {
-    throw std::invalid_argument("data-parallel training runs on the CPU (ddp_backend gloo) in this version; device " +
-                                in_.device.str() + " needs nccl");
-  }
   check_processes_agree(*group_, args_, in_);
   // Every process starts from rank 0's weights and buffers (loaded or drawn the same way everywhere, but a process
   // that read another copy of a checkpoint must not train a different model).

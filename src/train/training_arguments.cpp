@@ -181,8 +181,8 @@ void TrainingArguments::validate() const {
                                 ": 0 (no sharding) or 1 (optimizer state sharded across the processes); stage 2 "
                                 "(gradients sharded too) is not available yet");
   }
-  if (!ddp_backend.empty() && ddp_backend != "gloo") {
-    throw std::invalid_argument("ddp_backend '" + ddp_backend + "' is not available: gloo is (CPU processes)");
+  if (!ddp_backend.empty() && ddp_backend != "gloo" && ddp_backend != "nccl") {
+    throw std::invalid_argument("ddp_backend '" + ddp_backend + "' is not one of gloo (CPU processes), nccl (GPUs)");
   }
   for (const auto& [field, value] :
        {std::pair{"gradient_checkpointing_layers", gradient_checkpointing_layers},

@@ -322,10 +322,11 @@ namespace {
 void join_launched_processes(PreparedTraining& p, const Report& report) {
   const auto env = launch_environment();
   if (!env.distributed()) return;
-  const auto backend = p.args.ddp_backend.empty() ? std::string("gloo") : p.args.ddp_backend;
+  const auto backend = p.args.ddp_backend.empty() ? default_ddp_backend(p.inputs.device) : p.args.ddp_backend;
   say(report, "process " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (" + env.launcher +
                   "), rendezvous " + env.master_addr + ":" + std::to_string(env.master_port) + ", " + backend);
-  p.inputs.process_group = ProcessGroup::connect(env, backend, std::chrono::seconds(p.args.ddp_timeout));
+  p.inputs.process_group =
+      ProcessGroup::connect(env, backend, std::chrono::seconds(p.args.ddp_timeout), p.inputs.device);
 }
 
 // With --max_memory every process planned for its own device, and the processes must train alike: rank 0's plan is

@@ -5,6 +5,9 @@
 #include <stdexcept>
 
 #include <torch/cuda.h>
+#ifdef FITSUM_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 #include "fitsum/util/host_allocator.h"
 
@@ -18,7 +21,22 @@ bool built_with_cuda() {
 #endif
 }
 
-c10::Device resolve_device(const std::string& name) {
+namespace {
+
+c10::Device local_cuda_device(int local_rank) {
+  const auto visible = static_cast<int>(torch::cuda::device_count());
+  if (local_rank < 0 || local_rank >= visible) {
+    throw std::invalid_argument("device cuda: this is process " + std::to_string(local_rank) +
+                                " of its machine (LOCAL_RANK) but " + std::to_string(visible) +
+                                " CUDA device(s) are visible: one process per device (--nproc_per_node at most the "
+                                "GPUs), or device cpu");
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+}  // namespace
+
+c10::Device resolve_device(const std::string& name, int local_rank) {
   if (name == "cpu") return c10::Device(c10::kCPU);
   if (name == "cuda") {
     if (!built_with_cuda()) {
@@ -31,9 +49,9 @@ c10::Device resolve_device(const std::string& name) {
           "device cuda: no CUDA device is visible (no GPU or no NVIDIA driver on this machine, or "
           "CUDA_VISIBLE_DEVICES hides them); use device cpu");
     }
-    return c10::Device(c10::kCUDA, 0);
+    return local_cuda_device(local_rank);
   }
-  if (name == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA) : c10::Device(c10::kCPU);
+  if (name == "auto") return torch::cuda::is_available() ? local_cuda_device(local_rank) : c10::Device(c10::kCPU);
   throw std::invalid_argument("device '" + name + "' is not one of cpu, cuda, auto");
 }
 
@@ -49,7 +67,11 @@ Runtime setup_runtime(const RuntimeOptions& options) {
   } else if (const char* text = std::getenv("PYTORCH_CUDA_ALLOC_CONF"); text != nullptr && *text != '\0') {
     runtime.cuda_alloc_conf = parse_cuda_alloc_conf(text, "PYTORCH_CUDA_ALLOC_CONF");
   }
-  runtime.device = resolve_device(options.device);
+  runtime.device = resolve_device(options.device, options.local_rank);
+#ifdef FITSUM_WITH_CUDA
+  // Tensors made for "cuda" without an index, cuBLAS's handles and NCCL's communicator go to this device.
+  if (runtime.device.is_cuda()) c10::cuda::set_device(runtime.device.index());
+#endif
   if (runtime.device.is_cpu()) {
     const double gflops = quick_matmul_gflops();
     if (gflops < 20.0) {

@@ -164,9 +164,23 @@ TEST(ProcessGroup, AMissingPeerIsAOneLineErrorWithinTheTimeout) {
   }
 }
 
-TEST(ProcessGroup, OnlyGlooIsAvailable) {
+// Refused before any rendezvous: a backend that does not exist, nccl without NCCL in the build or on a CPU device.
+TEST(ProcessGroup, BackendsThisBuildOrDeviceCannotRunAreRefused) {
   train::LaunchEnvironment env;
-  EXPECT_THROW(train::ProcessGroup::connect(env, "nccl", std::chrono::seconds(1)), std::invalid_argument);
+  const auto message = [&](const std::string& backend) {
+    try {
+      train::ProcessGroup::connect(env, backend, std::chrono::seconds(1));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(message("mpi").find("'mpi' is not one of gloo, nccl"), std::string::npos) << message("mpi");
+  const auto nccl = message("nccl");
+  EXPECT_NE(nccl.find(train::nccl_available() ? "runs on CUDA devices" : "built without NCCL"), std::string::npos)
+      << nccl;
+  EXPECT_EQ(train::default_ddp_backend(c10::Device(c10::kCPU)), "gloo");
+  EXPECT_EQ(train::default_ddp_backend(c10::Device(c10::kCUDA, 0)), train::nccl_available() ? "nccl" : "gloo");
 }
 
 }  // namespace

@@ -75,7 +75,9 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   // A closed stdout (fitsum train ... | head) fails the log writes with EPIPE instead of killing the run.
   std::signal(SIGPIPE, SIG_IGN);
   if (launch_workers(o)) return;
-  const auto runtime = start_runtime(o.runtime);
+  auto runtime_options = o.runtime;
+  runtime_options.local_rank = train::launch_environment().local_rank;  // its device, under a launcher
+  const auto runtime = start_runtime(runtime_options);
   std::printf("data\n");
   train::PreparedTraining prepared;
   try {

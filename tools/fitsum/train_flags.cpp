@@ -180,7 +180,8 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_t
       "--save_total_limit", [&t](const std::int64_t& n) { t.save_total_limit = n; },
       "keep only the newest N checkpoints");
   g.add_option("--ddp_backend", t.ddp_backend,
-               "with several processes (torchrun, mpirun, srun): gloo (the default; CPU processes)");
+               "with several processes (torchrun, mpirun, srun): gloo (CPU processes) or nccl (GPUs); default: nccl on "
+               "CUDA devices where this build has it, else gloo");
   g.add_option("--ddp_timeout", t.ddp_timeout, "seconds a process waits for the others before it gives up")
       ->capture_default_str();
   g.add_option("--zero_stage", t.zero_stage,

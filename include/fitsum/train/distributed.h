@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include <c10/core/Device.h>
 #include <torch/types.h>
 
 namespace fitsum::train {
@@ -40,24 +41,34 @@ struct LaunchEnvironment {
 // and its value when one is not a number, a rank is outside the world, or the rendezvous is missing.
 LaunchEnvironment launch_environment(const std::function<const char*(const char*)>& lookup = {});
 
+// Whether this build has c10d's NCCL process group (a CUDA LibTorch built with the NCCL it loads).
+bool nccl_available();
+
+// HF's default ddp_backend for a device: nccl on a CUDA device where the build has it, else gloo.
+std::string default_ddp_backend(const c10::Device& device);
+
 // The processes of one job. Collectives block until every process has called them (or the timeout passes: then
 // they throw, naming the operation); every process must call the same collectives in the same order.
 class ProcessGroup {
  public:
   // Connects this process to the others (rank 0 hosts the TCPStore unless torchrun's agent does). `backend` is
-  // HF's ddp_backend: "gloo" (CPU tensors). Throws std::runtime_error when the rendezvous or a peer does not answer
-  // within `timeout`.
+  // HF's ddp_backend: "gloo" (tensors on the CPU or, where LibTorch has CUDA, a CUDA device) or "nccl" (`device`
+  // must be this process's CUDA device; CPU tensors given to a collective travel through it). Throws
+  // std::invalid_argument for a backend this build or device cannot run, std::runtime_error when the rendezvous or a
+  // peer does not answer within `timeout`.
   static std::shared_ptr<ProcessGroup> connect(const LaunchEnvironment& environment, const std::string& backend,
-                                               std::chrono::seconds timeout);
+                                               std::chrono::seconds timeout,
+                                               const c10::Device& device = c10::Device(c10::kCPU));
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
   int rank() const;
   int size() const;
-  // Sums `tensor` (contiguous, on the CPU) over the processes, in place.
+  // Sums `tensor` (contiguous; on the CPU or the group's device) over the processes, in place.
   void all_reduce_sum(torch::Tensor& tensor);
-  // Copies `tensor` (contiguous, on the CPU) of process `root` into every process's `tensor` (same shape and type).
+  // Copies `tensor` (contiguous; on the CPU or the group's device) of process `root` into every process's `tensor`
+  // (same shape and type).
   void broadcast(torch::Tensor& tensor, int root);
   // Process `root`'s `text` on every process (the others' `text` is ignored).
   std::string broadcast_string(const std::string& text, int root);

@@ -100,7 +100,8 @@ struct TrainingArguments {
   double early_stopping_threshold = 0.0;
 
   // Data parallelism across processes (train/distributed.h; the launcher's environment says how many): HF's
-  // ddp_backend (empty: gloo, the CPU's) and ddp_timeout, the seconds a collective waits for the other processes.
+  // ddp_backend (empty: nccl on CUDA devices where the build has it, else gloo) and ddp_timeout, the seconds a
+  // collective waits for the other processes.
   std::string ddp_backend;
   std::int64_t ddp_timeout = 1800;
   // ZeRO stage (optim/sharding.h): 0 every process keeps the whole optimizer state; 1 each keeps and updates its share

@@ -17,6 +17,8 @@ namespace fitsum::util {
 
 struct RuntimeOptions {
   std::string device = "auto";  // cpu, cuda or auto
+  // The process's place on its machine in a data-parallel job (LOCAL_RANK; 0 alone): its CUDA device's index.
+  int local_rank = 0;
   ThreadSettings threads;       // zero fields: fitsum's defaults (default_thread_settings)
   bool tune_host_allocator = true;
   // The CUDA caching allocator's settings (parsed from --cuda_alloc_conf); set as PYTORCH_CUDA_ALLOC_CONF before
@@ -36,8 +38,9 @@ struct Runtime {
 bool built_with_cuda();
 
 // "cpu", "cuda" or "auto" (CUDA when a device is visible). Throws std::invalid_argument in one line naming `device`
-// and why CUDA cannot be had (a CPU-only LibTorch, or no visible device) with what to do instead.
-c10::Device resolve_device(const std::string& name);
+// and why CUDA cannot be had (a CPU-only LibTorch, or no visible device) with what to do instead. On CUDA, process
+// `local_rank` of a machine takes device local_rank, as torchrun's workers do (one process per device).
+c10::Device resolve_device(const std::string& name, int local_rank = 0);
 
 // Applies the options to the process; call once, before the model is built.
 Runtime setup_runtime(const RuntimeOptions& options);
