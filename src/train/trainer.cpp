@@ -361,9 +361,12 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
     log_training(epoch_value);
   }
   if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
-    // Every process evaluates its share and has the metrics; rank 0 logs them and judges the best model and early
-    // stopping, whose verdict reaches every process, so that all take the same path to the next collective.
-    if (!share_evaluation_outcome(evaluate_and_record(epoch_value))) return;
+    // Every process evaluates its share and has the metrics (and whether a stop request interrupted them); rank 0
+    // logs them and judges the best model and early stopping, whose verdict reaches every process, so that all take
+    // the same path to the next collective.
+    const bool completed = evaluate_and_record(epoch_value);
+    share_early_stopping();
+    if (!completed) return;
   }
   if (due(args_.save_strategy, save_steps_, end_of_epoch)) save_checkpoint(util::random_state(in_.device));
 }

@@ -219,12 +219,8 @@ void Trainer::shard_evaluation(EvaluationOptions& options) {
   options.sum_over_processes = [this](at::Tensor& t) { group_->all_reduce_sum(t); };
 }
 
-bool Trainer::share_evaluation_outcome(bool completed) {
-  if (world_size_ == 1) return completed;
-  auto flags = torch::tensor({completed ? 0.0 : 1.0, stop_early_ ? 1.0 : 0.0}, torch::kDouble);
-  group_->all_reduce_sum(flags);
-  stop_early_ = flags[1].item<double>() > 0.0;
-  return flags[0].item<double>() == 0.0;
+void Trainer::share_early_stopping() {
+  if (world_size_ > 1) stop_early_ = group_->any(stop_early_);
 }
 
 bool Trainer::stop_requested() {

@@ -189,9 +189,9 @@ class Trainer {
   bool stop_requested();
   // Every process evaluates its share of the batches and ends with the whole result (EvaluationOptions::shards).
   void shard_evaluation(EvaluationOptions& options);
-  // After an evaluation (sharded: every process has its metrics): whether it completed everywhere and whether rank
-  // 0's early stopping ends the run, on every process.
-  bool share_evaluation_outcome(bool completed);
+  // After an evaluation: whether rank 0's early stopping ends the run, on every process (whether the sharded
+  // evaluation completed every process knows already).
+  void share_early_stopping();
   // Rank 0's weights and buffers on every process.
   void share_rank_zero_weights();
   // ZeRO stage 1 (optim/sharding.h): the parameters whose optimizer state this process keeps and updates (none:
