@@ -44,11 +44,13 @@ std::string freeze_hint(const model::ModelConfig& config, const FitRequest& requ
 std::optional<FitResult> check_static_memory(const model::ModelConfig& config, const FitRequest& request) {
   if (request.budget == 0) throw std::invalid_argument("max_memory must be above 0");
   const auto counts = request_counts(config, request.freeze_embeds);
-  // Per process: with several processes, the optimizer state of the largest share unless stage 0 is fixed.
-  const bool sharded = request.world_size > 1 && request.zero_stage.value_or(1) >= 1;
+  // Per process: with several processes, the optimizer state of the largest share unless stage 0 is fixed, and the
+  // gradients' share unless stage 0 or 1 is.
+  const int stage = request.world_size > 1 ? request.zero_stage.value_or(2) : 0;
   const auto needs = [&](optim::OptimizerType type) {
     auto m = static_training_memory(counts, type, StorageDtype::fp32);
-    m.optimizer_state = sharded_optimizer_state(counts, type, StorageDtype::fp32, sharded ? request.world_size : 1);
+    m.optimizer_state = sharded_optimizer_state(counts, type, StorageDtype::fp32, stage >= 1 ? request.world_size : 1);
+    if (stage >= 2) m.gradients = sharded_gradients(counts, request.world_size, request.bucket_bytes);
     return m;
   };
   FitResult r;
@@ -135,6 +137,7 @@ PlanRequest plan_request(const FitRequest& request, const c10::Device& device, s
   p.bf16 = request.bf16;
   p.world_size = request.world_size;
   p.zero_stage = request.zero_stage;
+  p.bucket_bytes = request.bucket_bytes;
   p.budget = request.budget;
   p.margin = request.margin;
   p.evaluation = request.evaluation;

@@ -75,7 +75,9 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   const auto cd = std::clamp<std::int64_t>(knobs.decoder_checkpointed, 0, c.decoder_layers);
   Prediction p;
   p.weights = c.weight_bytes;
-  p.gradients = c.gradient_bytes;
+  p.gradients = knobs.zero_stage >= 2 && knobs.world_size > 1
+                    ? sharded_gradients(c.counts, knobs.world_size, knobs.bucket_bytes)
+                    : c.gradient_bytes;
   p.optimizer_state = sharded_optimizer_state(c.counts, knobs.optimizer, StorageDtype::fp32,
                                               knobs.zero_stage >= 1 ? knobs.world_size : 1);
   // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
@@ -168,6 +170,7 @@ Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::
   candidate.knobs.bf16 = request.bf16;
   candidate.knobs.world_size = request.world_size;
   candidate.knobs.zero_stage = zero_stage;
+  candidate.knobs.bucket_bytes = request.bucket_bytes;
   candidate.prediction = predict(c, candidate.knobs, worst);
   if (request.cuda) {
     const auto& p = candidate.prediction;
@@ -195,14 +198,14 @@ std::vector<optim::OptimizerType> optimizer_choices(const PlanRequest& request) 
   return {request.optimizer, other};
 }
 
-// Every optimizer with every ZeRO stage the request allows (stage 1 only with several processes).
+// Every optimizer with every ZeRO stage the request allows (stages 1 and 2 only with several processes).
 std::vector<std::pair<optim::OptimizerType, int>> optimizer_and_stage_choices(
     const PlanRequest& request, const std::vector<optim::OptimizerType>& optimizers) {
   std::vector<int> stages = {0};
   if (request.zero_stage) {
     stages = {request.world_size > 1 ? *request.zero_stage : 0};
   } else if (request.world_size > 1) {
-    stages = {0, 1};
+    stages = {0, 1, 2};
   }
   std::vector<std::pair<optim::OptimizerType, int>> out;
   for (const auto kind : optimizers) {
@@ -254,7 +257,9 @@ std::string describe_knobs(const PlanKnobs& k, const Calibration& c) {
     << (k.bf16 ? ", bf16" : "");
   if (k.world_size > 1) {
     s << ", " << k.world_size << " processes"
-      << (k.zero_stage >= 1 ? " with the optimizer state sharded (ZeRO stage 1)" : "");
+      << (k.zero_stage >= 2   ? " with the optimizer state and gradients sharded (ZeRO stage 2)"
+          : k.zero_stage >= 1 ? " with the optimizer state sharded (ZeRO stage 1)"
+                              : "");
   }
   return s.str();
 }
@@ -277,7 +282,7 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, const Cal
       << static_cast<long long>(std::llround(best.prediction.tokens_per_second)) << " tokens/s, the fastest of the "
       << fitting << " of " << plan.candidates.size() << " candidates that fit (ties within "
       << static_cast<int>(kSpeedTie * 100) << "% go to "
-      << (request.world_size > 1 ? "the unsharded optimizer state, then " : "")
+      << (request.world_size > 1 ? "the lowest ZeRO stage, then " : "")
       << "the least recomputation, then the largest micro-batch)";
   const Candidate* fastest = nullptr;
   for (const auto& k : plan.candidates) {

@@ -40,4 +40,10 @@ std::uint64_t sharded_optimizer_state(const model::ParameterCounts& counts, opti
   return optim::largest_share(elements, state, world_size);
 }
 
+std::uint64_t sharded_gradients(const model::ParameterCounts& counts, int world_size, std::int64_t bucket_bytes) {
+  std::vector<std::int64_t> elements;
+  for (const auto& t : counts.trainable_tensors) elements.push_back(t.elements);
+  return optim::sharded_gradient_bytes(elements, world_size, bucket_bytes);
+}
+
 }  // namespace fitsum::memory

@@ -19,7 +19,7 @@ void zero_gradients(torch::optim::Optimizer& optimizer) {
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
                       const UpdateOptions& options) {
   util::IntraOpThreadsGuard threads(options.threads);
-  const double norm = clip_grad_norm(parameters, options.max_grad_norm);
+  const double norm = clip_grad_norm(parameters, options.max_grad_norm, options.sum_over_processes);
   optimizer.step();
   zero_gradients(optimizer);
   return norm;

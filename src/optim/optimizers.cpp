@@ -341,15 +341,23 @@ void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTenso
   }
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
+                      const std::function<void(torch::Tensor&)>& sum_over_processes) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> norms;
   for (const auto& p : parameters) {
-    if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kFloat));
+    if (p.grad().defined()) {
+      norms.push_back(p.grad().norm(2).to(torch::kFloat));
+    } else if (sum_over_processes) {  // another process's: its norm arrives in the sum
+      norms.push_back(torch::zeros({}, p.options().dtype(torch::kFloat)));
+    }
   }
   if (norms.empty()) return 0.0;
-  const auto total = torch::stack(norms).norm(2);
-  const double total_norm = total.item<double>();
+  auto stacked = torch::stack(norms);
+  // Each parameter's norm is on one process and 0 on the others, so the sum gathers them exactly: the norm is one
+  // process's, bit for bit.
+  if (sum_over_processes) sum_over_processes(stacked);
+  const double total_norm = stacked.norm(2).item<double>();
   if (max_norm > 0.0) {
     const double coef = max_norm / (total_norm + 1e-6);
     if (coef < 1.0) {

@@ -41,4 +41,18 @@ std::uint64_t largest_broadcast_bucket(const std::vector<std::int64_t>& elements
   return std::min(largest_share(elements, small, world_size), static_cast<std::uint64_t>(kBroadcastBucketBytes));
 }
 
+std::uint64_t sharded_gradient_bytes(const std::vector<std::int64_t>& elements, int world_size,
+                                     std::int64_t bucket_bytes) {
+  std::vector<std::uint64_t> bytes;
+  std::uint64_t total = 0, largest = 0;
+  for (auto n : elements) {
+    bytes.push_back(static_cast<std::uint64_t>(n) * 4);
+    total += bytes.back();
+    largest = std::max(largest, bytes.back());
+  }
+  if (world_size <= 1) return total;
+  const auto held = largest_share(elements, bytes, world_size) + largest + 2 * static_cast<std::uint64_t>(bucket_bytes);
+  return std::min(total, held);
+}
+
 }  // namespace fitsum::optim

@@ -25,6 +25,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/diagnostics.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/sharded_gradients.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/random_state.h"
@@ -115,7 +116,6 @@ void Trainer::log(nlohmann::ordered_json entry) {
 }
 
 Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t>>& planned) {
-  auto& model = *in_.model;
   // The denominator of the exact accumulated loss: every label token of the whole optimizer step. Splitting a
   // micro-batch after an out-of-memory error changes neither it nor the examples the step covers.
   std::int64_t step_tokens = 0;
@@ -124,67 +124,73 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   }
   if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
   const double denominator = static_cast<double>(step_tokens);
-  auto micro_batches = own_micro_batches(planned);
-  const auto step_rng = util::random_state(in_.device);
   oom_splits_in_step_ = 0;
+  auto accumulated = sharded_gradients_ ? accumulate_sharded(planned, denominator) : accumulate(planned, denominator);
+  auto& outcome = accumulated.outcome;
+  reduce_step(outcome, accumulated.loss_sum, accumulated.samples);
+  train_samples_ += accumulated.samples;
+  if (outcome.interrupted) return outcome;
+  outcome.loss = accumulated.loss_sum / denominator;
+  outcome.grad_norm = update_parameters();
+  return outcome;
+}
+
+model::TokenLoss Trainer::micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
+                                              std::int64_t& input_tokens) {
+  auto batch = data::collate(in_.train_examples, examples, in_.collator);
+  auto ids = batch.input_ids.to(in_.device);
+  auto mask = batch.attention_mask.to(in_.device);
+  auto labels = batch.labels.to(in_.device);
+  model::MicroBatchOptions options;
+  options.loss_scale = loss_scale;
+  options.label_smoothing = args_.label_smoothing_factor;
+  options.bf16 = args_.bf16;
+  auto token_loss = model::micro_batch_loss(*in_.model, ids, mask, labels, options);
+  input_tokens = mask.sum().item<std::int64_t>();
+  return token_loss;
+}
+
+Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size_t>>& step, double denominator) {
+  auto micro_batches = own_micro_batches(step);
+  const auto step_rng = util::random_state(in_.device);
   for (;;) {  // one pass per attempt: redone only when an out-of-memory error hit a backward
-    StepOutcome outcome;
-    double loss_sum = 0.0;
-    std::int64_t samples = 0;
+    Accumulated done;
     bool redo = false;
     for (std::size_t i = 0; i < micro_batches.size();) {
       const auto mb = micro_batches[i];
-      auto batch = data::collate(in_.train_examples, mb, in_.collator);
-      auto ids = batch.input_ids.to(in_.device);
-      auto mask = batch.attention_mask.to(in_.device);
-      auto labels = batch.labels.to(in_.device);
       const auto micro_rng = util::random_state(in_.device);
       model::TokenLoss token_loss;
-      model::MicroBatchOptions options;
-      options.loss_scale = 1.0 / denominator;
-      options.label_smoothing = args_.label_smoothing_factor;
-      options.bf16 = args_.bf16;
+      std::int64_t input_tokens = 0;
       try {
-        token_loss = model::micro_batch_loss(model, ids, mask, labels, options);
+        token_loss = micro_batch_forward(mb, 1.0 / denominator, input_tokens);
       } catch (const c10::OutOfMemoryError& e) {
         // The forward's tensors were freed as its scope unwound; no gradient was touched: retry in halves.
-        token_loss = {};
-        split_after_oom(micro_batches, i, "forward", e);
+        split_after_oom(micro_batches, i, "forward", "carrying on", e);
         util::set_random_state(in_.device, micro_rng);
         continue;
       }
       try {
-        (token_loss.sum * options.loss_scale).backward();
+        (token_loss.sum * (1.0 / denominator)).backward();
       } catch (const c10::OutOfMemoryError& e) {
         // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start.
         token_loss = {};
-        split_after_oom(micro_batches, i, "backward", e);
+        split_after_oom(micro_batches, i, "backward", "redoing the step", e);
         zero_gradients();
         util::set_random_state(in_.device, step_rng);
         redo = true;
         break;
       }
-      loss_sum += token_loss.sum.item<double>();
-      outcome.tokens += mask.sum().item<std::int64_t>() + token_loss.tokens;
-      samples += static_cast<std::int64_t>(mb.size());
+      done.loss_sum += token_loss.sum.item<double>();
+      done.outcome.tokens += input_tokens + token_loss.tokens;
+      done.samples += static_cast<std::int64_t>(mb.size());
       ++i;
       if (callbacks_.on_micro_batch) callbacks_.on_micro_batch(i, micro_batches.size());
       if (g_stop_signal.load() != 0) {
-        outcome.interrupted = true;
+        done.outcome.interrupted = true;
         break;
       }
     }
-    if (redo) continue;
-    reduce_step(outcome, loss_sum, samples);
-    train_samples_ += samples;
-    if (outcome.interrupted) return outcome;
-    outcome.loss = loss_sum / denominator;
-    optim::UpdateOptions update;
-    update.max_grad_norm = args_.max_grad_norm;
-    update.threads = in_.update_threads;
-    outcome.grad_norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
-    share_updated_parameters();
-    return outcome;
+    if (!redo) return done;
   }
 }
 
@@ -196,7 +202,7 @@ bool Trainer::fully_checkpointed() const {
 }
 
 void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batches, std::size_t index,
-                              const char* phase, const c10::OutOfMemoryError& error) {
+                              const char* phase, const char* then, const c10::OutOfMemoryError& error) {
   auto& mb = micro_batches[index];
   oom_splits_in_step_ += 1;
   oom_splits_since_log_ += 1;
@@ -220,9 +226,8 @@ void Trainer::split_after_oom(std::vector<std::vector<std::size_t>>& micro_batch
   const auto half = static_cast<std::ptrdiff_t>(mb.size() / 2);
   std::vector<std::size_t> first(mb.begin(), mb.begin() + half), second(mb.begin() + half, mb.end());
   if (callbacks_.on_message) {
-    callbacks_.on_message(
-        where + ": split into " + std::to_string(first.size()) + " + " + std::to_string(second.size()) +
-        (std::string(phase) == "backward" ? ", redoing the step" : ", carrying on") + " (same examples, same update)");
+    callbacks_.on_message(where + ": split into " + std::to_string(first.size()) + " + " +
+                          std::to_string(second.size()) + ", " + then + " (same examples, same update)");
   }
   micro_batches[index] = std::move(second);
   micro_batches.insert(micro_batches.begin() + static_cast<std::ptrdiff_t>(index), std::move(first));

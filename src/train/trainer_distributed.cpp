@@ -11,7 +11,9 @@
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/sharding.h"
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/sharded_gradients.h"
 #include "fitsum/train/trainer.h"
+#include "fitsum/util/random_state.h"
 
 namespace fitsum::train {
 
@@ -32,6 +34,7 @@ void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, c
       {"data_seed", static_cast<double>(args.data_seed.value_or(args.seed))},
       {"bf16", args.bf16 ? 1.0 : 0.0},
       {"zero_stage", static_cast<double>(args.zero_stage)},
+      {"ddp_bucket_cap_mb", args.ddp_bucket_cap_mb},
       {"per_device_eval_batch_size", static_cast<double>(args.per_device_eval_batch_size)},
       {"predict_with_generate", args.predict_with_generate ? 1.0 : 0.0},
       {"training examples", static_cast<double>(in.train_examples.size())},
@@ -87,27 +90,31 @@ void Trainer::join_process_group() {
   // Every process starts from rank 0's weights and buffers (loaded or drawn the same way everywhere, but a process
   // that read another copy of a checkpoint must not train a different model).
   share_rank_zero_weights();
-  // One float32 buffer holds every trainable parameter's gradient, so that one collective sums them all in place.
-  // Autograd and fitsum's in-place embedding gradient accumulate into an existing .grad, and gradients are only
-  // ever zeroed in place (optim::zero_gradients), so the views stay the gradients for the whole run.
-  std::int64_t total = 0;
   for (const auto& p : parameter_list_) {
     if (p.scalar_type() != torch::kFloat) {
       throw std::invalid_argument("data-parallel training needs float32 parameters");
     }
-    total += p.numel();
   }
+  if (args_.zero_stage >= 1) {
+    std::vector<std::int64_t> elements;
+    for (const auto& p : parameter_list_) elements.push_back(p.numel());
+    owner_ = optim::partition_by_size(elements, world_size_);
+  }
+  if (args_.zero_stage >= 2) {  // each process keeps its share of the gradients only
+    sharded_gradients_ = std::make_unique<ShardedGradients>(group_, parameters_, owner_, args_.ddp_bucket_bytes());
+    return;
+  }
+  // One float32 buffer holds every trainable parameter's gradient, so that one collective sums them all in place.
+  // Autograd and fitsum's in-place embedding gradient accumulate into an existing .grad, and gradients are only
+  // ever zeroed in place (optim::zero_gradients), so the views stay the gradients for the whole run.
+  std::int64_t total = 0;
+  for (const auto& p : parameter_list_) total += p.numel();
   torch::NoGradGuard no_grad;
   flat_gradients_ = torch::zeros({total}, torch::TensorOptions(torch::kFloat).device(in_.device));
   std::int64_t offset = 0;
   for (auto& p : parameter_list_) {
     p.mutable_grad() = flat_gradients_.narrow(0, offset, p.numel()).view(p.sizes());
     offset += p.numel();
-  }
-  if (args_.zero_stage >= 1) {
-    std::vector<std::int64_t> elements;
-    for (const auto& p : parameter_list_) elements.push_back(p.numel());
-    owner_ = optim::partition_by_size(elements, world_size_);
   }
 }
 
@@ -164,11 +171,13 @@ void Trainer::share_updated_parameters() {
     }
     send_bucket();
   }
-  flat_gradients_.zero_();  // the optimizer zeroed only the gradients of its share
+  if (flat_gradients_.defined()) flat_gradients_.zero_();  // the optimizer zeroed only the gradients of its share
 }
 
 void Trainer::zero_gradients() {
-  if (flat_gradients_.defined()) {
+  if (sharded_gradients_) {
+    sharded_gradients_->clear();
+  } else if (flat_gradients_.defined()) {
     torch::NoGradGuard no_grad;
     flat_gradients_.zero_();
   } else {
@@ -183,10 +192,15 @@ std::int64_t Trainer::examples_per_step() const {
 std::vector<std::vector<std::size_t>> Trainer::own_micro_batches(
     const std::vector<std::vector<std::size_t>>& step) const {
   if (world_size_ == 1) return step;
+  return micro_batches_of(step, group_->rank());
+}
+
+std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vector<std::vector<std::size_t>>& step,
+                                                                int of_rank) const {
   std::vector<std::size_t> examples;
   for (const auto& mb : step) examples.insert(examples.end(), mb.begin(), mb.end());
   const auto n = examples.size();
-  const auto rank = static_cast<std::size_t>(group_->rank());
+  const auto rank = static_cast<std::size_t>(of_rank);
   const auto world = static_cast<std::size_t>(world_size_);
   const auto begin = n * rank / world;
   const auto end = n * (rank + 1) / world;
@@ -209,7 +223,85 @@ void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& 
   samples = static_cast<std::int64_t>(totals[1].item<double>());
   outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
   outcome.interrupted = totals[3].item<double>() > 0.0;
-  if (!outcome.interrupted) group_->all_reduce_sum(flat_gradients_);
+  if (!outcome.interrupted && flat_gradients_.defined()) group_->all_reduce_sum(flat_gradients_);
+}
+
+double Trainer::update_parameters() {
+  optim::UpdateOptions update;
+  update.max_grad_norm = args_.max_grad_norm;
+  update.threads = in_.update_threads;
+  if (sharded_gradients_) {
+    sharded_gradients_->expose_owned();
+    update.sum_over_processes = [this](torch::Tensor& t) { group_->all_reduce_sum(t); };
+  }
+  const double norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
+  share_updated_parameters();
+  if (sharded_gradients_) sharded_gradients_->clear();
+  return norm;
+}
+
+Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<std::size_t>>& step,
+                                                 double denominator) {
+  const auto own = own_micro_batches(step);
+  std::size_t rounds = 0;
+  for (int r = 0; r < world_size_; ++r) rounds = std::max(rounds, micro_batches_of(step, r).size());
+  Accumulated done;
+  for (std::size_t round = 0; round < rounds; ++round) {
+    if (round < own.size()) {
+      train_sharded_micro_batch(own[round], denominator, done);
+    } else {
+      sharded_gradients_->reduce_nothing();
+    }
+    if (callbacks_.on_micro_batch) callbacks_.on_micro_batch(round + 1, rounds);
+    // Every process ends the step at the same micro-batch: each of them sums gradients.
+    if (group_->any(requested_stop_signal() != 0)) {
+      done.outcome.interrupted = true;
+      break;
+    }
+  }
+  return done;
+}
+
+void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator,
+                                        Accumulated& into) {
+  std::vector<std::vector<std::size_t>> parts = {examples};
+  const auto start_rng = util::random_state(in_.device);
+  double loss_sum = 0.0;
+  std::int64_t tokens = 0;
+  for (std::size_t i = 0; i < parts.size();) {
+    const auto part_rng = util::random_state(in_.device);
+    model::TokenLoss token_loss;
+    std::int64_t input_tokens = 0;
+    try {
+      token_loss = micro_batch_forward(parts[i], 1.0 / denominator, input_tokens);
+    } catch (const c10::OutOfMemoryError& e) {
+      split_after_oom(parts, i, "forward", "carrying on", e);
+      util::set_random_state(in_.device, part_rng);
+      continue;
+    }
+    try {
+      sharded_gradients_->begin_backward(i + 1 == parts.size());
+      (token_loss.sum * (1.0 / denominator)).backward();
+      sharded_gradients_->end_backward();
+    } catch (const c10::OutOfMemoryError& e) {
+      // The gradients of this micro-batch not yet summed are dropped and it is redone from its first part; the
+      // buckets already summed keep their sums (the other processes only wait for the rest).
+      token_loss = {};
+      sharded_gradients_->abandon_micro_batch();
+      split_after_oom(parts, i, "backward", "redoing the micro-batch", e);
+      util::set_random_state(in_.device, start_rng);
+      loss_sum = 0.0;
+      tokens = 0;
+      i = 0;
+      continue;
+    }
+    loss_sum += token_loss.sum.item<double>();
+    tokens += input_tokens + token_loss.tokens;
+    ++i;
+  }
+  into.loss_sum += loss_sum;
+  into.outcome.tokens += tokens;
+  into.samples += static_cast<std::int64_t>(examples.size());
 }
 
 void Trainer::shard_evaluation(EvaluationOptions& options) {

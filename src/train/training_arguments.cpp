@@ -1,6 +1,7 @@
 // Implements include/fitsum/train/training_arguments.h.
 #include "fitsum/train/training_arguments.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -127,6 +128,10 @@ std::int64_t TrainingArguments::interval_in_steps(double value, std::int64_t max
   return static_cast<std::int64_t>(value);
 }
 
+std::int64_t TrainingArguments::ddp_bucket_bytes() const {
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(ddp_bucket_cap_mb * 1048576.0)));
+}
+
 void TrainingArguments::validate() const {
   const auto positive = [](std::int64_t v, const char* field) {
     if (v < 1) throw std::invalid_argument(std::string(field) + " must be at least 1, got " + std::to_string(v));
@@ -176,10 +181,15 @@ void TrainingArguments::validate() const {
   interval(save_steps, "save_steps");
   if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
   if (ddp_timeout < 1) throw std::invalid_argument("ddp_timeout must be at least 1 (seconds)");
-  if (zero_stage < 0 || zero_stage > 1) {
+  if (zero_stage < 0 || zero_stage > 2) {
     throw std::invalid_argument("zero_stage is " + std::to_string(zero_stage) +
-                                ": 0 (no sharding) or 1 (optimizer state sharded across the processes); stage 2 "
-                                "(gradients sharded too) is not available yet");
+                                ": 0 (no sharding), 1 (optimizer state sharded across the processes) or 2 (gradients "
+                                "sharded too)");
+  }
+  if (!(ddp_bucket_cap_mb > 0.0) || ddp_bucket_cap_mb > 1048576.0) {
+    std::ostringstream got;
+    got << ddp_bucket_cap_mb;
+    throw std::invalid_argument("ddp_bucket_cap_mb must be above 0 and at most 1048576 (MiB), got " + got.str());
   }
   if (!ddp_backend.empty() && ddp_backend != "gloo" && ddp_backend != "nccl") {
     throw std::invalid_argument("ddp_backend '" + ddp_backend + "' is not one of gloo (CPU processes), nccl (GPUs)");
@@ -263,6 +273,7 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["ddp_backend"] = ddp_backend.empty() ? nullptr : nlohmann::ordered_json(ddp_backend);
   j["ddp_timeout"] = ddp_timeout;
   j["zero_stage"] = zero_stage;
+  j["ddp_bucket_cap_mb"] = ddp_bucket_cap_mb;
   return j;
 }
 

@@ -261,6 +261,7 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
   memory::FitRequest request;
   request.world_size = world_size;
   if (fixed.zero_stage) request.zero_stage = args.zero_stage;
+  request.bucket_bytes = args.ddp_bucket_bytes();
   request.budget = budget;
   request.worst = worst;
   request.effective_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps;

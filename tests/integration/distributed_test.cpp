@@ -1,6 +1,6 @@
 // `fitsum train` as several processes on 127.0.0.1, launched the way torchrun launches them (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT): 2 processes x accumulation 2 train the weights of 1 process x accumulation 4, only rank
-// 0 writes, ZeRO stage 1 trains stage 0's weights, checkpoints (sharded or not) resume at any world size, early
+// 0 writes, ZeRO stages 1 and 2 train stage 0's weights, checkpoints (sharded or not) resume at any world size, early
 // stopping and the best model match one process's, sharded evaluation equals one process's, rank 0's memory plan is the
 // job's, a killed process ends the other with an error, SIGTERM to every process saves one checkpoint and exits 143,
 // and --nproc_per_node starts the processes without a launcher.
@@ -93,33 +93,58 @@ TEST_P(DistributedTrain, TwoProcessesTimesTwoEqualOneProcessTimesFour) {
   }
 }
 
-// ZeRO stage 1: each process keeps the optimizer state of its share of the parameters and updates only those. The
-// weights are those of stage 0, and the checkpoint's state is stage 0's, split into one file per process.
-TEST_P(DistributedTrain, ZeroStageOneTrainsTheWeightsOfStageZero) {
+// The optimizer state of a sharded checkpoint, joined from its two files: a real share each (neither process holds
+// nearly all of it) and no entry in both.
+std::map<std::string, torch::Tensor> joined_optimizer_state(const fs::path& checkpoint, std::size_t entries) {
+  EXPECT_FALSE(fs::exists(checkpoint / "optimizer.safetensors"));
+  std::map<std::string, torch::Tensor> joined;
+  for (const auto* shard : {"optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors"}) {
+    const auto part = saved_tensors(checkpoint / shard);
+    EXPECT_GT(part.size(), entries / 5) << shard;
+    EXPECT_LT(part.size(), entries * 4 / 5) << shard;
+    for (const auto& [name, t] : part) EXPECT_TRUE(joined.emplace(name, t).second) << name << " is in two shards";
+  }
+  EXPECT_EQ(joined.size(), entries);
+  return joined;
+}
+
+// ZeRO stage 1: each process keeps the optimizer state of its share of the parameters and updates only those; stage 2
+// also keeps only their gradients, summed during the backward in buckets (here small ones: many buckets, with
+// gradient checkpointing too). The weights are those of stage 0, and the checkpoint's state is stage 0's, split into
+// one file per process: stage 1's within 1e-6; stage 2's bit for bit with one micro-batch per process (with two, stage
+// 2 sums the micro-batches' gradients in another order, and the state differs in rounding).
+TEST_P(DistributedTrain, ZeroStagesOneAndTwoTrainTheWeightsOfStageZero) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir(std::string("ddp-zero-") + GetParam());
   const auto data = write_copy_task_records(dir / "eight.jsonl");
   const std::string flags = std::string("--optim ") + GetParam() + " --learning_rate 1e-3 --max_steps 3 " +
-                            "--warmup_steps 1 --weight_decay 0.01 --max_grad_norm 1.0 --save_steps 3 " +
-                            "--gradient_accumulation_steps 2 ";
-  for (const std::string stage : {"0", "1"}) {
-    const auto ranks = launch(2, train_command(data, dir / ("stage" + stage), flags + "--zero_stage " + stage), dir);
+                            "--warmup_steps 1 --weight_decay 0.01 --max_grad_norm 1.0 --save_steps 3 ";
+  const std::string small_buckets = "--zero_stage 2 --ddp_bucket_cap_mb 0.01";
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"stage0", "--gradient_accumulation_steps 2 --zero_stage 0"},
+      {"stage1", "--gradient_accumulation_steps 2 --zero_stage 1"},
+      {"stage2", "--gradient_accumulation_steps 2 " + small_buckets},
+      {"stage2-checkpointed", "--gradient_accumulation_steps 2 --gradient_checkpointing " + small_buckets},
+      {"stage0-one-micro-batch", "--gradient_accumulation_steps 1 --zero_stage 0"},
+      {"stage2-one-micro-batch", "--gradient_accumulation_steps 1 " + small_buckets}};
+  for (const auto& [out, stage] : runs) {
+    const auto ranks = launch(2, train_command(data, dir / out, flags + stage), dir);
     for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << r.output;
   }
-  expect_same_weights(dir / "stage0", dir / "stage1", 1e-6);
-  expect_same_losses(dir / "stage0", dir / "stage1", 3);
   const auto whole = saved_tensors(dir / "stage0" / "checkpoint-3" / "optimizer.safetensors");
-  EXPECT_FALSE(fs::exists(dir / "stage1" / "checkpoint-3" / "optimizer.safetensors"));
-  std::map<std::string, torch::Tensor> joined;
-  for (const auto* shard : {"optimizer-00001-of-00002.safetensors", "optimizer-00002-of-00002.safetensors"}) {
-    const auto part = saved_tensors(dir / "stage1" / "checkpoint-3" / shard);
-    // A real share: neither process holds (nearly) all of the state, and no entry is in both.
-    EXPECT_GT(part.size(), whole.size() / 5) << shard;
-    EXPECT_LT(part.size(), whole.size() * 4 / 5) << shard;
-    for (const auto& [name, t] : part) EXPECT_TRUE(joined.emplace(name, t).second) << name << " is in two shards";
+  for (const std::string out : {"stage1", "stage2", "stage2-checkpointed"}) {
+    SCOPED_TRACE(out);
+    expect_same_weights(dir / "stage0", dir / out, 1e-6);
+    expect_same_losses(dir / "stage0", dir / out, 3);
+    const auto joined = joined_optimizer_state(dir / out / "checkpoint-3", whole.size());
+    if (out != "stage1") continue;
+    for (const auto& [name, t] : whole) EXPECT_CLOSE(joined.at(name), t, relative(1e-6)) << name;
   }
-  ASSERT_EQ(joined.size(), whole.size());
-  for (const auto& [name, t] : whole) EXPECT_CLOSE(joined.at(name), t, relative(1e-6)) << name;
+  const auto one = saved_tensors(dir / "stage0-one-micro-batch" / "checkpoint-3" / "optimizer.safetensors");
+  const auto joined = joined_optimizer_state(dir / "stage2-one-micro-batch" / "checkpoint-3", one.size());
+  for (const auto& [name, t] : one) EXPECT_TRUE(torch::equal(joined.at(name), t)) << name;
+  const auto a = saved_weights(dir / "stage0-one-micro-batch"), b = saved_weights(dir / "stage2-one-micro-batch");
+  for (const auto& [name, t] : a) EXPECT_TRUE(torch::equal(b.at(name), t)) << name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, DistributedTrain, ::testing::Values("adafactor", "adamw_torch"));
@@ -142,10 +167,11 @@ TEST(Distributed, CheckpointsResumeAtAnyWorldSizeAndSharding) {
   }
   fs::copy(dir / "half1", dir / "half1-in-one", fs::copy_options::recursive);
   fs::copy(dir / "half0", dir / "half0-in-one", fs::copy_options::recursive);
-  const std::vector<std::pair<std::string, std::string>> resumes = {{"half1", "sharded on 2"},
-                                                                    {"half0", "unsharded, resumed sharded on 2"},
-                                                                    {"half1-in-one", "sharded, resumed on 1"},
-                                                                    {"half0-in-one", "unsharded, resumed on 1"}};
+  const std::vector<std::pair<std::string, std::string>> resumes = {
+      {"half1", "sharded on 2, resumed with the gradients sharded too (stage 2)"},
+      {"half0", "unsharded, resumed sharded on 2"},
+      {"half1-in-one", "sharded, resumed on 1"},
+      {"half0-in-one", "unsharded, resumed on 1"}};
   for (const auto& [out, what] : resumes) {
     const std::string resume = "--max_steps 4 --resume_from_checkpoint latest ";
     if (out.find("in-one") != std::string::npos) {
@@ -153,7 +179,8 @@ TEST(Distributed, CheckpointsResumeAtAnyWorldSizeAndSharding) {
       ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
       EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
     } else {
-      const auto ranks = launch(2, train_command(data, dir / out, two + resume + "--zero_stage 1"), dir);
+      const std::string stage = out == "half1" ? "--zero_stage 2" : "--zero_stage 1";
+      const auto ranks = launch(2, train_command(data, dir / out, two + resume + stage), dir);
       for (const auto& r : ranks) ASSERT_EQ(r.exit_code, 0) << what << ": " << r.output;
     }
     expect_same_weights(dir / "one", dir / out, 1e-5);
@@ -217,20 +244,30 @@ TEST(Distributed, SigtermToEveryProcessSavesOneCheckpoint) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = temp_dir("ddp-sigterm");
   const auto data = write_copy_task_records(dir / "eight.jsonl");
-  // Started, then stopped together as torchrun and Slurm stop a job (a wait until rank 0 has logged a step).
-  const auto ranks = launch(2, train_command(data, dir / "out", "--max_steps 1000000 --save_strategy no"), dir,
-                            kOnceTraining + "kill -TERM $p0 $p1");
-  for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 143) << r.output;
-  const auto checkpoints = [&] {
-    std::vector<fs::path> found;
-    for (const auto& e : fs::directory_iterator(dir / "out")) {
-      if (e.path().filename().string().rfind("checkpoint-", 0) == 0) found.push_back(e.path());
-    }
-    return found;
-  }();
-  ASSERT_EQ(checkpoints.size(), 1u);
-  EXPECT_TRUE(fs::exists(checkpoints[0] / "trainer_state.json"));
-  EXPECT_TRUE(fs::exists(checkpoints[0] / "optimizer.safetensors"));
+  // Started, then stopped together as torchrun and Slurm stop a job (a wait until rank 0 has logged a step). Under
+  // ZeRO stage 2 the processes agree on the stop after each micro-batch (each of them sums gradients).
+  for (const std::string stage : {"0", "2"}) {
+    SCOPED_TRACE("zero_stage " + stage);
+    const auto out = dir / ("stage" + stage);
+    const auto ranks = launch(2,
+                              train_command(data, out,
+                                            "--max_steps 1000000 --save_strategy no --gradient_accumulation_steps 2 "
+                                            "--zero_stage " +
+                                                stage),
+                              dir, kOnceTraining + "kill -TERM $p0 $p1");
+    for (const auto& r : ranks) EXPECT_EQ(r.exit_code, 143) << r.output;
+    const auto checkpoints = [&] {
+      std::vector<fs::path> found;
+      for (const auto& e : fs::directory_iterator(out)) {
+        if (e.path().filename().string().rfind("checkpoint-", 0) == 0) found.push_back(e.path());
+      }
+      return found;
+    }();
+    ASSERT_EQ(checkpoints.size(), 1u);
+    EXPECT_TRUE(fs::exists(checkpoints[0] / "trainer_state.json"));
+    EXPECT_TRUE(
+        fs::exists(checkpoints[0] / (stage == "0" ? "optimizer.safetensors" : "optimizer-00001-of-00002.safetensors")));
+  }
 }
 
 // Rank 0 evaluates; its early-stopping decision reaches every process, so 2 processes (with sharded checkpoints

@@ -1,5 +1,6 @@
 // `fitsum plan` and `fitsum train --max_memory` as users run them, on a random-init model with a small vocabulary
 // (about 9.5M parameters: AdamW's 16 bytes per parameter need about 150 MB before any activation).
+#include <array>
 #include <chrono>
 #include <fstream>
 #include <optional>
@@ -91,9 +92,10 @@ TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
   EXPECT_EQ(r.output.find("calibration probe"), std::string::npos) << r.output;
 }
 
-// `fitsum plan --world_size 2` plans one process of two: every candidate with and without ZeRO stage 1. AdamW's 150 MB
+// `fitsum plan --world_size 2` plans one process of two: every candidate with ZeRO stages 0, 1 and 2. AdamW's 150 MB
 // of weights, gradients and state need more than 150 MiB with the margin; with the state sharded (about half of it
-// per process) they fit, so the plan is stage 1, and its flags say so. One process, or stage 0 fixed: nothing fits.
+// per process) they fit, with the gradients sharded too they need less still, so the plan shards, and its flags say
+// so. One process, or stage 0 fixed: nothing fits.
 TEST(PlanCommand, WorldSizePlansOneProcessWithAndWithoutTheOptimizerStateSharded) {
   const auto dir = temp_dir("plan-world-size");
   const auto data = write_records(dir);
@@ -103,27 +105,30 @@ TEST(PlanCommand, WorldSizePlansOneProcessWithAndWithoutTheOptimizerStateSharded
   auto r = run_command("(" + plan + "--world_size 2 --format json 2>/dev/null)");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);
-  std::size_t sharded = 0;
-  std::optional<double> whole_state, shared_state;
+  std::array<std::size_t, 3> per_stage{};
+  std::array<std::optional<double>, 3> state, gradients;
   for (const auto& c : j["candidates"]) {
     EXPECT_EQ(c["world_size"], 2);
-    const auto state = c["breakdown"]["optimizer_state"].get<double>();
-    if (c["zero_stage"] == 1) {
-      ++sharded;
-      shared_state = state;
-    } else {
-      whole_state = state;
-      EXPECT_FALSE(c["fits"].get<bool>());
-    }
+    const auto stage = c["zero_stage"].get<std::size_t>();
+    ASSERT_LT(stage, 3u);
+    per_stage[stage] += 1;
+    state[stage] = c["breakdown"]["optimizer_state"].get<double>();
+    gradients[stage] = c["breakdown"]["gradients"].get<double>();
+    if (stage == 0) EXPECT_FALSE(c["fits"].get<bool>());
   }
-  EXPECT_EQ(sharded * 2, j["candidates"].size());
-  ASSERT_TRUE(whole_state && shared_state);
-  EXPECT_LT(*shared_state, *whole_state * 0.6);  // half, up to the whole-tensor partition
-  EXPECT_GE(*shared_state, *whole_state * 0.5);
-  EXPECT_EQ(j["chosen"]["zero_stage"], 1);
+  EXPECT_EQ(per_stage[0], per_stage[1]);
+  EXPECT_EQ(per_stage[0], per_stage[2]);
+  for (std::size_t stage = 0; stage < 3; ++stage) ASSERT_TRUE(state[stage] && gradients[stage]) << stage;
+  EXPECT_LT(*state[1], *state[0] * 0.6);  // half, up to the whole-tensor partition
+  EXPECT_GE(*state[1], *state[0] * 0.5);
+  EXPECT_EQ(*state[2], *state[1]);
+  EXPECT_EQ(*gradients[1], *gradients[0]);
+  EXPECT_LT(*gradients[2], *gradients[0]);  // the share, plus what a backward holds before it is summed
+  const auto chosen = j["chosen"]["zero_stage"].get<int>();
+  EXPECT_GE(chosen, 1);
   r = run_command(plan + "--world_size 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("--optim adamw_torch --zero_stage 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--optim adamw_torch --zero_stage " + std::to_string(chosen)), std::string::npos) << r.output;
   EXPECT_NE(r.output.find(" zero |"), std::string::npos) << r.output;  // the table's stage column
   for (const std::string other : {"--world_size 1", "--world_size 2 --zero_stage 0"}) {
     r = run_command(plan + other);

@@ -3,6 +3,7 @@
 // the trainer (a budget lowered mid-run, an error injected into a backward: the step is split or redone, covers the
 // same examples and training finishes).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <optional>
 
@@ -166,9 +167,10 @@ TEST(Planner, KeepsTheEffectiveBatchAndFallsBackFromAdamWOnlyWhenItCannotFit) {
   for (const auto& k : fixed.candidates) EXPECT_EQ(k.knobs.optimizer, optim::OptimizerType::adamw_torch);
 }
 
-// With several processes each candidate comes with and without ZeRO stage 1: sharding the optimizer state by tensor
-// divides it (the largest share is what a process holds), and is chosen only where stage 0 does not fit as fast.
-TEST(Planner, ShardsTheOptimizerStateOnlyWhereStageZeroDoesNotFitAsFast) {
+// With several processes each candidate comes with ZeRO stages 0, 1 and 2: sharding the optimizer state by tensor
+// divides it (the largest share is what a process holds), stage 2 the gradients too (the share, plus what a backward
+// holds before it is summed), and a stage is chosen only where the lower ones do not fit as fast.
+TEST(Planner, ShardsTheOptimizerStateAndGradientsOnlyWhereLowerStagesDoNotFitAsFast) {
   auto c = synthetic_calibration();
   c.counts.trainable_tensors.clear();
   for (const auto elements : {400'000, 300'000, 200'000, 90'000})
@@ -176,26 +178,32 @@ TEST(Planner, ShardsTheOptimizerStateOnlyWhereStageZeroDoesNotFitAsFast) {
   c.counts.trainable_tensors.push_back({10'000, 0});
   auto request = synthetic_request(optim::OptimizerType::adamw_torch);
   request.world_size = 2;
+  request.bucket_bytes = 50'000;
   request.budget = 40'000'000;
   const auto roomy = memory::choose_plan(c, request);
   ASSERT_TRUE(roomy.chosen.has_value());
   EXPECT_EQ(roomy.candidates[*roomy.chosen].knobs.zero_stage, 0);  // as fast, and nothing to gain
-  std::size_t sharded = 0;
+  std::array<std::size_t, 3> per_stage{};
   for (const auto& k : roomy.candidates) {
     EXPECT_EQ(k.knobs.world_size, 2);
+    per_stage.at(static_cast<std::size_t>(k.knobs.zero_stage)) += 1;
     if (k.knobs.zero_stage == 0) {
       EXPECT_EQ(k.prediction.optimizer_state, 8'000'000u);  // AdamW: 2 x 1M x 4 B
+      EXPECT_EQ(k.prediction.gradients, 4'000'000u);
       continue;
     }
-    ++sharded;
     // Largest first to the lighter share: 400k -> 0, 300k -> 1, 200k -> 1, 90k -> 0, 10k -> 0: 500k elements each,
     // x 8 B of AdamW state.
     EXPECT_EQ(k.prediction.optimizer_state, 4'000'000u);
     // Its update's transient: the broadcast bucket of a share's small tensors, 500k x 4 B.
     EXPECT_GE(k.prediction.optimizer_transient, 2'000'000u);
+    // Stage 2: the share's 2 MB of gradients, the largest gradient (1.6 MB) and two buckets.
+    EXPECT_EQ(k.prediction.gradients, k.knobs.zero_stage == 2 ? 3'700'000u : 4'000'000u);
   }
-  EXPECT_EQ(sharded * 2, roomy.candidates.size());
-  // 16 MB of static memory with stage 0, 12 MB with stage 1 (+ 2 MB of bucket): only sharded candidates fit in 15 MB.
+  EXPECT_EQ(per_stage[0], per_stage[1]);
+  EXPECT_EQ(per_stage[0], per_stage[2]);
+  // 16 MB of static memory with stage 0, 12 MB with stage 1 (+ 2 MB of bucket): only sharded candidates fit in 15 MB,
+  // and stage 1 is as fast as stage 2.
   request.budget = 15'000'000;
   const auto tight = memory::choose_plan(c, request);
   ASSERT_TRUE(tight.chosen.has_value());
@@ -203,7 +211,28 @@ TEST(Planner, ShardsTheOptimizerStateOnlyWhereStageZeroDoesNotFitAsFast) {
   EXPECT_EQ(chosen.knobs.zero_stage, 1);
   EXPECT_NE(memory::plan_arguments(chosen.knobs, c).find("--zero_stage 1"), std::string::npos);
   EXPECT_NE(tight.explanation.find("ZeRO stage 1"), std::string::npos) << tight.explanation;
+  // The smallest budget each fixed stage fits in: just below stage 1's, only stage 2 fits, and it is chosen.
+  const auto smallest_budget = [&](std::optional<int> stage) {
+    auto r = request;
+    r.zero_stage = stage;
+    std::uint64_t low = 1'000'000, high = 40'000'000;
+    while (high - low > 1000) {
+      r.budget = (low + high) / 2;
+      (memory::choose_plan(c, r).chosen ? high : low) = r.budget;
+    }
+    return high;
+  };
+  const auto stage1 = smallest_budget(1), stage2 = smallest_budget(2);
+  ASSERT_LT(stage2 + 100'000, stage1);
+  request.budget = stage1 - 50'000;
+  const auto tighter = memory::choose_plan(c, request);
+  ASSERT_TRUE(tighter.chosen.has_value());
+  EXPECT_EQ(tighter.candidates[*tighter.chosen].knobs.zero_stage, 2);
+  EXPECT_NE(memory::plan_arguments(tighter.candidates[*tighter.chosen].knobs, c).find("--zero_stage 2"),
+            std::string::npos);
+  EXPECT_NE(tighter.explanation.find("ZeRO stage 2"), std::string::npos) << tighter.explanation;
   // Stage 0 fixed (--zero_stage 0): nothing fits; one process: no sharded candidate at all.
+  request.budget = 15'000'000;
   request.zero_stage = 0;
   EXPECT_FALSE(memory::choose_plan(c, request).chosen.has_value());
   request.zero_stage.reset();

@@ -57,6 +57,15 @@ fs::path write_copy_task_records(const fs::path& file) {
   return file;
 }
 
+train::LaunchEnvironment local_job(int rank, int world_size, int port) {
+  train::LaunchEnvironment env;
+  env.rank = rank;
+  env.world_size = world_size;
+  env.master_addr = "127.0.0.1";
+  env.master_port = port;
+  return env;
+}
+
 void write_bytes(const fs::path& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

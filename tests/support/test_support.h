@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fitsum/train/distributed.h"
+
 namespace fitsum::test {
 
 namespace fs = std::filesystem;
@@ -31,6 +33,10 @@ CommandResult run_command(const std::string& command_line);
 // Eight pre-tokenized copy-task records of different lengths (ids 103..166, within the tiny fixture's vocabulary,
 // eos last) as jsonl at `file`; returns `file`.
 fs::path write_copy_task_records(const fs::path& file);
+
+// Rank `rank` of a job of `world_size` processes whose rendezvous is 127.0.0.1:`port` (threads of a test standing
+// for the processes).
+train::LaunchEnvironment local_job(int rank, int world_size, int port);
 
 // Writes bytes to a file, replacing it.
 void write_bytes(const fs::path& path, const std::string& bytes);

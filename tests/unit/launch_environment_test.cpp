@@ -123,12 +123,7 @@ TEST(ProcessGroup, TwoRanksSumOverARealRendezvous) {
   std::vector<std::string> errors(2);
   auto rank = [&](int r) {
     try {
-      train::LaunchEnvironment env;
-      env.rank = r;
-      env.world_size = 2;
-      env.master_addr = "127.0.0.1";
-      env.master_port = port;
-      auto group = train::ProcessGroup::connect(env, "gloo", std::chrono::seconds(30));
+      auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(30));
       auto t = torch::full({3}, static_cast<double>(r + 1), torch::kFloat);
       group->all_reduce_sum(t);
       sums[r] = t.sum().item<double>();

@@ -95,7 +95,6 @@ const HfArgument table[] = {
     {"adafactor", Kind::boolean, "false", "use --optim adafactor"},
     {"length_column_name", Kind::value, "*", ""},
     {"ddp_find_unused_parameters", Kind::boolean, "*", ""},
-    {"ddp_bucket_cap_mb", Kind::value, "*", ""},
     {"ddp_broadcast_buffers", Kind::boolean, "*", ""},
     {"dataloader_pin_memory", Kind::boolean, "*", ""},
     {"dataloader_persistent_workers", Kind::boolean, "*", ""},

@@ -185,7 +185,11 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_t
   g.add_option("--ddp_timeout", t.ddp_timeout, "seconds a process waits for the others before it gives up")
       ->capture_default_str();
   g.add_option("--zero_stage", t.zero_stage,
-               "with several processes: 0, or 1 to shard the optimizer state across them (ZeRO stage 1)")
+               "with several processes: 0, 1 to shard the optimizer state across them (ZeRO stage 1), or 2 to shard "
+               "the gradients too (ZeRO stage 2)")
+      ->capture_default_str();
+  g.add_option("--ddp_bucket_cap_mb", t.ddp_bucket_cap_mb,
+               "with --zero_stage 2: MiB of gradients summed over the processes at a time during the backward")
       ->capture_default_str();
 }
 

@@ -41,6 +41,7 @@ struct FitRequest {
   // A data-parallel run: its processes (each planned alike, for its own device) and the ZeRO stage when fixed.
   int world_size = 1;
   std::optional<int> zero_stage;
+  std::int64_t bucket_bytes = optim::kReduceBucketBytes;  // ZeRO stage 2's (ddp_bucket_cap_mb)
   bool freeze_embeds = false;  // --freeze_embeds: the shared embedding and the tied LM head are not trained
   double label_smoothing = 0.0;
   double margin = kPlanMargin;

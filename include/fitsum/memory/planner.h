@@ -46,6 +46,7 @@
 #include "fitsum/memory/evaluation_memory.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/model/seq2seq.h"
+#include "fitsum/optim/sharding.h"
 
 namespace fitsum::memory {
 
@@ -72,7 +73,8 @@ struct PlanKnobs {
   // Data parallelism: the processes (each with this plan) and the ZeRO stage (1: each keeps the optimizer state of
   // its share of the parameters, optim/sharding.h; the prediction is the process with the largest share).
   int world_size = 1;
-  int zero_stage = 0;
+  int zero_stage = 0;  // 2: the gradients are sharded too (train/sharded_gradients.h), in buckets of bucket_bytes
+  std::int64_t bucket_bytes = optim::kReduceBucketBytes;
   bool checkpointing() const { return encoder_checkpointed > 0 || decoder_checkpointed > 0; }
 };
 
@@ -130,6 +132,7 @@ struct PlanRequest {
   // processes, the planner chooses it (stage 1 only where it fits a faster or otherwise no candidate).
   int world_size = 1;
   std::optional<int> zero_stage;
+  std::int64_t bucket_bytes = optim::kReduceBucketBytes;  // ZeRO stage 2's (ddp_bucket_cap_mb)
   std::uint64_t budget = 0;
   double margin = kPlanMargin;
   // When set, every candidate's CUDA terms are predicted (Candidate::cuda, cuda_allocator_model.h); with

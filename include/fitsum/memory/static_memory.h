@@ -33,5 +33,7 @@ StaticMemory static_training_memory(const model::ParameterCounts& counts, optim:
 // stage 1, optim/sharding.h); the whole state for one process.
 std::uint64_t sharded_optimizer_state(const model::ParameterCounts& counts, optim::OptimizerType optimizer,
                                       StorageDtype dtype, int world_size);
+// ZeRO stage 2's gradients per process (optim::sharded_gradient_bytes), float32.
+std::uint64_t sharded_gradients(const model::ParameterCounts& counts, int world_size, std::int64_t bucket_bytes);
 
 }  // namespace fitsum::memory

@@ -3,6 +3,7 @@
 // them is model/micro_step.h.)
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <torch/optim/optimizer.h>
@@ -13,6 +14,8 @@ namespace fitsum::optim {
 struct UpdateOptions {
   double max_grad_norm = 1.0;  // clip_grad_norm's max_norm; <= 0 measures only
   int threads = 0;             // LibTorch intra-op threads for the update (util/threads.h); 0: as they are
+  // ZeRO stage 2: sums a tensor over the processes, so that clipping sees the norm of every process's gradients.
+  std::function<void(torch::Tensor&)> sum_over_processes;
 };
 
 // Zeroes the gradients in place, keeping their tensors, on every LibTorch: 2.0 made Optimizer::zero_grad free them

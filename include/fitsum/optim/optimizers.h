@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,7 +136,11 @@ void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTenso
                             const std::map<std::string, torch::Tensor>& state);
 
 // torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients together (returned, before clipping); when above
-// max_norm every gradient is scaled by max_norm / (norm + 1e-6). max_norm <= 0 only measures.
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+// max_norm every gradient is scaled by max_norm / (norm + 1e-6). max_norm <= 0 only measures. With
+// `sum_over_processes` (ZeRO stage 2, where each process holds the gradients of its own parameters only) the norm is
+// of every process's gradients: the per-parameter norms, 0 where a process has no gradient, are summed over the
+// processes (an exact gather), so it equals one process's norm.
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
+                      const std::function<void(torch::Tensor&)>& sum_over_processes = {});
 
 }  // namespace fitsum::optim

@@ -54,6 +54,7 @@ namespace fitsum::train {
 
 namespace fs = std::filesystem;
 class ProcessGroup;
+class ShardedGradients;
 
 // Everything the trainer needs besides the arguments; model code and data come in ready, the trainer owns the loop.
 struct TrainerInputs {
@@ -136,11 +137,26 @@ class Trainer {
     std::int64_t tokens = 0;
     bool interrupted = false;
   };
+  // What this process's micro-batches of a step add up to, before the sum over the processes.
+  struct Accumulated {
+    StepOutcome outcome;
+    double loss_sum = 0.0;
+    std::int64_t samples = 0;
+  };
   StepOutcome run_step(const std::vector<std::vector<std::size_t>>& micro_batches);
-  // Splits micro_batches[index] in two after an out-of-memory error in `phase`; a single example cannot be split,
-  // so that turns on full checkpointing instead, or rethrows when it is already on.
+  // The forward of one micro-batch: its summed token loss (the backward scales it by loss_scale) and its input
+  // tokens. Throws c10::OutOfMemoryError with nothing touched.
+  model::TokenLoss micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
+                                       std::int64_t& input_tokens);
+  // The micro-batches of one process into its gradients (.grad); an out-of-memory error in a backward redoes the
+  // whole step with the split micro-batches.
+  Accumulated accumulate(const std::vector<std::vector<std::size_t>>& step, double denominator);
+  // Clips (with the norm over every process), updates, shares the updated parameters. Returns the norm.
+  double update_parameters();
+  // Splits micro_batches[index] in two after an out-of-memory error in `phase` (the message then says `then`); a
+  // single example cannot be split, so that turns on full checkpointing instead, or rethrows when it is already on.
   void split_after_oom(std::vector<std::vector<std::size_t>>& micro_batches, std::size_t index, const char* phase,
-                       const c10::OutOfMemoryError& error);
+                       const char* then, const c10::OutOfMemoryError& error);
   // After repeated out-of-memory steps: more checkpointing, else a smaller micro-batch. False when neither is left.
   bool replan_after_repeated_oom();
   bool fully_checkpointed() const;
@@ -182,6 +198,13 @@ class Trainer {
   void join_process_group();
   std::int64_t examples_per_step() const;
   std::vector<std::vector<std::size_t>> own_micro_batches(const std::vector<std::vector<std::size_t>>& step) const;
+  std::vector<std::vector<std::size_t>> micro_batches_of(const std::vector<std::vector<std::size_t>>& step,
+                                                         int rank) const;
+  // ZeRO stage 2 (train/sharded_gradients.h): the gradients are summed over the processes during each micro-batch's
+  // backward, so every process runs as many micro-batches as the process with the most (the missing ones as zeros)
+  // and learns of a stop request after each; an out-of-memory error in a backward redoes that micro-batch only.
+  Accumulated accumulate_sharded(const std::vector<std::vector<std::size_t>>& step, double denominator);
+  void train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator, Accumulated& into);
   // Sums loss, samples, tokens and the stop flag over the processes, then (unless a process was stopped) the
   // gradients; one process: nothing to do.
   void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
@@ -257,6 +280,7 @@ class Trainer {
   bool main_process_ = true;      // rank 0 (HF's is_world_process_zero)
   torch::Tensor flat_gradients_;  // multi-process: one buffer whose slices are the parameters' .grad
   std::vector<int> owner_;        // ZeRO stage 1: the rank that updates each of parameter_list_ (empty: stage 0)
+  std::unique_ptr<ShardedGradients> sharded_gradients_;  // ZeRO stage 2 (then no flat_gradients_)
 };
 
 }  // namespace fitsum::train

@@ -105,8 +105,12 @@ struct TrainingArguments {
   std::string ddp_backend;
   std::int64_t ddp_timeout = 1800;
   // ZeRO stage (optim/sharding.h): 0 every process keeps the whole optimizer state; 1 each keeps and updates its share
-  // of the parameters' state (the same weights, 1/N of the state per process). No effect with one process.
+  // of the parameters' state (the same weights, 1/N of the state per process); 2 each also keeps only the gradients of
+  // its share, summed over the processes during each micro-batch's backward (train/sharded_gradients.h) in buckets
+  // of ddp_bucket_cap_mb MiB (HF's name; DDP's default 25). No effect with one process.
   int zero_stage = 0;
+  double ddp_bucket_cap_mb = 25.0;
+  std::int64_t ddp_bucket_bytes() const;
 
   // Where the run is reported besides stdout and trainer_state.json: "tensorboard" (event files under logging_dir)
   // or none. logging_dir defaults to HF's output_dir/runs/<Mon DD_HH-MM-SS>_<hostname>.

@@ -1,0 +1,174 @@
+// ZeRO stage 2 (train/sharded_gradients.h) through the Trainer, with two threads of this process standing for two
+// processes (a real TCPStore rendezvous and Gloo), each with its own copy of the model: the weights equal one process
+// training the same steps, while between steps no process holds a gradient; an out-of-memory error in the middle of
+// one process's backward, after some buckets were summed, redoes that micro-batch alone and changes nothing.
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "fitsum/optim/sharding.h"
+#include "fitsum/train/distributed.h"
+#include "fitsum/train/local_launch.h"
+#include "fitsum/train/sharded_gradients.h"
+#include "fitsum/train/trainer.h"
+#include "planner_grid.h"
+#include "test_support.h"
+#include "tolerance.h"
+
+namespace fitsum::test {
+namespace {
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::vector<std::string> messages;
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  std::size_t parameters_with_gradients = 0;  // after training
+  std::string error;
+};
+
+struct RunSetup {
+  optim::OptimizerType optimizer = optim::OptimizerType::adafactor;
+  std::int64_t accumulation = 2;
+  int zero_stage = 2;
+  double bucket_mb = 0.0625;  // 64 KiB: the d128 model's 128 x 128 matrices alone, biases and norms together
+  bool fail_one_backward = false;
+};
+
+// Three steps of 8 examples (micro-batch 2) over 13 examples: the second step has 5, so with two processes one of
+// them has a micro-batch fewer than the other. `group` null: one process with twice the accumulation.
+Run train_three_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup>& group,
+                      const std::string& name) {
+  Run run;
+  auto grid = grid_model_small();
+  grid.overrides += ",dropout=0.0,attention_dropout=0.0,activation_dropout=0.0";
+  auto model = make_grid_model(grid);
+  train::TrainingArguments args;
+  args.output_dir = temp_dir("zero2-" + name).string();
+  args.overwrite_output_dir = true;
+  args.max_steps = 3;
+  args.logging_steps = 1;
+  args.save_strategy = train::IntervalStrategy::no;
+  args.optim = setup.optimizer;
+  args.learning_rate = 1e-3;
+  args.weight_decay = 0.01;
+  args.max_grad_norm = 1.0;
+  args.per_device_train_batch_size = 2;
+  args.gradient_accumulation_steps = group ? setup.accumulation : 2 * setup.accumulation;
+  args.zero_stage = setup.zero_stage;
+  args.ddp_bucket_cap_mb = setup.bucket_mb;
+  train::TrainerInputs inputs;
+  inputs.model = model;
+  inputs.train_examples = fixed_length_examples(13, 48, 16, model->config().vocab_size);
+  inputs.process_group = group;
+  train::TrainerCallbacks callbacks;
+  callbacks.on_log = [&](const nlohmann::ordered_json& entry) {
+    if (entry.contains("loss")) run.losses.push_back(entry["loss"].get<double>());
+    if (entry.contains("grad_norm")) run.grad_norms.push_back(entry["grad_norm"].get<double>());
+  };
+  callbacks.on_message = [&](const std::string& m) { run.messages.push_back(m); };
+  // Out of memory once, in the second step, in the backward of the bottom encoder layer: the backward's last
+  // parameters, so the decoder's buckets are summed over the processes already.
+  auto armed = std::make_shared<bool>(false);
+  if (setup.fail_one_backward) {
+    model->named_parameters()["model.encoder.layers.0.fc1.weight"].register_hook([armed](const torch::Tensor& grad) {
+      if (*armed) {
+        *armed = false;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "injected: out of memory during backward");
+      }
+      return grad;
+    });
+    callbacks.on_step = [armed](std::int64_t step, std::int64_t) { *armed = step == 1; };
+  }
+  train::Trainer trainer(args, std::move(inputs), callbacks);
+  EXPECT_EQ(trainer.train().global_step, 3);
+  for (const auto& p : model->named_parameters()) {
+    run.weights.emplace_back(p.key(), p.value().detach().clone());
+    if (p.value().grad().defined()) run.parameters_with_gradients += 1;
+  }
+  return run;
+}
+
+// Both ranks, each on its own thread; rank 0's log is the job's.
+std::vector<Run> train_two_processes(const RunSetup& setup, const std::vector<RunSetup>& per_rank = {}) {
+  const int port = train::free_local_port();
+  std::vector<Run> runs(2);
+  auto rank = [&](int r) {
+    try {
+      auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(60));
+      const auto& own = per_rank.empty() ? setup : per_rank[static_cast<std::size_t>(r)];
+      runs[static_cast<std::size_t>(r)] = train_three_steps(own, group, "rank" + std::to_string(r));
+    } catch (const std::exception& e) {
+      runs[static_cast<std::size_t>(r)].error = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(runs[static_cast<std::size_t>(r)].error, "") << "rank " << r;
+  return runs;
+}
+
+void expect_same_training(const Run& reference, const Run& run, double weights_relative) {
+  ASSERT_EQ(run.losses.size(), reference.losses.size());
+  for (std::size_t i = 0; i < reference.losses.size(); ++i) {
+    EXPECT_CLOSE(run.losses[i], reference.losses[i], relative(1e-5)) << "step " << i + 1;
+    EXPECT_CLOSE(run.grad_norms[i], reference.grad_norms[i], relative(1e-5)) << "step " << i + 1;
+  }
+  ASSERT_EQ(run.weights.size(), reference.weights.size());
+  for (std::size_t i = 0; i < reference.weights.size(); ++i) {
+    const auto& [name, t] = reference.weights[i];
+    // k_proj biases get no true gradient (softmax is shift-invariant), only rounding noise: not comparable.
+    if (name.find("k_proj.bias") != std::string::npos) continue;
+    EXPECT_CLOSE(run.weights[i].second, t, relative(weights_relative)) << name;
+  }
+}
+
+TEST(ZeroStageTwo, TwoProcessesTrainTheWeightsOfOneAndHoldNoGradientBetweenSteps) {
+  RunSetup setup;
+  const auto one = train_three_steps(setup, nullptr, "one");
+  const auto ranks = train_two_processes(setup);
+  expect_same_training(one, ranks[0], 1e-5);
+  for (const auto& r : ranks) {
+    EXPECT_EQ(r.parameters_with_gradients, 0u);
+    for (std::size_t i = 0; i < r.weights.size(); ++i) {  // the processes train one model
+      EXPECT_TRUE(torch::equal(r.weights[i].second, ranks[0].weights[i].second)) << r.weights[i].first;
+    }
+  }
+}
+
+TEST(ZeroStageTwo, OutOfMemoryMidBackwardRedoesOneProcesssMicroBatchAlone) {
+  RunSetup setup;
+  const auto one = train_three_steps(setup, nullptr, "one-oom");
+  auto failing = setup;
+  failing.fail_one_backward = true;
+  const auto ranks = train_two_processes(setup, {setup, failing});
+  std::string log;
+  for (const auto& m : ranks[1].messages) log += m + "\n";
+  EXPECT_NE(log.find("out of memory in the backward of a micro-batch of 2 examples at step 2: split into 1 + 1, "
+                     "redoing the micro-batch"),
+            std::string::npos)
+      << log;
+  expect_same_training(one, ranks[0], 1e-5);
+  for (std::size_t i = 0; i < ranks[1].weights.size(); ++i) {
+    EXPECT_TRUE(torch::equal(ranks[1].weights[i].second, ranks[0].weights[i].second)) << ranks[1].weights[i].first;
+  }
+}
+
+TEST(ZeroStageTwo, PredictedGradientsAreTheShareAndWhatTheBackwardHolds) {
+  // Four tensors of 1000, 600, 300, 100 float32 elements on two processes: shares {1000} and {600, 300, 100}.
+  const std::vector<std::int64_t> elements = {1000, 600, 300, 100};
+  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 1, 64), 8000u);  // one process: every gradient
+  // The larger share (4000 bytes) + the largest tensor (4000) + two buckets of 64 bytes: below all 8000? No: capped.
+  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 2, 64), 8000u);
+  const std::vector<std::int64_t> many(16, 1000);  // 16 x 4000 bytes, 8 per process
+  EXPECT_EQ(optim::sharded_gradient_bytes(many, 2, 100), 8u * 4000 + 4000 + 200);
+  EXPECT_EQ(optim::sharded_gradient_bytes(many, 4, 100), 4u * 4000 + 4000 + 200);
+}
+
+}  // namespace
+}  // namespace fitsum::test
