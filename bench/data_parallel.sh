@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Data-parallel speed on one machine: the same optimizer steps (same examples, same weights at the end) trained by
 # 1 process and by N processes (torchrun's variables, 127.0.0.1), each process with one LibTorch and one BLAS
-# thread, alternating in one run. Prints train_tokens_per_second of each and the ratio; with --zero 1, also the N
-# processes with ZeRO stage 1 (optimizer state sharded) and its ratio to stage 0.
+# thread, alternating in one run. Prints train_tokens_per_second of each and the ratio; with --zero 1 or 2, also the N
+# processes with ZeRO stage 1 (optimizer state sharded) or 2 (gradients too), its ratio to stage 0, and the largest
+# peak resident set of the processes (GNU time's %M: Debian package time) with stage 0 and with that stage.
 #   bash bench/data_parallel.sh [--fitsum build/fitsum] [--processes 2] [--rounds 2] [--steps 6] [--batch 2]
 #        [--config configs/pegasus-tiny] [--overrides d_model=256,...] [--src_len 128] [--tgt_len 32]
-#        [--optim adafactor] [--zero 0|1]
+#        [--optim adafactor] [--zero 0|1|2] [--accumulation 1 (per process)]
 set -euo pipefail
-fitsum=build/fitsum processes=2 rounds=2 steps=6 batch=2 src_len=128 tgt_len=32 optim=adafactor zero=0
+fitsum=build/fitsum processes=2 rounds=2 steps=6 batch=2 src_len=128 tgt_len=32 optim=adafactor zero=0 accumulation=1
 config=configs/pegasus-tiny
 overrides="vocab_size=8000,d_model=256,encoder_layers=2,decoder_layers=2,encoder_ffn_dim=1024,decoder_ffn_dim=1024"
 while (($#)); do
   case $1 in
     --fitsum) fitsum=$2 ;; --processes) processes=$2 ;; --rounds) rounds=$2 ;; --steps) steps=$2 ;;
     --batch) batch=$2 ;; --config) config=$2 ;; --overrides) overrides=$2 ;; --src_len) src_len=$2 ;;
-    --tgt_len) tgt_len=$2 ;; --optim) optim=$2 ;; --zero) zero=$2 ;;
+    --tgt_len) tgt_len=$2 ;; --optim) optim=$2 ;; --zero) zero=$2 ;; --accumulation) accumulation=$2 ;;
     *) echo "data_parallel.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -22,7 +23,7 @@ done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Records of exactly src_len / tgt_len tokens (every batch the same shape), enough for the steps.
-python3 - "$work/data.jsonl" "$((steps * batch * processes * 2))" "$src_len" "$tgt_len" <<'PY'
+python3 - "$work/data.jsonl" "$((steps * batch * processes * accumulation * 2))" "$src_len" "$tgt_len" <<'PY'
 import json, sys
 path, count, src, tgt = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 with open(path, "w") as f:
@@ -36,33 +37,39 @@ common=(train --config_name "$config" --config_overrides "dropout=0.0,attention_
   --per_device_train_batch_size "$batch" --max_steps "$steps" --save_strategy no --logging_steps "$steps"
   --optim "$optim" --num_threads 1 --blas_threads 1 --overwrite_output_dir --disable_tqdm)
 rate() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train_tokens_per_second"])' "$1/train_results.json"; }
+peak() {  # MiB, the largest peak resident set of the processes of a run
+  cat "$1".rank-*.rss | sort -n | tail -1 | awk '{print $1 / 1024}'
+}
 many_run() {  # $1: output folder, then extra flags
   local out=$1 port=$((20000 + RANDOM % 20000)) pids=()
   shift
   for rank in $(seq 0 $((processes - 1))); do
     RANK=$rank WORLD_SIZE=$processes LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$fitsum" "${common[@]}" --gradient_accumulation_steps 1 --output_dir "$out" "$@" >"$out.rank-$rank.log" 2>&1 &
+      /usr/bin/time -f %M -o "$out.rank-$rank.rss" \
+      "$fitsum" "${common[@]}" --gradient_accumulation_steps "$accumulation" --output_dir "$out" "$@" \
+      >"$out.rank-$rank.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid"; done
 }
-if [ "$zero" = 1 ]; then
-  echo "| round | 1 process, accumulation $processes (tokens/s) | $processes processes (tokens/s) | ratio | $processes processes, ZeRO 1 (tokens/s) | ZeRO 1 / ZeRO 0 |"
-  echo "|---|---|---|---|---|---|"
+if [ "$zero" != 0 ]; then
+  echo "| round | 1 process, accumulation $((processes * accumulation)) (tokens/s) | $processes processes (tokens/s) | ratio | $processes processes, ZeRO $zero (tokens/s) | ZeRO $zero / ZeRO 0 | peak RSS, ZeRO 0 | peak RSS, ZeRO $zero |"
+  echo "|---|---|---|---|---|---|---|---|"
 else
-  echo "| round | 1 process, accumulation $processes (tokens/s) | $processes processes (tokens/s) | ratio |"
+  echo "| round | 1 process, accumulation $((processes * accumulation)) (tokens/s) | $processes processes (tokens/s) | ratio |"
   echo "|---|---|---|---|"
 fi
 for round in $(seq 1 "$rounds"); do
-  "$fitsum" "${common[@]}" --gradient_accumulation_steps "$processes" --output_dir "$work/one" >"$work/one.log" 2>&1
+  "$fitsum" "${common[@]}" --gradient_accumulation_steps "$((processes * accumulation))" --output_dir "$work/one" \
+    >"$work/one.log" 2>&1
   many_run "$work/many"
   one=$(rate "$work/one")
   many=$(rate "$work/many")
-  if [ "$zero" = 1 ]; then
-    many_run "$work/sharded" --zero_stage 1
+  if [ "$zero" != 0 ]; then
+    many_run "$work/sharded" --zero_stage "$zero"
     sharded=$(rate "$work/sharded")
-    python3 -c 'import sys; r, a, b, c = sys.argv[1:]; a, b, c = float(a), float(b), float(c); print(f"| {r} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {c:.1f} | {c / b:.2f}x |")' \
-      "$round" "$one" "$many" "$sharded"
+    python3 -c 'import sys; r, a, b, c, p, q = sys.argv[1:]; a, b, c = float(a), float(b), float(c); print(f"| {r} | {a:.1f} | {b:.1f} | {b / a:.2f}x | {c:.1f} | {c / b:.2f}x | {float(p):.1f} MiB | {float(q):.1f} MiB |")' \
+      "$round" "$one" "$many" "$sharded" "$(peak "$work/many")" "$(peak "$work/sharded")"
   else
     python3 -c 'import sys; r, a, b = sys.argv[1:]; print(f"| {r} | {float(a):.1f} | {float(b):.1f} | {float(b) / float(a):.2f}x |")' \
       "$round" "$one" "$many"

@@ -2,6 +2,7 @@
 #include "fitsum/optim/sharding.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <stdexcept>
 
@@ -44,14 +45,17 @@ std::uint64_t largest_broadcast_bucket(const std::vector<std::int64_t>& elements
 std::uint64_t sharded_gradient_bytes(const std::vector<std::int64_t>& elements, int world_size,
                                      std::int64_t bucket_bytes) {
   std::vector<std::uint64_t> bytes;
-  std::uint64_t total = 0, largest = 0;
+  std::uint64_t total = 0;
   for (auto n : elements) {
     bytes.push_back(static_cast<std::uint64_t>(n) * 4);
     total += bytes.back();
-    largest = std::max(largest, bytes.back());
   }
   if (world_size <= 1) return total;
-  const auto held = largest_share(elements, bytes, world_size) + largest + 2 * static_cast<std::uint64_t>(bucket_bytes);
+  auto largest = bytes;
+  std::sort(largest.begin(), largest.end(), std::greater<>());
+  largest.resize(std::min<std::size_t>(2, largest.size()));
+  std::uint64_t held = largest_share(elements, bytes, world_size) + 2 * static_cast<std::uint64_t>(bucket_bytes);
+  for (auto b : largest) held += b;
   return std::min(total, held);
 }
 

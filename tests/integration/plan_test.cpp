@@ -99,9 +99,10 @@ TEST(PlanCommand, EveryKnobFixedGivesOneCandidate) {
 TEST(PlanCommand, WorldSizePlansOneProcessWithAndWithoutTheOptimizerStateSharded) {
   const auto dir = temp_dir("plan-world-size");
   const auto data = write_records(dir);
-  const std::string plan = fitsum_binary().string() + " plan" + model_args() + "--train_file '" + data.string() +
-                           "' --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --optim adamw_torch"
-                           " --max_memory 150MiB ";
+  const std::string plan =
+      fitsum_binary().string() + " plan" + model_args() + "--train_file '" + data.string() +
+      "' --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --optim adamw_torch"
+      " --max_memory 150MiB --ddp_bucket_cap_mb 1 ";  // stage 2's default buckets are this model's size
   auto r = run_command("(" + plan + "--world_size 2 --format json 2>/dev/null)");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = nlohmann::json::parse(r.output);

@@ -160,14 +160,18 @@ TEST(ZeroStageTwo, OutOfMemoryMidBackwardRedoesOneProcesssMicroBatchAlone) {
 }
 
 TEST(ZeroStageTwo, PredictedGradientsAreTheShareAndWhatTheBackwardHolds) {
-  // Four tensors of 1000, 600, 300, 100 float32 elements on two processes: shares {1000} and {600, 300, 100}.
+  // One process: every gradient. Four tensors of 1000, 600, 300, 100 float32 elements on two processes: the larger
+  // share (4000 bytes) + the two largest tensors (6400) + two buckets would be more than all of them (8000).
   const std::vector<std::int64_t> elements = {1000, 600, 300, 100};
-  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 1, 64), 8000u);  // one process: every gradient
-  // The larger share (4000 bytes) + the largest tensor (4000) + two buckets of 64 bytes: below all 8000? No: capped.
+  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 1, 64), 8000u);
   EXPECT_EQ(optim::sharded_gradient_bytes(elements, 2, 64), 8000u);
-  const std::vector<std::int64_t> many(16, 1000);  // 16 x 4000 bytes, 8 per process
-  EXPECT_EQ(optim::sharded_gradient_bytes(many, 2, 100), 8u * 4000 + 4000 + 200);
-  EXPECT_EQ(optim::sharded_gradient_bytes(many, 4, 100), 4u * 4000 + 4000 + 200);
+  // A 9000-element embedding and 16 tensors of 1000 (100 KB in all). Two processes: the embedding to rank 0, then
+  // nine 1000s to rank 1 until the loads tie, the last seven alternating from rank 0: 13000 and 12000 elements.
+  std::vector<std::int64_t> many(16, 1000);
+  many.insert(many.begin(), 9000);
+  EXPECT_EQ(optim::sharded_gradient_bytes(many, 2, 100), 52'000u + 36'000 + 4'000 + 200);
+  // Four processes: {embedding}, then 16 x 1000 over the other three (6, 5, 5): the largest share is 36 KB.
+  EXPECT_EQ(optim::sharded_gradient_bytes(many, 4, 100), 36'000u + 36'000 + 4'000 + 200);
 }
 
 }  // namespace

@@ -35,9 +35,9 @@ std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std
 constexpr std::int64_t kReduceBucketBytes = std::int64_t{25} << 20;
 
 // The most float32 gradient bytes a process holds under ZeRO stage 2, for the partition of `elements` above: the sums
-// of its share, and during a backward the gradients not yet summed, at most the largest tensor (a gradient written
-// in place, such as the tied embedding's, is summed once the backward is over) and two buckets (one filling, one
-// being summed through its packed buffer). Never more than every gradient (stage 0's).
+// of its share, and during a backward the gradients not yet summed, at most the two largest tensors (gradients
+// written in place, the shared embedding's and an untied LM head's, are summed once the backward is over) and two
+// buckets (one filling, one being summed through its packed buffer). Never more than every gradient (stage 0's).
 std::uint64_t sharded_gradient_bytes(const std::vector<std::int64_t>& elements, int world_size,
                                      std::int64_t bucket_bytes);
 

@@ -11,10 +11,12 @@
 //    looks complete but is not. Resuming continues exactly (same data order, same random numbers, same result).
 //  - An out-of-memory error inside a micro-batch is survived: in its forward, that micro-batch is split in two and
 //    accumulation carries on; in its backward (gradients partly accumulated), the step is redone from its random
-//    state with the split micro-batches. The loss denominator is the step's label tokens, so the update covers
-//    exactly the same examples. Two steps in a row that needed splits re-plan the run: full checkpointing first,
-//    then half the micro-batch with twice the accumulation (same effective batch). Only a single example that
-//    does not fit with full checkpointing ends the run, with the out-of-memory advice.
+//    state with the split micro-batches (under ZeRO stage 2, whose gradients are summed over the processes during
+//    each backward, only that micro-batch is redone, by its process alone: train/sharded_gradients.h). The loss
+//    denominator is the step's label tokens, so the update covers exactly the same examples. Two steps in a row that
+//    needed splits re-plan the run: full checkpointing first, then half the micro-batch with twice the accumulation
+//    (same effective batch). Only a single example that does not fit with full checkpointing ends the run, with the
+//    out-of-memory advice.
 //  - A stop request (SIGINT / SIGTERM / SIGHUP through request_stop) ends the current micro-batch, or an evaluation
 //    before its next batch, saves a checkpoint of the last completed step and returns; the interrupted step is redone
 //    on resume.
