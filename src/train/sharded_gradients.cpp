@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/train/distributed.h"
+#include "fitsum/util/torch_compat.h"
 
 namespace fitsum::train {
 
@@ -24,7 +25,7 @@ struct ShardedGradients::State {
   std::vector<torch::Tensor> sums;  // owned parameters: the gradient summed over the processes and micro-batches
   std::vector<std::vector<std::size_t>> buckets;
   std::vector<std::size_t> bucket_of;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
+  std::vector<util::GradAccumulator> accumulators;
 
   // The micro-batch under way.
   std::vector<char> summed;          // per bucket: summed over the processes already

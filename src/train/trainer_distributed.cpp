@@ -101,6 +101,7 @@ void Trainer::join_process_group() {
     owner_ = optim::partition_by_size(elements, world_size_);
   }
   if (args_.zero_stage >= 2) {  // each process keeps its share of the gradients only
+    round_micro_batch_ = args_.per_device_train_batch_size;
     sharded_gradients_ = std::make_unique<ShardedGradients>(group_, parameters_, owner_, args_.ddp_bucket_bytes());
     return;
   }
@@ -192,11 +193,11 @@ std::int64_t Trainer::examples_per_step() const {
 std::vector<std::vector<std::size_t>> Trainer::own_micro_batches(
     const std::vector<std::vector<std::size_t>>& step) const {
   if (world_size_ == 1) return step;
-  return micro_batches_of(step, group_->rank());
+  return micro_batches_of(step, group_->rank(), args_.per_device_train_batch_size);
 }
 
 std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vector<std::vector<std::size_t>>& step,
-                                                                int of_rank) const {
+                                                                int of_rank, std::int64_t micro_batch) const {
   std::vector<std::size_t> examples;
   for (const auto& mb : step) examples.insert(examples.end(), mb.begin(), mb.end());
   const auto n = examples.size();
@@ -204,7 +205,7 @@ std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vecto
   const auto world = static_cast<std::size_t>(world_size_);
   const auto begin = n * rank / world;
   const auto end = n * (rank + 1) / world;
-  const auto micro = static_cast<std::size_t>(args_.per_device_train_batch_size);
+  const auto micro = static_cast<std::size_t>(micro_batch);
   std::vector<std::vector<std::size_t>> own;
   for (auto i = begin; i < end; i += micro) {
     own.emplace_back(examples.begin() + static_cast<std::ptrdiff_t>(i),
@@ -242,9 +243,11 @@ double Trainer::update_parameters() {
 
 Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<std::size_t>>& step,
                                                  double denominator) {
-  const auto own = own_micro_batches(step);
+  // The rounds are micro-batches of the size every process agreed on at the start; a process that re-planned to a
+  // smaller micro-batch after running out of memory runs each of its rounds in parts of its own size.
+  const auto own = micro_batches_of(step, group_->rank(), round_micro_batch_);
   std::size_t rounds = 0;
-  for (int r = 0; r < world_size_; ++r) rounds = std::max(rounds, micro_batches_of(step, r).size());
+  for (int r = 0; r < world_size_; ++r) rounds = std::max(rounds, micro_batches_of(step, r, round_micro_batch_).size());
   Accumulated done;
   for (std::size_t round = 0; round < rounds; ++round) {
     if (round < own.size()) {
@@ -264,7 +267,12 @@ Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<s
 
 void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator,
                                         Accumulated& into) {
-  std::vector<std::vector<std::size_t>> parts = {examples};
+  std::vector<std::vector<std::size_t>> parts;
+  const auto part = static_cast<std::size_t>(args_.per_device_train_batch_size);
+  for (std::size_t i = 0; i < examples.size(); i += part) {
+    parts.emplace_back(examples.begin() + static_cast<std::ptrdiff_t>(i),
+                       examples.begin() + static_cast<std::ptrdiff_t>(std::min(examples.size(), i + part)));
+  }
   const auto start_rng = util::random_state(in_.device);
   double loss_sum = 0.0;
   std::int64_t tokens = 0;

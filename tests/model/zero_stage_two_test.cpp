@@ -36,13 +36,13 @@ struct RunSetup {
   std::int64_t accumulation = 2;
   int zero_stage = 2;
   double bucket_mb = 0.0625;  // 64 KiB: the d128 model's 128 x 128 matrices alone, biases and norms together
-  bool fail_one_backward = false;
+  std::int64_t steps = 3;
+  std::int64_t failing_steps = 0;  // an out-of-memory error in the backward of steps 2 .. failing_steps + 1
 };
 
-// Three steps of 8 examples (micro-batch 2) over 13 examples: the second step has 5, so with two processes one of
-// them has a micro-batch fewer than the other. `group` null: one process with twice the accumulation.
-Run train_three_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup>& group,
-                      const std::string& name) {
+// Steps of 8 examples (micro-batch 2) over 13 examples: every second step has 5, so with two processes one of them
+// has a micro-batch fewer than the other. `group` null: one process with twice the accumulation.
+Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup>& group, const std::string& name) {
   Run run;
   auto grid = grid_model_small();
   grid.overrides += ",dropout=0.0,attention_dropout=0.0,activation_dropout=0.0";
@@ -50,7 +50,7 @@ Run train_three_steps(const RunSetup& setup, const std::shared_ptr<train::Proces
   train::TrainingArguments args;
   args.output_dir = temp_dir("zero2-" + name).string();
   args.overwrite_output_dir = true;
-  args.max_steps = 3;
+  args.max_steps = setup.steps;
   args.logging_steps = 1;
   args.save_strategy = train::IntervalStrategy::no;
   args.optim = setup.optimizer;
@@ -71,10 +71,10 @@ Run train_three_steps(const RunSetup& setup, const std::shared_ptr<train::Proces
     if (entry.contains("grad_norm")) run.grad_norms.push_back(entry["grad_norm"].get<double>());
   };
   callbacks.on_message = [&](const std::string& m) { run.messages.push_back(m); };
-  // Out of memory once, in the second step, in the backward of the bottom encoder layer: the backward's last
+  // Out of memory in the backward of the bottom encoder layer (once per step from the second): the backward's last
   // parameters, so the decoder's buckets are summed over the processes already.
   auto armed = std::make_shared<bool>(false);
-  if (setup.fail_one_backward) {
+  if (setup.failing_steps > 0) {
     model->named_parameters()["model.encoder.layers.0.fc1.weight"].register_hook([armed](const torch::Tensor& grad) {
       if (*armed) {
         *armed = false;
@@ -82,10 +82,12 @@ Run train_three_steps(const RunSetup& setup, const std::shared_ptr<train::Proces
       }
       return grad;
     });
-    callbacks.on_step = [armed](std::int64_t step, std::int64_t) { *armed = step == 1; };
+    callbacks.on_step = [armed, last = setup.failing_steps](std::int64_t step, std::int64_t) {
+      *armed = step >= 1 && step <= last;
+    };
   }
   train::Trainer trainer(args, std::move(inputs), callbacks);
-  EXPECT_EQ(trainer.train().global_step, 3);
+  EXPECT_EQ(trainer.train().global_step, setup.steps);
   for (const auto& p : model->named_parameters()) {
     run.weights.emplace_back(p.key(), p.value().detach().clone());
     if (p.value().grad().defined()) run.parameters_with_gradients += 1;
@@ -101,7 +103,7 @@ std::vector<Run> train_two_processes(const RunSetup& setup, const std::vector<Ru
     try {
       auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(60));
       const auto& own = per_rank.empty() ? setup : per_rank[static_cast<std::size_t>(r)];
-      runs[static_cast<std::size_t>(r)] = train_three_steps(own, group, "rank" + std::to_string(r));
+      runs[static_cast<std::size_t>(r)] = train_steps(own, group, "rank" + std::to_string(r));
     } catch (const std::exception& e) {
       runs[static_cast<std::size_t>(r)].error = e.what();
     }
@@ -130,7 +132,7 @@ void expect_same_training(const Run& reference, const Run& run, double weights_r
 
 TEST(ZeroStageTwo, TwoProcessesTrainTheWeightsOfOneAndHoldNoGradientBetweenSteps) {
   RunSetup setup;
-  const auto one = train_three_steps(setup, nullptr, "one");
+  const auto one = train_steps(setup, nullptr, "one");
   const auto ranks = train_two_processes(setup);
   expect_same_training(one, ranks[0], 1e-5);
   for (const auto& r : ranks) {
@@ -143,15 +145,36 @@ TEST(ZeroStageTwo, TwoProcessesTrainTheWeightsOfOneAndHoldNoGradientBetweenSteps
 
 TEST(ZeroStageTwo, OutOfMemoryMidBackwardRedoesOneProcesssMicroBatchAlone) {
   RunSetup setup;
-  const auto one = train_three_steps(setup, nullptr, "one-oom");
+  const auto one = train_steps(setup, nullptr, "one-oom");
   auto failing = setup;
-  failing.fail_one_backward = true;
+  failing.failing_steps = 1;
   const auto ranks = train_two_processes(setup, {setup, failing});
   std::string log;
   for (const auto& m : ranks[1].messages) log += m + "\n";
   EXPECT_NE(log.find("out of memory in the backward of a micro-batch of 2 examples at step 2: split into 1 + 1, "
                      "redoing the micro-batch"),
             std::string::npos)
+      << log;
+  expect_same_training(one, ranks[0], 1e-5);
+  for (std::size_t i = 0; i < ranks[1].weights.size(); ++i) {
+    EXPECT_TRUE(torch::equal(ranks[1].weights[i].second, ranks[0].weights[i].second)) << ranks[1].weights[i].first;
+  }
+}
+
+// Out of memory in four steps in a row on one process: it re-plans alone, to full checkpointing, then to half the
+// micro-batch with twice the accumulation. Its sums stay one per micro-batch of the size both processes agreed on
+// (each run in two parts), so the other process never notices, and the weights are still one process's.
+TEST(ZeroStageTwo, OneProcessReplansAloneAfterRepeatedOutOfMemory) {
+  RunSetup setup;
+  setup.steps = 6;
+  const auto one = train_steps(setup, nullptr, "one-replan");
+  auto failing = setup;
+  failing.failing_steps = 4;
+  const auto ranks = train_two_processes(setup, {setup, failing});
+  std::string log;
+  for (const auto& m : ranks[1].messages) log += m + "\n";
+  EXPECT_NE(log.find("re-planned with gradient checkpointing of all layers"), std::string::npos) << log;
+  EXPECT_NE(log.find("re-planned with per_device_train_batch_size 1 gradient_accumulation_steps 4"), std::string::npos)
       << log;
   expect_same_training(one, ranks[0], 1e-5);
   for (std::size_t i = 0; i < ranks[1].weights.size(); ++i) {

@@ -200,8 +200,9 @@ class Trainer {
   void join_process_group();
   std::int64_t examples_per_step() const;
   std::vector<std::vector<std::size_t>> own_micro_batches(const std::vector<std::vector<std::size_t>>& step) const;
-  std::vector<std::vector<std::size_t>> micro_batches_of(const std::vector<std::vector<std::size_t>>& step,
-                                                         int rank) const;
+  // Process `rank`'s share of a step in micro-batches of `micro_batch` examples.
+  std::vector<std::vector<std::size_t>> micro_batches_of(const std::vector<std::vector<std::size_t>>& step, int rank,
+                                                         std::int64_t micro_batch) const;
   // ZeRO stage 2 (train/sharded_gradients.h): the gradients are summed over the processes during each micro-batch's
   // backward, so every process runs as many micro-batches as the process with the most (the missing ones as zeros)
   // and learns of a stop request after each; an out-of-memory error in a backward redoes that micro-batch only.
@@ -283,6 +284,7 @@ class Trainer {
   torch::Tensor flat_gradients_;  // multi-process: one buffer whose slices are the parameters' .grad
   std::vector<int> owner_;        // ZeRO stage 1: the rank that updates each of parameter_list_ (empty: stage 0)
   std::unique_ptr<ShardedGradients> sharded_gradients_;  // ZeRO stage 2 (then no flat_gradients_)
+  std::int64_t round_micro_batch_ = 0;  // ZeRO stage 2: the micro-batch every process agreed on (one sum each)
 };
 
 }  // namespace fitsum::train

@@ -4,6 +4,8 @@
 
 #include <torch/version.h>
 
+#include <utility>
+
 #define FITSUM_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -32,6 +34,7 @@
 
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
+#include <torch/csrc/autograd/variable.h>
 
 namespace fitsum::util {
 
@@ -50,5 +53,10 @@ class AutocastGuard {
   bool previous_enabled_ = false;
   c10::ScalarType previous_dtype_ = c10::ScalarType::BFloat16;
 };
+
+// A trainable leaf's gradient accumulator, the autograd node that adds each backward's gradient into .grad (and runs
+// the post-hooks added to it): torch::autograd::impl::grad_accumulator returns a std::shared_ptr in 1.13 and a
+// c10::intrusive_ptr in recent 2.x. The tensor holds it weakly: whoever keeps one keeps the node and its hooks.
+using GradAccumulator = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
 
 }  // namespace fitsum::util
