@@ -130,17 +130,29 @@ void expect_same_training(const Run& reference, const Run& run, double weights_r
   }
 }
 
+// Every process ends with the same weights, bit for bit: they train one model.
+void expect_one_model(const std::vector<Run>& ranks) {
+  for (const auto& r : ranks) {
+    ASSERT_EQ(r.weights.size(), ranks[0].weights.size());
+    for (std::size_t i = 0; i < r.weights.size(); ++i) {
+      EXPECT_TRUE(torch::equal(r.weights[i].second, ranks[0].weights[i].second)) << r.weights[i].first;
+    }
+  }
+}
+
+std::string messages_of(const Run& run) {
+  std::string log;
+  for (const auto& m : run.messages) log += m + "\n";
+  return log;
+}
+
 TEST(ZeroStageTwo, TwoProcessesTrainTheWeightsOfOneAndHoldNoGradientBetweenSteps) {
   RunSetup setup;
   const auto one = train_steps(setup, nullptr, "one");
   const auto ranks = train_two_processes(setup);
   expect_same_training(one, ranks[0], 1e-5);
-  for (const auto& r : ranks) {
-    EXPECT_EQ(r.parameters_with_gradients, 0u);
-    for (std::size_t i = 0; i < r.weights.size(); ++i) {  // the processes train one model
-      EXPECT_TRUE(torch::equal(r.weights[i].second, ranks[0].weights[i].second)) << r.weights[i].first;
-    }
-  }
+  for (const auto& r : ranks) EXPECT_EQ(r.parameters_with_gradients, 0u);
+  expect_one_model(ranks);
 }
 
 TEST(ZeroStageTwo, OutOfMemoryMidBackwardRedoesOneProcesssMicroBatchAlone) {
@@ -149,16 +161,13 @@ TEST(ZeroStageTwo, OutOfMemoryMidBackwardRedoesOneProcesssMicroBatchAlone) {
   auto failing = setup;
   failing.failing_steps = 1;
   const auto ranks = train_two_processes(setup, {setup, failing});
-  std::string log;
-  for (const auto& m : ranks[1].messages) log += m + "\n";
+  const auto log = messages_of(ranks[1]);
   EXPECT_NE(log.find("out of memory in the backward of a micro-batch of 2 examples at step 2: split into 1 + 1, "
                      "redoing the micro-batch"),
             std::string::npos)
       << log;
   expect_same_training(one, ranks[0], 1e-5);
-  for (std::size_t i = 0; i < ranks[1].weights.size(); ++i) {
-    EXPECT_TRUE(torch::equal(ranks[1].weights[i].second, ranks[0].weights[i].second)) << ranks[1].weights[i].first;
-  }
+  expect_one_model(ranks);
 }
 
 // Out of memory in four steps in a row on one process: it re-plans alone, to full checkpointing, then to half the
@@ -171,15 +180,12 @@ TEST(ZeroStageTwo, OneProcessReplansAloneAfterRepeatedOutOfMemory) {
   auto failing = setup;
   failing.failing_steps = 4;
   const auto ranks = train_two_processes(setup, {setup, failing});
-  std::string log;
-  for (const auto& m : ranks[1].messages) log += m + "\n";
+  const auto log = messages_of(ranks[1]);
   EXPECT_NE(log.find("re-planned with gradient checkpointing of all layers"), std::string::npos) << log;
   EXPECT_NE(log.find("re-planned with per_device_train_batch_size 1 gradient_accumulation_steps 4"), std::string::npos)
       << log;
   expect_same_training(one, ranks[0], 1e-5);
-  for (std::size_t i = 0; i < ranks[1].weights.size(); ++i) {
-    EXPECT_TRUE(torch::equal(ranks[1].weights[i].second, ranks[0].weights[i].second)) << ranks[1].weights[i].first;
-  }
+  expect_one_model(ranks);
 }
 
 TEST(ZeroStageTwo, PredictedGradientsAreTheShareAndWhatTheBackwardHolds) {
