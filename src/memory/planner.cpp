@@ -89,10 +89,8 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   p.activations = static_cast<std::uint64_t>(std::llround(activations));
   p.optimizer_transient = c.optimizer(knobs.optimizer).transient_bytes;
   if (knobs.zero_stage >= 1 && knobs.world_size > 1) {  // the broadcast bucket of the updated small tensors
-    std::vector<std::int64_t> elements;
-    for (const auto& t : c.counts.trainable_tensors) elements.push_back(t.elements);
     p.optimizer_transient =
-        std::max(p.optimizer_transient, optim::largest_broadcast_bucket(elements, knobs.world_size));
+        std::max(p.optimizer_transient, optim::largest_broadcast_bucket(tensor_elements(c.counts), knobs.world_size));
   }
   p.peak = p.weights + p.gradients + p.optimizer_state + std::max(p.activations, p.optimizer_transient);
   double recompute = 0.0;

@@ -230,12 +230,4 @@ void ShardedGradients::clear() {
   s.in_backward = false;
 }
 
-std::int64_t ShardedGradients::owned_bytes() const {
-  std::int64_t bytes = 0;
-  for (const auto& t : state_->sums) {
-    if (t.defined()) bytes += static_cast<std::int64_t>(t.numel()) * 4;
-  }
-  return bytes;
-}
-
 }  // namespace fitsum::train

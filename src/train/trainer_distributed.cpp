@@ -65,6 +65,17 @@ void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, c
   }
 }
 
+// examples[begin, end) in consecutive micro-batches of `size` examples (the last one may be shorter).
+std::vector<std::vector<std::size_t>> in_micro_batches(const std::vector<std::size_t>& examples, std::size_t begin,
+                                                       std::size_t end, std::size_t size) {
+  std::vector<std::vector<std::size_t>> out;
+  for (auto i = begin; i < end; i += size) {
+    out.emplace_back(examples.begin() + static_cast<std::ptrdiff_t>(i),
+                     examples.begin() + static_cast<std::ptrdiff_t>(std::min(end, i + size)));
+  }
+  return out;
+}
+
 }  // namespace
 
 // A sum where the others contribute 0.
@@ -203,15 +214,7 @@ std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vecto
   const auto n = examples.size();
   const auto rank = static_cast<std::size_t>(of_rank);
   const auto world = static_cast<std::size_t>(world_size_);
-  const auto begin = n * rank / world;
-  const auto end = n * (rank + 1) / world;
-  const auto micro = static_cast<std::size_t>(micro_batch);
-  std::vector<std::vector<std::size_t>> own;
-  for (auto i = begin; i < end; i += micro) {
-    own.emplace_back(examples.begin() + static_cast<std::ptrdiff_t>(i),
-                     examples.begin() + static_cast<std::ptrdiff_t>(std::min(end, i + micro)));
-  }
-  return own;
+  return in_micro_batches(examples, n * rank / world, n * (rank + 1) / world, static_cast<std::size_t>(micro_batch));
 }
 
 void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples) {
@@ -267,12 +270,8 @@ Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<s
 
 void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator,
                                         Accumulated& into) {
-  std::vector<std::vector<std::size_t>> parts;
-  const auto part = static_cast<std::size_t>(args_.per_device_train_batch_size);
-  for (std::size_t i = 0; i < examples.size(); i += part) {
-    parts.emplace_back(examples.begin() + static_cast<std::ptrdiff_t>(i),
-                       examples.begin() + static_cast<std::ptrdiff_t>(std::min(examples.size(), i + part)));
-  }
+  auto parts =
+      in_micro_batches(examples, 0, examples.size(), static_cast<std::size_t>(args_.per_device_train_batch_size));
   const auto start_rng = util::random_state(in_.device);
   double loss_sum = 0.0;
   std::int64_t tokens = 0;

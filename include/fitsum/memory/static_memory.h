@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "fitsum/model/config.h"
 #include "fitsum/optim/optimizers.h"
@@ -28,6 +29,9 @@ struct StaticMemory {
 // Mixed precision with fp32 master weights (fitsum's --bf16) stores everything as fp32.
 StaticMemory static_training_memory(const model::ParameterCounts& counts, optim::OptimizerType optimizer,
                                     StorageDtype dtype);
+
+// The element count of each trainable tensor, in order: what ZeRO's partition (optim/sharding.h) is computed from.
+std::vector<std::int64_t> tensor_elements(const model::ParameterCounts& counts);
 
 // The optimizer state of the process with the largest share when `world_size` processes shard it by tensor (ZeRO
 // stage 1, optim/sharding.h); the whole state for one process.

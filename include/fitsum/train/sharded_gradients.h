@@ -50,9 +50,6 @@ class ShardedGradients {
   // After the update or an interrupted step: the sums restart from zero and no parameter holds a .grad.
   void clear();
 
-  // Bytes held between steps (the owned sums) by this process.
-  std::int64_t owned_bytes() const;
-
   struct State;  // what the hooks see (they hold it weakly: a hook outliving this object does nothing)
 
  private:
