@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <c10/util/Exception.h>
@@ -116,6 +117,8 @@ using Collectives = c10d::Backend;
 #else
 using Collectives = c10d::ProcessGroup;
 #endif
+// A started collective (c10d::ProcessGroup::Work in 1.13, c10d::Work since 2.0).
+using WorkHandle = decltype(std::declval<Collectives&>().allreduce(std::declval<std::vector<at::Tensor>&>()));
 
 bool nccl_available() {
 #ifdef FITSUM_WITH_NCCL
@@ -237,6 +240,52 @@ void ProcessGroup::all_reduce_sum(torch::Tensor& tensor) {
       state_->group->allreduce(tensors)->wait();
     });
   });
+}
+
+struct ProcessGroup::Pending::Work {
+  WorkHandle work;
+  ProcessGroup::State* group = nullptr;
+};
+
+ProcessGroup::Pending::Pending() = default;
+ProcessGroup::Pending::Pending(Pending&&) noexcept = default;
+ProcessGroup::Pending& ProcessGroup::Pending::operator=(Pending&& other) noexcept {
+  if (this != &other) {
+    try {
+      if (work_) wait();
+    } catch (const std::exception&) {
+    }
+    work_ = std::move(other.work_);
+  }
+  return *this;
+}
+
+ProcessGroup::Pending::~Pending() {
+  try {
+    if (work_) wait();
+  } catch (const std::exception&) {  // already failing: the error that unwinds is the one to report
+  }
+}
+
+void ProcessGroup::Pending::wait() {
+  if (!work_) return;
+  auto work = std::move(work_);
+  work->group->collective("all-reduce", [&] { work->work->wait(); });
+}
+
+ProcessGroup::Pending ProcessGroup::all_reduce_sum_async(torch::Tensor& tensor) {
+  Pending pending;
+  if (!state_->device.is_cpu() && tensor.device() != state_->device) {
+    all_reduce_sum(tensor);  // staged through the device: nothing to overlap with
+    return pending;
+  }
+  pending.work_ = std::make_unique<Pending::Work>();
+  pending.work_->group = state_.get();
+  state_->collective("all-reduce", [&] {
+    std::vector<at::Tensor> tensors{tensor};
+    pending.work_->work = state_->group->allreduce(tensors);
+  });
+  return pending;
 }
 
 void ProcessGroup::broadcast(torch::Tensor& tensor, int root) {

@@ -25,7 +25,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/diagnostics.h"
 #include "fitsum/train/evaluation.h"
-#include "fitsum/train/sharded_gradients.h"
+#include "fitsum/train/gradient_reducer.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/random_state.h"
@@ -125,7 +125,8 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
   const double denominator = static_cast<double>(step_tokens);
   oom_splits_in_step_ = 0;
-  auto accumulated = sharded_gradients_ ? accumulate_sharded(planned, denominator) : accumulate(planned, denominator);
+  auto accumulated =
+      reducer_ && args_.zero_stage >= 2 ? accumulate_sharded(planned, denominator) : accumulate(planned, denominator);
   auto& outcome = accumulated.outcome;
   reduce_step(outcome, accumulated.loss_sum, accumulated.samples);
   train_samples_ += accumulated.samples;
@@ -170,12 +171,19 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
         continue;
       }
       try {
+        if (reducer_) reducer_->begin_backward(i + 1 == micro_batches.size());
         (token_loss.sum * (1.0 / denominator)).backward();
+        if (reducer_) reducer_->end_backward();
       } catch (const c10::OutOfMemoryError& e) {
-        // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start.
+        // Part of this micro-batch's gradient may already be accumulated: redo the whole step from its start (the
+        // buckets already summed over the processes stay summed; the others only wait for the rest).
         token_loss = {};
         split_after_oom(micro_batches, i, "backward", "redoing the step", e);
-        zero_gradients();
+        if (reducer_) {
+          reducer_->abandon();
+        } else {
+          zero_gradients();
+        }
         util::set_random_state(in_.device, step_rng);
         redo = true;
         break;
@@ -190,7 +198,9 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
         break;
       }
     }
-    if (!redo) return done;
+    if (redo) continue;
+    if (reducer_) reducer_->finish();  // stopped before its last micro-batch, or none: every process sums once
+    return done;
   }
 }
 

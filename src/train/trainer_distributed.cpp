@@ -11,7 +11,7 @@
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/sharding.h"
 #include "fitsum/train/distributed.h"
-#include "fitsum/train/sharded_gradients.h"
+#include "fitsum/train/gradient_reducer.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/random_state.h"
 
@@ -101,33 +101,17 @@ void Trainer::join_process_group() {
   // Every process starts from rank 0's weights and buffers (loaded or drawn the same way everywhere, but a process
   // that read another copy of a checkpoint must not train a different model).
   share_rank_zero_weights();
-  for (const auto& p : parameter_list_) {
-    if (p.scalar_type() != torch::kFloat) {
-      throw std::invalid_argument("data-parallel training needs float32 parameters");
-    }
-  }
   if (args_.zero_stage >= 1) {
     std::vector<std::int64_t> elements;
     for (const auto& p : parameter_list_) elements.push_back(p.numel());
     owner_ = optim::partition_by_size(elements, world_size_);
   }
-  if (args_.zero_stage >= 2) {  // each process keeps its share of the gradients only
-    round_micro_batch_ = args_.per_device_train_batch_size;
-    sharded_gradients_ = std::make_unique<ShardedGradients>(group_, parameters_, owner_, args_.ddp_bucket_bytes());
-    return;
-  }
-  // One float32 buffer holds every trainable parameter's gradient, so that one collective sums them all in place.
-  // Autograd and fitsum's in-place embedding gradient accumulate into an existing .grad, and gradients are only
-  // ever zeroed in place (optim::zero_gradients), so the views stay the gradients for the whole run.
-  std::int64_t total = 0;
-  for (const auto& p : parameter_list_) total += p.numel();
-  torch::NoGradGuard no_grad;
-  flat_gradients_ = torch::zeros({total}, torch::TensorOptions(torch::kFloat).device(in_.device));
-  std::int64_t offset = 0;
-  for (auto& p : parameter_list_) {
-    p.mutable_grad() = flat_gradients_.narrow(0, offset, p.numel()).view(p.sizes());
-    offset += p.numel();
-  }
+  // Stage 2: each process keeps its share of the gradients only. Stages 0 and 1: one float32 buffer holds every
+  // trainable parameter's gradient (autograd and fitsum's in-place embedding gradient accumulate into an existing
+  // .grad, and gradients are only ever zeroed in place, so its slices stay the gradients for the whole run).
+  if (args_.zero_stage >= 2) round_micro_batch_ = args_.per_device_train_batch_size;
+  reducer_ = std::make_unique<GradientReducer>(group_, parameters_, args_.zero_stage >= 2 ? owner_ : std::vector<int>{},
+                                               args_.ddp_bucket_bytes());
 }
 
 std::optional<std::set<std::string>> Trainer::owned_parameter_names() const {
@@ -183,15 +167,12 @@ void Trainer::share_updated_parameters() {
     }
     send_bucket();
   }
-  if (flat_gradients_.defined()) flat_gradients_.zero_();  // the optimizer zeroed only the gradients of its share
+  reducer_->clear();  // the optimizer zeroed only the gradients of its share
 }
 
 void Trainer::zero_gradients() {
-  if (sharded_gradients_) {
-    sharded_gradients_->clear();
-  } else if (flat_gradients_.defined()) {
-    torch::NoGradGuard no_grad;
-    flat_gradients_.zero_();
+  if (reducer_) {
+    reducer_->clear();
   } else {
     optim::zero_gradients(*optimizer_);
   }
@@ -227,20 +208,18 @@ void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& 
   samples = static_cast<std::int64_t>(totals[1].item<double>());
   outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
   outcome.interrupted = totals[3].item<double>() > 0.0;
-  if (!outcome.interrupted && flat_gradients_.defined()) group_->all_reduce_sum(flat_gradients_);
 }
 
 double Trainer::update_parameters() {
   optim::UpdateOptions update;
   update.max_grad_norm = args_.max_grad_norm;
   update.threads = in_.update_threads;
-  if (sharded_gradients_) {
-    sharded_gradients_->expose_owned();
+  if (reducer_ && args_.zero_stage >= 2) {
+    reducer_->expose_owned();
     update.sum_over_processes = [this](torch::Tensor& t) { group_->all_reduce_sum(t); };
   }
   const double norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
-  share_updated_parameters();
-  if (sharded_gradients_) sharded_gradients_->clear();
+  share_updated_parameters();  // and, with a sharded update, clears the sums
   return norm;
 }
 
@@ -256,7 +235,7 @@ Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<s
     if (round < own.size()) {
       train_sharded_micro_batch(own[round], denominator, done);
     } else {
-      sharded_gradients_->reduce_nothing();
+      reducer_->reduce_nothing();
     }
     if (callbacks_.on_micro_batch) callbacks_.on_micro_batch(round + 1, rounds);
     // Every process ends the step at the same micro-batch: each of them sums gradients.
@@ -287,14 +266,14 @@ void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples
       continue;
     }
     try {
-      sharded_gradients_->begin_backward(i + 1 == parts.size());
+      reducer_->begin_backward(i + 1 == parts.size());
       (token_loss.sum * (1.0 / denominator)).backward();
-      sharded_gradients_->end_backward();
+      reducer_->end_backward();
     } catch (const c10::OutOfMemoryError& e) {
       // The gradients of this micro-batch not yet summed are dropped and it is redone from its first part; the
       // buckets already summed keep their sums (the other processes only wait for the rest).
       token_loss = {};
-      sharded_gradients_->abandon_micro_batch();
+      reducer_->abandon();
       split_after_oom(parts, i, "backward", "redoing the micro-batch", e);
       util::set_random_state(in_.device, start_rng);
       loss_sum = 0.0;

@@ -189,7 +189,8 @@ void add_logging_flags(CLI::App& g, train::TrainingArguments& t, bool& disable_t
                "the gradients too (ZeRO stage 2)")
       ->capture_default_str();
   g.add_option("--ddp_bucket_cap_mb", t.ddp_bucket_cap_mb,
-               "with --zero_stage 2: MiB of gradients summed over the processes at a time during the backward")
+               "with several processes: MiB of gradients summed over the processes at a time during the backward "
+               "(a bucket; DDP's bucket_cap_mb)")
       ->capture_default_str();
 }
 

@@ -73,7 +73,7 @@ struct PlanKnobs {
   // Data parallelism: the processes (each with this plan) and the ZeRO stage (1: each keeps the optimizer state of
   // its share of the parameters, optim/sharding.h; the prediction is the process with the largest share).
   int world_size = 1;
-  int zero_stage = 0;  // 2: the gradients are sharded too (train/sharded_gradients.h), in buckets of bucket_bytes
+  int zero_stage = 0;  // 2: the gradients are sharded too (train/gradient_reducer.h), in buckets of bucket_bytes
   std::int64_t bucket_bytes = optim::kReduceBucketBytes;
   bool checkpointing() const { return encoder_checkpointed > 0 || decoder_checkpointed > 0; }
 };

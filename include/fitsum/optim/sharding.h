@@ -30,7 +30,7 @@ std::uint64_t largest_broadcast_bucket(const std::vector<std::int64_t>& elements
 std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std::vector<std::uint64_t>& bytes,
                             int world_size);
 
-// ZeRO stage 2 (train/sharded_gradients.h) sums gradients over the processes in buckets of this size by default
+// The gradients are summed over the processes (train/gradient_reducer.h) in buckets of this size by default
 // (HF's ddp_bucket_cap_mb, DDP's 25 MiB).
 constexpr std::int64_t kReduceBucketBytes = std::int64_t{25} << 20;
 

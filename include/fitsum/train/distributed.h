@@ -67,6 +67,24 @@ class ProcessGroup {
   int size() const;
   // Sums `tensor` (contiguous; on the CPU or the group's device) over the processes, in place.
   void all_reduce_sum(torch::Tensor& tensor);
+  // A collective under way; wait() blocks until it is done (throwing, as the blocking calls do, when a process died
+  // or did not arrive in time). Destroying one not waited for waits, swallowing its error (an error path).
+  class Pending {
+   public:
+    Pending();
+    Pending(Pending&&) noexcept;
+    Pending& operator=(Pending&&) noexcept;
+    ~Pending();
+    void wait();
+
+   private:
+    friend class ProcessGroup;
+    struct Work;
+    std::unique_ptr<Work> work_;
+  };
+  // all_reduce_sum started, not finished: `tensor` must not be read or written until wait() returns. The collective
+  // takes its place in the order of collectives now. A CPU tensor of an nccl group is summed before this returns.
+  Pending all_reduce_sum_async(torch::Tensor& tensor);
   // Copies `tensor` (contiguous; on the CPU or the group's device) of process `root` into every process's `tensor`
   // (same shape and type).
   void broadcast(torch::Tensor& tensor, int root);

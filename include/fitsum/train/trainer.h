@@ -12,7 +12,7 @@
 //  - An out-of-memory error inside a micro-batch is survived: in its forward, that micro-batch is split in two and
 //    accumulation carries on; in its backward (gradients partly accumulated), the step is redone from its random
 //    state with the split micro-batches (under ZeRO stage 2, whose gradients are summed over the processes during
-//    each backward, only that micro-batch is redone, by its process alone: train/sharded_gradients.h). The loss
+//    each backward, only that micro-batch is redone), by its process alone (train/gradient_reducer.h). The loss
 //    denominator is the step's label tokens, so the update covers exactly the same examples. Two steps in a row that
 //    needed splits re-plan the run: full checkpointing first, then half the micro-batch with twice the accumulation
 //    (same effective batch). Only a single example that does not fit with full checkpointing ends the run, with the
@@ -56,7 +56,7 @@ namespace fitsum::train {
 
 namespace fs = std::filesystem;
 class ProcessGroup;
-class ShardedGradients;
+class GradientReducer;
 
 // Everything the trainer needs besides the arguments; model code and data come in ready, the trainer owns the loop.
 struct TrainerInputs {
@@ -150,8 +150,8 @@ class Trainer {
   // tokens. Throws c10::OutOfMemoryError with nothing touched.
   model::TokenLoss micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
                                        std::int64_t& input_tokens);
-  // The micro-batches of one process into its gradients (.grad); an out-of-memory error in a backward redoes the
-  // whole step with the split micro-batches.
+  // The micro-batches of one process into its gradients (.grad), summed over the processes during the backward of
+  // the last one; an out-of-memory error in a backward redoes the whole step with the split micro-batches.
   Accumulated accumulate(const std::vector<std::vector<std::size_t>>& step, double denominator);
   // Clips (with the norm over every process), updates, shares the updated parameters. Returns the norm.
   double update_parameters();
@@ -203,13 +203,13 @@ class Trainer {
   // Process `rank`'s share of a step in micro-batches of `micro_batch` examples.
   std::vector<std::vector<std::size_t>> micro_batches_of(const std::vector<std::vector<std::size_t>>& step, int rank,
                                                          std::int64_t micro_batch) const;
-  // ZeRO stage 2 (train/sharded_gradients.h): the gradients are summed over the processes during each micro-batch's
+  // ZeRO stage 2 (train/gradient_reducer.h): the gradients are summed over the processes during each micro-batch's
   // backward, so every process runs as many micro-batches as the process with the most (the missing ones as zeros)
   // and learns of a stop request after each; an out-of-memory error in a backward redoes that micro-batch only.
   Accumulated accumulate_sharded(const std::vector<std::vector<std::size_t>>& step, double denominator);
   void train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator, Accumulated& into);
-  // Sums loss, samples, tokens and the stop flag over the processes, then (unless a process was stopped) the
-  // gradients; one process: nothing to do.
+  // Sums loss, samples, tokens and the stop flag over the processes (the gradients were summed during the
+  // backward); one process: nothing to do.
   void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
   // A stop request seen by any process (every process must call it at the same point).
   bool stop_requested();
@@ -281,9 +281,9 @@ class Trainer {
   std::shared_ptr<ProcessGroup> group_;  // none: one process
   int world_size_ = 1;
   bool main_process_ = true;      // rank 0 (HF's is_world_process_zero)
-  torch::Tensor flat_gradients_;  // multi-process: one buffer whose slices are the parameters' .grad
   std::vector<int> owner_;        // ZeRO stage 1: the rank that updates each of parameter_list_ (empty: stage 0)
-  std::unique_ptr<ShardedGradients> sharded_gradients_;  // ZeRO stage 2 (then no flat_gradients_)
+  // Multi-process: sums the gradients over the processes (stages 0 and 1: one buffer whose slices are .grad).
+  std::unique_ptr<GradientReducer> reducer_;
   std::int64_t round_micro_batch_ = 0;  // ZeRO stage 2: the micro-batch every process agreed on (one sum each)
 };
 

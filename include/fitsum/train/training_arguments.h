@@ -106,8 +106,9 @@ struct TrainingArguments {
   std::int64_t ddp_timeout = 1800;
   // ZeRO stage (optim/sharding.h): 0 every process keeps the whole optimizer state; 1 each keeps and updates its share
   // of the parameters' state (the same weights, 1/N of the state per process); 2 each also keeps only the gradients of
-  // its share, summed over the processes during each micro-batch's backward (train/sharded_gradients.h) in buckets
-  // of ddp_bucket_cap_mb MiB (HF's name; DDP's default 25). No effect with one process.
+  // its share. The gradients are summed over the processes (train/gradient_reducer.h) in buckets of
+  // ddp_bucket_cap_mb MiB (HF's name; DDP's default 25) during the backward that finishes them: of each step's last
+  // micro-batch (stages 0 and 1), of every micro-batch (stage 2). No effect with one process.
   int zero_stage = 0;
   double ddp_bucket_cap_mb = 25.0;
   std::int64_t ddp_bucket_bytes() const;

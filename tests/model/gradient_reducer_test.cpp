@@ -1,7 +1,8 @@
-// ZeRO stage 2 (train/sharded_gradients.h) through the Trainer, with two threads of this process standing for two
-// processes (a real TCPStore rendezvous and Gloo), each with its own copy of the model: the weights equal one process
-// training the same steps, while between steps no process holds a gradient; an out-of-memory error in the middle of
-// one process's backward, after some buckets were summed, redoes that micro-batch alone and changes nothing.
+// The sums of the gradients over the processes (train/gradient_reducer.h), with two threads of this process standing
+// for two processes (a real TCPStore rendezvous and Gloo), each with its own copy of the model: buckets are summed
+// during the backward that finishes them; through the Trainer, ZeRO stages 0, 1 and 2 train the weights of one
+// process (and, under stage 2, no process holds a gradient between steps); an out-of-memory error in the middle of
+// one process's backward, after some buckets were summed, is redone by that process alone and changes nothing.
 #include <optional>
 #include <string>
 #include <thread>
@@ -12,8 +13,8 @@
 
 #include "fitsum/optim/sharding.h"
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/gradient_reducer.h"
 #include "fitsum/train/local_launch.h"
-#include "fitsum/train/sharded_gradients.h"
 #include "fitsum/train/trainer.h"
 #include "planner_grid.h"
 #include "test_support.h"
@@ -37,7 +38,8 @@ struct RunSetup {
   int zero_stage = 2;
   double bucket_mb = 0.0625;  // 64 KiB: the d128 model's 128 x 128 matrices alone, biases and norms together
   std::int64_t steps = 3;
-  std::int64_t failing_steps = 0;  // an out-of-memory error in the backward of steps 2 .. failing_steps + 1
+  std::int64_t failing_steps = 0;     // an out-of-memory error in the backward of steps 2 .. failing_steps + 1
+  std::int64_t failing_backward = 0;  // ... in the step's first backward (0), or a later one
 };
 
 // Steps of 8 examples (micro-batch 2) over 13 examples: every second step has 5, so with two processes one of them
@@ -48,7 +50,7 @@ Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup
   grid.overrides += ",dropout=0.0,attention_dropout=0.0,activation_dropout=0.0";
   auto model = make_grid_model(grid);
   train::TrainingArguments args;
-  args.output_dir = temp_dir("zero2-" + name).string();
+  args.output_dir = temp_dir("reducer-" + name).string();
   args.overwrite_output_dir = true;
   args.max_steps = setup.steps;
   args.logging_steps = 1;
@@ -74,16 +76,19 @@ Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup
   // Out of memory in the backward of the bottom encoder layer (once per step from the second): the backward's last
   // parameters, so the decoder's buckets are summed over the processes already.
   auto armed = std::make_shared<bool>(false);
+  auto backwards = std::make_shared<std::int64_t>(0);  // in the step
   if (setup.failing_steps > 0) {
-    model->named_parameters()["model.encoder.layers.0.fc1.weight"].register_hook([armed](const torch::Tensor& grad) {
-      if (*armed) {
-        *armed = false;
-        TORCH_CHECK_WITH(OutOfMemoryError, false, "injected: out of memory during backward");
-      }
-      return grad;
-    });
-    callbacks.on_step = [armed, last = setup.failing_steps](std::int64_t step, std::int64_t) {
+    model->named_parameters()["model.encoder.layers.0.fc1.weight"].register_hook(
+        [armed, backwards, at = setup.failing_backward](const torch::Tensor& grad) {
+          if (*armed && (*backwards)++ == at) {
+            *armed = false;
+            TORCH_CHECK_WITH(OutOfMemoryError, false, "injected: out of memory during backward");
+          }
+          return grad;
+        });
+    callbacks.on_step = [armed, backwards, last = setup.failing_steps](std::int64_t step, std::int64_t) {
       *armed = step >= 1 && step <= last;
+      *backwards = 0;
     };
   }
   train::Trainer trainer(args, std::move(inputs), callbacks);
@@ -186,6 +191,106 @@ TEST(ZeroStageTwo, OneProcessReplansAloneAfterRepeatedOutOfMemory) {
       << log;
   expect_same_training(one, ranks[0], 1e-5);
   expect_one_model(ranks);
+}
+
+class ZeroStagesZeroAndOne : public ::testing::TestWithParam<int> {};
+
+// Every process keeps every gradient, summed in 64 KiB buckets during the backward of each process's last
+// micro-batch of a step (every second step one process has one micro-batch, the other two).
+TEST_P(ZeroStagesZeroAndOne, TwoProcessesTrainTheWeightsOfOne) {
+  RunSetup setup;
+  setup.zero_stage = GetParam();
+  const auto one = train_steps(setup, nullptr, "one");
+  const auto ranks = train_two_processes(setup);
+  expect_same_training(one, ranks[0], 1e-5);
+  expect_one_model(ranks);
+}
+
+// Out of memory in the bottom encoder layer's backward of each process's last micro-batch of step 2, after the
+// decoder's buckets were summed: rank 0 (one micro-batch of 2) splits it, rank 1 (micro-batches of 2 and 1) turns on
+// full checkpointing; each redoes its step alone, dropping what the redo computes for the buckets already summed.
+// The weights are compared right after that step: PEGASUS's relu makes the gradient jump where a pre-activation
+// crosses zero, so a split's rounding may flip a unit and change the gradient of a later step beyond rounding.
+TEST_P(ZeroStagesZeroAndOne, OutOfMemoryInTheLastBackwardRedoesTheStepOfOneProcessAlone) {
+  RunSetup setup;
+  setup.zero_stage = GetParam();
+  setup.steps = 2;
+  const auto one = train_steps(setup, nullptr, "one-oom");
+  auto split = setup;
+  split.failing_steps = 1;
+  auto checkpoint = split;
+  checkpoint.failing_backward = 1;
+  const auto ranks = train_two_processes(setup, {split, checkpoint});
+  const auto log0 = messages_of(ranks[0]);
+  EXPECT_NE(log0.find("out of memory in the backward of a micro-batch of 2 examples at step 2: split into 1 + 1, "
+                      "redoing the step"),
+            std::string::npos)
+      << log0;
+  const auto log1 = messages_of(ranks[1]);
+  EXPECT_NE(log1.find("out of memory in the backward of a micro-batch of 1 examples at step 2: one example cannot be "
+                      "split; retrying with gradient checkpointing of all layers"),
+            std::string::npos)
+      << log1;
+  expect_same_training(one, ranks[0], 1e-5);
+  expect_one_model(ranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroStagesZeroAndOne, ::testing::Values(0, 1));
+
+// Three 16 x 16 layers, one bucket each (weight and bias): by the time the backward reaches the first layer's weight
+// in the unit's last backward, the buckets of the two layers above have been started; the sums equal both
+// processes' gradients of both backwards, in .grad, which clear() zeroes.
+TEST(GradientReducer, EveryProcessSumsEachBucketDuringTheBackwardThatFinishesIt) {
+  const auto input = [](int rank, int backward) {
+    return torch::linspace(-1.0, 1.0, 64).view({4, 16}) * static_cast<double>(1 + rank + 2 * backward);
+  };
+  const auto make = [] {
+    torch::manual_seed(5);
+    return torch::nn::Sequential(torch::nn::Linear(16, 16), torch::nn::Tanh(), torch::nn::Linear(16, 16),
+                                 torch::nn::Tanh(), torch::nn::Linear(16, 16));
+  };
+  auto reference = make();
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) reference->forward(input(r, k)).pow(2).sum().backward();
+  }
+  std::vector<torch::nn::Sequential> models{make(), make()};
+  std::vector<std::vector<std::size_t>> started(2);  // per rank: buckets started when the first layer's weight is done
+  std::vector<std::string> errors(2);
+  const int port = train::free_local_port();
+  auto rank = [&](int r) {
+    try {
+      auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(60));
+      auto& model = models[static_cast<std::size_t>(r)];
+      std::vector<std::pair<std::string, torch::Tensor>> parameters;
+      for (const auto& p : model->named_parameters()) parameters.emplace_back(p.key(), p.value());
+      train::GradientReducer reducer(group, parameters, {}, 16 * 16 * 4 + 16 * 4);
+      EXPECT_EQ(reducer.buckets(), 3u);
+      model->named_parameters()["0.weight"].register_hook([&reducer, &started, r](const torch::Tensor& grad) {
+        started[static_cast<std::size_t>(r)].push_back(reducer.buckets_started());
+        return grad;
+      });
+      for (int k = 0; k < 2; ++k) {
+        reducer.begin_backward(k == 1);
+        model->forward(input(r, k)).pow(2).sum().backward();
+        reducer.end_backward();
+      }
+      EXPECT_EQ(reducer.buckets_started(), 3u);
+      for (const auto& [name, p] : parameters) {
+        EXPECT_CLOSE(p.grad(), reference->named_parameters()[name].grad(), relative(1e-6)) << name;
+      }
+      reducer.clear();
+      for (const auto& [name, p] : parameters) EXPECT_EQ(p.grad().abs().max().item<float>(), 0.0f) << name;
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+    EXPECT_EQ(started[static_cast<std::size_t>(r)], (std::vector<std::size_t>{0, 2})) << "rank " << r;
+  }
 }
 
 TEST(ZeroStageTwo, PredictedGradientsAreTheShareAndWhatTheBackwardHolds) {
