@@ -3,10 +3,12 @@
 #include "fitsum/memory/calibration.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -398,9 +400,10 @@ SpeedModel fit_speed(const std::vector<ProbeSample>& samples) {
 
 }  // namespace
 
-Calibration calibrate(const model::ModelConfig& config, const c10::Device& device, const CalibrationOptions& options) {
-  const auto start = Clock::now();
-  start_tracking(device);
+namespace {
+
+// What a calibration holds before the probe: what the config and the options say.
+Calibration unmeasured(const model::ModelConfig& config, const CalibrationOptions& options) {
   Calibration c;
   c.config = config;
   c.freeze_embeds = options.freeze_embeds;
@@ -410,6 +413,105 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
   c.encoder_layers = config.encoder_layers;
   c.decoder_layers = config.decoder_layers;
   c.bf16 = options.bf16;
+  return c;
+}
+
+template <typename LayerMemoryT>
+auto fits_of(LayerMemoryT& m) {
+  return std::array{&m.encoder_plain,         &m.encoder_checkpointed,
+                    &m.decoder_plain,         &m.decoder_checkpointed,
+                    &m.decoder_rest,          &m.decoder_recompute,
+                    &m.encoder_rest,          &m.encoder_recompute,
+                    &m.encoder_forward_plain, &m.encoder_forward_checkpointed,
+                    &m.decoder_forward_plain, &m.decoder_forward_checkpointed,
+                    &m.encoder_mixed,         &m.decoder_mixed};
+}
+
+constexpr double kNumbersVersion = 1.0;
+constexpr std::size_t kSampleNumbers = 13;
+
+}  // namespace
+
+std::vector<double> calibration_numbers(const Calibration& c) {
+  std::vector<double> n{kNumbersVersion};
+  for (const auto* fit : fits_of(c.memory)) n.insert(n.end(), fit->coefficients.begin(), fit->coefficients.end());
+  n.insert(n.end(), {c.speed.flops_per_second, c.speed.overhead_seconds});
+  for (const auto* cost : {&c.adamw, &c.adafactor}) {
+    n.insert(n.end(), {static_cast<double>(cost->transient_bytes), cost->seconds});
+  }
+  n.insert(n.end(), {c.probe_seconds, static_cast<double>(c.samples.size())});
+  for (const auto& s : c.samples) {
+    n.insert(n.end(), {static_cast<double>(s.shape.batch), static_cast<double>(s.shape.source),
+                       static_cast<double>(s.shape.target), static_cast<double>(s.encoder_layers),
+                       static_cast<double>(s.decoder_layers), static_cast<double>(s.checkpointing),
+                       static_cast<double>(s.stored_bytes), static_cast<double>(s.encoder_forward_bytes),
+                       static_cast<double>(s.decoder_forward_bytes), static_cast<double>(s.decoder_phase_bytes),
+                       static_cast<double>(s.encoder_phase_bytes), s.flops, s.seconds});
+  }
+  return n;
+}
+
+Calibration calibration_from_numbers(const model::ModelConfig& config, const CalibrationOptions& options,
+                                     const std::vector<double>& numbers) {
+  auto c = unmeasured(config, options);
+  constexpr std::size_t kFixed = 1 + 14 * 6 + 2 + 2 * 2 + 2;
+  if (numbers.size() < kFixed || numbers[0] != kNumbersVersion) {
+    throw std::invalid_argument("calibration numbers: " + std::to_string(numbers.size()) +
+                                " numbers, not a calibration's (version " + std::to_string(kNumbersVersion) + ")");
+  }
+  std::size_t at = 1;
+  const auto next = [&] { return numbers[at++]; };
+  const auto count = [&](const char* what) {
+    const double v = next();
+    if (!(v >= 0.0) || v != std::floor(v) || v > 9007199254740992.0) {
+      throw std::invalid_argument(std::string("calibration numbers: ") + what + " is " + std::to_string(v) +
+                                  ", not a count");
+    }
+    return v;
+  };
+  for (auto* fit : fits_of(c.memory)) {
+    for (auto& k : fit->coefficients) k = next();
+  }
+  c.speed.flops_per_second = next();
+  c.speed.overhead_seconds = next();
+  for (auto* cost : {&c.adamw, &c.adafactor}) {
+    cost->transient_bytes = static_cast<std::uint64_t>(count("an optimizer's transient bytes"));
+    cost->seconds = next();
+  }
+  c.probe_seconds = next();
+  const auto samples = static_cast<std::size_t>(count("the number of samples"));
+  if (numbers.size() != kFixed + samples * kSampleNumbers) {
+    throw std::invalid_argument("calibration numbers: " + std::to_string(numbers.size()) + " numbers for " +
+                                std::to_string(samples) + " samples, not " +
+                                std::to_string(kFixed + samples * kSampleNumbers));
+  }
+  for (std::size_t i = 0; i < samples; ++i) {
+    ProbeSample s;
+    s.shape.batch = static_cast<std::int64_t>(count("a sample's batch"));
+    s.shape.source = static_cast<std::int64_t>(count("a sample's source"));
+    s.shape.target = static_cast<std::int64_t>(count("a sample's target"));
+    s.encoder_layers = static_cast<std::int64_t>(count("a sample's encoder layers"));
+    s.decoder_layers = static_cast<std::int64_t>(count("a sample's decoder layers"));
+    const auto checkpointing = count("a sample's checkpointing");
+    if (checkpointing > static_cast<double>(ProbeCheckpointing::bottom)) {
+      throw std::invalid_argument("calibration numbers: a sample's checkpointing is " + std::to_string(checkpointing));
+    }
+    s.checkpointing = static_cast<ProbeCheckpointing>(static_cast<int>(checkpointing));
+    for (auto* bytes : {&s.stored_bytes, &s.encoder_forward_bytes, &s.decoder_forward_bytes, &s.decoder_phase_bytes,
+                        &s.encoder_phase_bytes}) {
+      *bytes = static_cast<std::uint64_t>(count("a sample's bytes"));
+    }
+    s.flops = next();
+    s.seconds = next();
+    c.samples.push_back(s);
+  }
+  return c;
+}
+
+Calibration calibrate(const model::ModelConfig& config, const c10::Device& device, const CalibrationOptions& options) {
+  const auto start = Clock::now();
+  start_tracking(device);
+  auto c = unmeasured(config, options);
 
   // Random numbers drawn here (weights, dropout) must not shift the training run's.
   util::RandomStateGuard keep_random_state(device);

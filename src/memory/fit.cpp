@@ -220,7 +220,13 @@ FitResult fit(const model::ModelConfig& config, const c10::Device& device, const
   r.worst = request.worst;
   r.evaluation = request.evaluation;
   r.budget = request.budget;
-  r.calibration = calibrate(config, device, options);
+  const auto probe = [&] { return calibrate(config, device, options); };
+  if (request.share_calibration) {
+    r.calibration = request.share_calibration(
+        probe, [&](const std::vector<double>& numbers) { return calibration_from_numbers(config, options, numbers); });
+  } else {
+    r.calibration = probe();
+  }
   r.layers = std::max(r.calibration->encoder_layers, r.calibration->decoder_layers);
   const auto planned = plan_request(request, device, std::move(cuda));
   r.plan = choose_plan(*r.calibration, planned);

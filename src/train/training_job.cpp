@@ -2,14 +2,18 @@
 #include "fitsum/train/training_job.h"
 
 #include <algorithm>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <stdexcept>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/memory/calibration.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/static_memory.h"
@@ -196,9 +200,43 @@ std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, 
   return memory::check_static_memory(io::preview_model(job.model).config, request);
 }
 
-// With a budget: calibrates, chooses and applies the plan, or throws memory::PlanDoesNotFit.
+// Every process of a job that plans: rank 0 runs the calibration probe and the others plan with its numbers (on one
+// machine the probes would run at once and measure each other; on equal devices they would measure the same).
+memory::Calibration share_rank_zero_calibration(
+    ProcessGroup& group, const std::function<memory::Calibration()>& probe,
+    const std::function<memory::Calibration(const std::vector<double>&)>& from_numbers, const Report& report) {
+  std::optional<memory::Calibration> own;
+  std::vector<double> numbers;
+  std::exception_ptr failed;
+  if (group.rank() == 0) {
+    try {
+      own = probe();
+      numbers = memory::calibration_numbers(*own);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  auto length = torch::full({1}, failed ? std::int64_t{-1} : static_cast<std::int64_t>(numbers.size()), torch::kLong);
+  group.broadcast(length, 0);
+  if (failed) std::rethrow_exception(failed);
+  if (length.item<std::int64_t>() < 0) {
+    throw std::runtime_error("rank 0's calibration probe failed (its log says why); this process plans with it");
+  }
+  auto shared = torch::zeros({length.item<std::int64_t>()}, torch::kDouble);
+  if (own) std::copy(numbers.begin(), numbers.end(), shared.data_ptr<double>());
+  group.broadcast(shared, 0);
+  if (own) return *own;
+  const auto* data = shared.data_ptr<double>();
+  auto calibration = from_numbers(std::vector<double>(data, data + shared.numel()));
+  say(report, "planning with rank 0's calibration probe (" + std::to_string(calibration.samples.size()) +
+                  " passes) instead of probing here");
+  return calibration;
+}
+
+// With a budget: calibrates (with rank 0's probe where `group` is given), chooses and applies the plan, or throws
+// memory::PlanDoesNotFit.
 memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const util::Runtime& runtime,
-                                 const Report& report) {
+                                 const Report& report, const std::shared_ptr<ProcessGroup>& group) {
   const auto& device = runtime.device;
   auto& model = *p.inputs.model;
   model.to(device);
@@ -206,6 +244,11 @@ memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, co
                                   planned_world_size(job));
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on CUDA the budget caps reserved bytes under them
   request.evaluation = evaluation_load(p.args, p.inputs, job.data);
+  if (group) {
+    request.share_calibration = [&group, &report](const auto& probe, const auto& from_numbers) {
+      return share_rank_zero_calibration(*group, probe, from_numbers, report);
+    };
+  }
   auto fit = memory::fit_training(model, request);
   if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
   if (!fit.optimizer_warning.empty()) warn(report, fit.optimizer_warning);
@@ -330,21 +373,26 @@ void join_launched_processes(PreparedTraining& p, const Report& report) {
       ProcessGroup::connect(env, backend, std::chrono::seconds(p.args.ddp_timeout), p.inputs.device);
 }
 
+// Whether the processes of a job plan (with --max_memory): every one or none; throws when only some do.
+bool every_process_plans(const PreparedTraining& p) {
+  const auto& group = p.inputs.process_group;
+  if (!group) return false;
+  auto count = torch::full({1}, p.budget > 0 ? 1.0 : 0.0, torch::kDouble);
+  group->all_reduce_sum(count);
+  const auto planners = static_cast<int>(count.item<double>());
+  if (planners != 0 && planners != group->size()) {
+    throw std::invalid_argument("max_memory is given to " + std::to_string(planners) + " of " +
+                                std::to_string(group->size()) + " processes: give it to every process or to none");
+  }
+  return planners != 0;
+}
+
 // With --max_memory every process planned for its own device, and the processes must train alike: rank 0's plan is
 // the job's. Another process takes it when its own prediction of that plan fits its budget (on equal devices the
 // plans only differ where timing noise broke a tie); otherwise every process stops, naming the numbers.
 void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config, const Report& report) {
   const auto& group = p.inputs.process_group;
-  if (!group) return;
-  const bool planned = p.fit && p.fit->chosen;
-  auto count = torch::full({1}, planned ? 1.0 : 0.0, torch::kDouble);
-  group->all_reduce_sum(count);
-  const auto planners = static_cast<int>(count.item<double>());
-  if (planners == 0) return;
-  if (planners != group->size()) {
-    throw std::invalid_argument("max_memory is given to " + std::to_string(planners) + " of " +
-                                std::to_string(group->size()) + " processes: give it to every process or to none");
-  }
+  if (!group || !p.fit) return;  // every process planned, or none (every_process_plans)
   const auto& own = p.fit->chosen->knobs;
   auto knobs = torch::tensor({own.micro_batch, own.accumulation, own.encoder_checkpointed, own.decoder_checkpointed,
                               static_cast<std::int64_t>(own.optimizer), static_cast<std::int64_t>(own.bf16),
@@ -423,8 +471,9 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
     warn(report, "predict_with_generate without a tokenizer: generation runs, ROUGE is skipped");
   }
   p.args = job.args;
-  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report);
   join_launched_processes(p, report);
+  const bool together = every_process_plans(p);
+  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report, together ? p.inputs.process_group : nullptr);
   adopt_rank_zero_plan(p, config, report);
   return p;
 }

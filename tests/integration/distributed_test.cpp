@@ -402,6 +402,10 @@ TEST(Distributed, RankZerosMemoryPlanIsTheJobs) {
                                    "--gradient_accumulation_steps 1 --optim adamw_torch --zero_stage 1;"),
             std::string::npos)
       << adopted[1].output;
+  // Rank 0 ran the calibration probe; rank 1 planned with its numbers.
+  EXPECT_NE(adopted[1].output.find("planning with rank 0's calibration probe ("), std::string::npos)
+      << adopted[1].output;
+  EXPECT_EQ(adopted[0].output.find("planning with rank 0's calibration probe"), std::string::npos) << adopted[0].output;
   const auto refused = launch(2, train_command(data, dir / "refused", flags) + budgets("200MiB", "0.95MiB"), dir);
   EXPECT_EQ(refused[0].exit_code, 2) << refused[0].output;
   EXPECT_NE(refused[0].output.find("another process cannot fit rank 0's memory plan"), std::string::npos)

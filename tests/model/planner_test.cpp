@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "fitsum/memory/calibration.h"
 #include "fitsum/memory/fit.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/tracking_allocator.h"
@@ -130,6 +131,77 @@ TEST(Planner, TheTransientFollowsTheLayerModel) {
   EXPECT_DOUBLE_EQ(c.memory.transient(shape, 6, 6, 0, 2), 1e6 + 614400 + 2 * 2560 + 4 * 12800);
   // The bottom 3 encoder layers: 3 x 102400 + 3 x 20480 stored under a plain decoder.
   EXPECT_DOUBLE_EQ(c.memory.transient(shape, 6, 6, 3, 0), 1e6 + 3 * 102400 + 3 * 20480 + 76800);
+}
+
+// What one process of a data-parallel job measured, as numbers, rebuilds the same calibration in another.
+TEST(Planner, ACalibrationTravelsAsNumbers) {
+  auto c = synthetic_calibration();
+  c.memory.decoder_mixed.coefficients = {1.5, -2.25, 3e-9, 4, 5, 6.125};
+  c.memory.encoder_forward_checkpointed.coefficients = {7, 0, 0, 1e-3, 0, 8};
+  c.probe_seconds = 3.5;
+  memory::ProbeSample sample;
+  sample.shape = {3, 257, 65};
+  sample.encoder_layers = 2;
+  sample.decoder_layers = 1;
+  sample.checkpointing = memory::ProbeCheckpointing::bottom;
+  sample.stored_bytes = (std::uint64_t{1} << 40) + 3;
+  sample.encoder_forward_bytes = 11;
+  sample.decoder_forward_bytes = 12;
+  sample.decoder_phase_bytes = 13;
+  sample.encoder_phase_bytes = 14;
+  sample.flops = 1.25e12;
+  sample.seconds = 0.75;
+  c.samples = {sample, memory::ProbeSample{}};
+  memory::CalibrationOptions options;
+  const auto numbers = memory::calibration_numbers(c);
+  const auto back = memory::calibration_from_numbers(c.config, options, numbers);
+  const std::array<std::pair<const memory::ShapeFit*, const memory::ShapeFit*>, 3> fits{{
+      {&c.memory.decoder_mixed, &back.memory.decoder_mixed},
+      {&c.memory.encoder_forward_checkpointed, &back.memory.encoder_forward_checkpointed},
+      {&c.memory.decoder_recompute, &back.memory.decoder_recompute},
+  }};
+  for (const auto& [sent, received] : fits) EXPECT_EQ(sent->coefficients, received->coefficients);
+  EXPECT_EQ(back.speed.flops_per_second, c.speed.flops_per_second);
+  EXPECT_EQ(back.speed.overhead_seconds, c.speed.overhead_seconds);
+  EXPECT_EQ(back.adamw.transient_bytes, c.adamw.transient_bytes);
+  EXPECT_EQ(back.adafactor.seconds, c.adafactor.seconds);
+  EXPECT_EQ(back.probe_seconds, 3.5);
+  ASSERT_EQ(back.samples.size(), 2u);
+  const auto& s = back.samples[0];
+  EXPECT_EQ(s.shape.batch, 3);
+  EXPECT_EQ(s.shape.source, 257);
+  EXPECT_EQ(s.shape.target, 65);
+  EXPECT_EQ(s.encoder_layers, 2);
+  EXPECT_EQ(s.checkpointing, memory::ProbeCheckpointing::bottom);
+  EXPECT_EQ(s.stored_bytes, sample.stored_bytes);
+  EXPECT_EQ(s.encoder_phase_bytes, 14u);
+  EXPECT_EQ(s.flops, 1.25e12);
+  // Every prediction is the same (the counts come from the config in both: set the synthetic ones aside).
+  auto sent = c;
+  sent.counts = back.counts;
+  sent.weight_bytes = back.weight_bytes;
+  sent.gradient_bytes = back.gradient_bytes;
+  memory::PlanKnobs knobs;
+  knobs.micro_batch = 2;
+  knobs.encoder_checkpointed = 3;
+  const memory::BatchShape worst{1, 512, 64};
+  EXPECT_EQ(memory::predict(back, knobs, worst).peak, memory::predict(sent, knobs, worst).peak);
+  // Numbers that are not a calibration's are refused, naming what is wrong.
+  const auto refusal = [&](const std::vector<double>& wrong) -> std::string {
+    try {
+      memory::calibration_from_numbers(c.config, options, wrong);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  auto truncated = numbers;
+  truncated.pop_back();
+  EXPECT_NE(refusal(truncated).find("for 2 samples"), std::string::npos) << refusal(truncated);
+  auto negative = numbers;
+  negative[1 + 84 + 2] = -1.0;  // adamw's transient bytes
+  EXPECT_NE(refusal(negative).find("not a count"), std::string::npos) << refusal(negative);
+  EXPECT_NE(refusal({2.0}).find("not a calibration's"), std::string::npos) << refusal({2.0});
 }
 
 TEST(Planner, KeepsTheEffectiveBatchAndFallsBackFromAdamWOnlyWhenItCannotFit) {

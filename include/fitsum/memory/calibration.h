@@ -147,6 +147,14 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
 // The same for an existing model's config and device (the model itself is not touched).
 Calibration calibrate(model::Seq2SeqLMImpl& model, const CalibrationOptions& options);
 
+// What the probe measured (the layer model, the speed, the optimizers' costs, the samples, the probe's seconds) as
+// numbers, so that the processes of a data-parallel job plan with one process's probe; calibration_from_numbers puts
+// them back beside what `config` and `options` give (parameter counts, bytes, depth). Throws std::invalid_argument
+// naming what is wrong when `numbers` are not calibration_numbers' output.
+std::vector<double> calibration_numbers(const Calibration& calibration);
+Calibration calibration_from_numbers(const model::ModelConfig& config, const CalibrationOptions& options,
+                                     const std::vector<double>& numbers);
+
 // Matrix-product FLOPs of one micro-step of `shape` on a model of `config` with the bottom `encoder_checkpointed` /
 // `decoder_checkpointed` layers recomputed; `recompute` (when given) receives the recomputation's share.
 double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,

@@ -17,9 +17,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "fitsum/memory/planner.h"
 #include "fitsum/util/cuda_alloc_conf.h"
@@ -51,6 +53,11 @@ struct FitRequest {
   std::optional<util::CudaAllocConf> cuda_alloc_conf;
   // Set when the run evaluates: per_device_eval_batch_size, the eval data's lengths and the decoding options.
   std::optional<EvaluationLoad> evaluation;
+  // Where given, replaces running the calibration probe (the processes of a data-parallel job plan with one
+  // process's probe): called with the probe and what rebuilds a calibration from another's calibration_numbers.
+  std::function<Calibration(const std::function<Calibration()>& probe,
+                            const std::function<Calibration(const std::vector<double>&)>& from_numbers)>
+      share_calibration;
 };
 
 enum class FitStatus {
