@@ -454,8 +454,10 @@ std::vector<double> calibration_numbers(const Calibration& c) {
 Calibration calibration_from_numbers(const model::ModelConfig& config, const CalibrationOptions& options,
                                      const std::vector<double>& numbers) {
   auto c = unmeasured(config, options);
-  constexpr std::size_t kFixed = 1 + 14 * 6 + 2 + 2 * 2 + 2;
-  if (numbers.size() < kFixed || numbers[0] != kNumbersVersion) {
+  // The version, the fits' coefficients, the speed (2), the optimizers' costs (2 x 2), the probe's seconds, the
+  // number of samples.
+  const std::size_t fixed = 1 + fits_of(c.memory).size() * ShapeFit{}.coefficients.size() + 2 + 2 * 2 + 2;
+  if (numbers.size() < fixed || numbers[0] != kNumbersVersion) {
     throw std::invalid_argument("calibration numbers: " + std::to_string(numbers.size()) +
                                 " numbers, not a calibration's (version " + std::to_string(kNumbersVersion) + ")");
   }
@@ -480,10 +482,10 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
   }
   c.probe_seconds = next();
   const auto samples = static_cast<std::size_t>(count("the number of samples"));
-  if (numbers.size() != kFixed + samples * kSampleNumbers) {
+  if (numbers.size() != fixed + samples * kSampleNumbers) {
     throw std::invalid_argument("calibration numbers: " + std::to_string(numbers.size()) + " numbers for " +
                                 std::to_string(samples) + " samples, not " +
-                                std::to_string(kFixed + samples * kSampleNumbers));
+                                std::to_string(fixed + samples * kSampleNumbers));
   }
   for (std::size_t i = 0; i < samples; ++i) {
     ProbeSample s;

@@ -125,8 +125,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   if (step_tokens == 0) throw std::runtime_error("an optimizer step has no label tokens");
   const double denominator = static_cast<double>(step_tokens);
   oom_splits_in_step_ = 0;
-  auto accumulated =
-      reducer_ && args_.zero_stage >= 2 ? accumulate_sharded(planned, denominator) : accumulate(planned, denominator);
+  auto accumulated = gradients_sharded() ? accumulate_sharded(planned, denominator) : accumulate(planned, denominator);
   auto& outcome = accumulated.outcome;
   reduce_step(outcome, accumulated.loss_sum, accumulated.samples);
   train_samples_ += accumulated.samples;

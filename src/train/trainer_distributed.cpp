@@ -214,7 +214,7 @@ double Trainer::update_parameters() {
   optim::UpdateOptions update;
   update.max_grad_norm = args_.max_grad_norm;
   update.threads = in_.update_threads;
-  if (reducer_ && args_.zero_stage >= 2) {
+  if (gradients_sharded()) {
     reducer_->expose_owned();
     update.sum_over_processes = [this](torch::Tensor& t) { group_->all_reduce_sum(t); };
   }
@@ -222,6 +222,8 @@ double Trainer::update_parameters() {
   share_updated_parameters();  // and, with a sharded update, clears the sums
   return norm;
 }
+
+bool Trainer::gradients_sharded() const { return reducer_ && args_.zero_stage >= 2; }
 
 Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<std::size_t>>& step,
                                                  double denominator) {

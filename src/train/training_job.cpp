@@ -2,11 +2,13 @@
 #include "fitsum/train/training_job.h"
 
 #include <algorithm>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -205,29 +207,28 @@ std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, 
 memory::Calibration share_rank_zero_calibration(
     ProcessGroup& group, const std::function<memory::Calibration()>& probe,
     const std::function<memory::Calibration(const std::vector<double>&)>& from_numbers, const Report& report) {
+  // Rank 0's numbers as bytes (none: its probe failed), through broadcast_string's length and payload.
   std::optional<memory::Calibration> own;
-  std::vector<double> numbers;
+  std::string sent;
   std::exception_ptr failed;
   if (group.rank() == 0) {
     try {
       own = probe();
-      numbers = memory::calibration_numbers(*own);
+      const auto numbers = memory::calibration_numbers(*own);
+      sent.assign(reinterpret_cast<const char*>(numbers.data()), numbers.size() * sizeof(double));
     } catch (...) {
       failed = std::current_exception();
     }
   }
-  auto length = torch::full({1}, failed ? std::int64_t{-1} : static_cast<std::int64_t>(numbers.size()), torch::kLong);
-  group.broadcast(length, 0);
+  const auto received = group.broadcast_string(sent, 0);
   if (failed) std::rethrow_exception(failed);
-  if (length.item<std::int64_t>() < 0) {
+  if (received.empty()) {
     throw std::runtime_error("rank 0's calibration probe failed (its log says why); this process plans with it");
   }
-  auto shared = torch::zeros({length.item<std::int64_t>()}, torch::kDouble);
-  if (own) std::copy(numbers.begin(), numbers.end(), shared.data_ptr<double>());
-  group.broadcast(shared, 0);
   if (own) return *own;
-  const auto* data = shared.data_ptr<double>();
-  auto calibration = from_numbers(std::vector<double>(data, data + shared.numel()));
+  std::vector<double> numbers(received.size() / sizeof(double));
+  std::memcpy(numbers.data(), received.data(), numbers.size() * sizeof(double));
+  auto calibration = from_numbers(numbers);
   say(report, "planning with rank 0's calibration probe (" + std::to_string(calibration.samples.size()) +
                   " passes) instead of probing here");
   return calibration;

@@ -5,7 +5,6 @@
 // one process's backward, after some buckets were summed, is redone by that process alone and changes nothing.
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -14,7 +13,6 @@
 #include "fitsum/optim/sharding.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/gradient_reducer.h"
-#include "fitsum/train/local_launch.h"
 #include "fitsum/train/trainer.h"
 #include "planner_grid.h"
 #include "test_support.h"
@@ -29,7 +27,6 @@ struct Run {
   std::vector<std::string> messages;
   std::vector<std::pair<std::string, torch::Tensor>> weights;
   std::size_t parameters_with_gradients = 0;  // after training
-  std::string error;
 };
 
 struct RunSetup {
@@ -102,21 +99,12 @@ Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup
 
 // Both ranks, each on its own thread; rank 0's log is the job's.
 std::vector<Run> train_two_processes(const RunSetup& setup, const std::vector<RunSetup>& per_rank = {}) {
-  const int port = train::free_local_port();
   std::vector<Run> runs(2);
-  auto rank = [&](int r) {
-    try {
-      auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(60));
-      const auto& own = per_rank.empty() ? setup : per_rank[static_cast<std::size_t>(r)];
-      runs[static_cast<std::size_t>(r)] = train_steps(own, group, "rank" + std::to_string(r));
-    } catch (const std::exception& e) {
-      runs[static_cast<std::size_t>(r)].error = e.what();
-    }
-  };
-  std::thread other(rank, 1);
-  rank(0);
-  other.join();
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(runs[static_cast<std::size_t>(r)].error, "") << "rank " << r;
+  const auto errors = on_two_ranks([&](int r, std::shared_ptr<train::ProcessGroup> group) {
+    const auto& own = per_rank.empty() ? setup : per_rank[static_cast<std::size_t>(r)];
+    runs[static_cast<std::size_t>(r)] = train_steps(own, group, "rank" + std::to_string(r));
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
   return runs;
 }
 
@@ -255,38 +243,28 @@ TEST(GradientReducer, EveryProcessSumsEachBucketDuringTheBackwardThatFinishesIt)
   }
   std::vector<torch::nn::Sequential> models{make(), make()};
   std::vector<std::vector<std::size_t>> started(2);  // per rank: buckets started when the first layer's weight is done
-  std::vector<std::string> errors(2);
-  const int port = train::free_local_port();
-  auto rank = [&](int r) {
-    try {
-      auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(60));
-      auto& model = models[static_cast<std::size_t>(r)];
-      std::vector<std::pair<std::string, torch::Tensor>> parameters;
-      for (const auto& p : model->named_parameters()) parameters.emplace_back(p.key(), p.value());
-      train::GradientReducer reducer(group, parameters, {}, 16 * 16 * 4 + 16 * 4);
-      EXPECT_EQ(reducer.buckets(), 3u);
-      model->named_parameters()["0.weight"].register_hook([&reducer, &started, r](const torch::Tensor& grad) {
-        started[static_cast<std::size_t>(r)].push_back(reducer.buckets_started());
-        return grad;
-      });
-      for (int k = 0; k < 2; ++k) {
-        reducer.begin_backward(k == 1);
-        model->forward(input(r, k)).pow(2).sum().backward();
-        reducer.end_backward();
-      }
-      EXPECT_EQ(reducer.buckets_started(), 3u);
-      for (const auto& [name, p] : parameters) {
-        EXPECT_CLOSE(p.grad(), reference->named_parameters()[name].grad(), relative(1e-6)) << name;
-      }
-      reducer.clear();
-      for (const auto& [name, p] : parameters) EXPECT_EQ(p.grad().abs().max().item<float>(), 0.0f) << name;
-    } catch (const std::exception& e) {
-      errors[static_cast<std::size_t>(r)] = e.what();
+  const auto errors = on_two_ranks([&](int r, std::shared_ptr<train::ProcessGroup> group) {
+    auto& model = models[static_cast<std::size_t>(r)];
+    std::vector<std::pair<std::string, torch::Tensor>> parameters;
+    for (const auto& p : model->named_parameters()) parameters.emplace_back(p.key(), p.value());
+    train::GradientReducer reducer(group, parameters, {}, 16 * 16 * 4 + 16 * 4);
+    EXPECT_EQ(reducer.buckets(), 3u);
+    model->named_parameters()["0.weight"].register_hook([&reducer, &started, r](const torch::Tensor& grad) {
+      started[static_cast<std::size_t>(r)].push_back(reducer.buckets_started());
+      return grad;
+    });
+    for (int k = 0; k < 2; ++k) {
+      reducer.begin_backward(k == 1);
+      model->forward(input(r, k)).pow(2).sum().backward();
+      reducer.end_backward();
     }
-  };
-  std::thread other(rank, 1);
-  rank(0);
-  other.join();
+    EXPECT_EQ(reducer.buckets_started(), 3u);
+    for (const auto& [name, p] : parameters) {
+      EXPECT_CLOSE(p.grad(), reference->named_parameters()[name].grad(), relative(1e-6)) << name;
+    }
+    reducer.clear();
+    for (const auto& [name, p] : parameters) EXPECT_EQ(p.grad().abs().max().item<float>(), 0.0f) << name;
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
     EXPECT_EQ(started[static_cast<std::size_t>(r)], (std::vector<std::size_t>{0, 2})) << "rank " << r;

@@ -5,8 +5,11 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
+
+#include "fitsum/train/local_launch.h"
 
 namespace fitsum::test {
 
@@ -64,6 +67,23 @@ train::LaunchEnvironment local_job(int rank, int world_size, int port) {
   env.master_addr = "127.0.0.1";
   env.master_port = port;
   return env;
+}
+
+std::vector<std::string> on_two_ranks(const std::function<void(int, std::shared_ptr<train::ProcessGroup>)>& body,
+                                      std::chrono::seconds timeout) {
+  const int port = train::free_local_port();
+  std::vector<std::string> errors(2);
+  auto rank = [&](int r) {
+    try {
+      body(r, train::ProcessGroup::connect(local_job(r, 2, port), "gloo", timeout));
+    } catch (const std::exception& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  };
+  std::thread other(rank, 1);
+  rank(0);
+  other.join();
+  return errors;
 }
 
 void write_bytes(const fs::path& path, const std::string& bytes) {

@@ -2,9 +2,12 @@
 // format of ../shared/fixtures (index/value pairs into a flattened tensor).
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +40,11 @@ fs::path write_copy_task_records(const fs::path& file);
 // Rank `rank` of a job of `world_size` processes whose rendezvous is 127.0.0.1:`port` (threads of a test standing
 // for the processes).
 train::LaunchEnvironment local_job(int rank, int world_size, int port);
+
+// Runs `body` as ranks 0 and 1 of a job (rank 1 on a thread of its own) joined over a real TCPStore rendezvous at
+// 127.0.0.1 and Gloo; returns each rank's error, "" where its body returned.
+std::vector<std::string> on_two_ranks(const std::function<void(int, std::shared_ptr<train::ProcessGroup>)>& body,
+                                      std::chrono::seconds timeout = std::chrono::seconds(60));
 
 // Writes bytes to a file, replacing it.
 void write_bytes(const fs::path& path, const std::string& bytes);

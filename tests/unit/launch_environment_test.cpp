@@ -2,7 +2,6 @@
 // one-line errors for a broken environment; a two-process all-reduce over a real rendezvous on 127.0.0.1.
 #include <map>
 #include <string>
-#include <thread>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -118,24 +117,16 @@ TEST(LaunchEnvironment, BrokenVariablesAreNamed) {
 
 // Two threads of this process as the two ranks of a job: a real TCPStore rendezvous and Gloo all-reduce.
 TEST(ProcessGroup, TwoRanksSumOverARealRendezvous) {
-  const int port = train::free_local_port();
   std::vector<double> sums(2), flags(2);
-  std::vector<std::string> errors(2);
-  auto rank = [&](int r) {
-    try {
-      auto group = train::ProcessGroup::connect(local_job(r, 2, port), "gloo", std::chrono::seconds(30));
-      auto t = torch::full({3}, static_cast<double>(r + 1), torch::kFloat);
-      group->all_reduce_sum(t);
-      sums[r] = t.sum().item<double>();
-      flags[r] = group->any(r == 1) ? 1.0 : 0.0;
-      group->barrier();
-    } catch (const std::exception& e) {
-      errors[r] = e.what();
-    }
-  };
-  std::thread other(rank, 1);
-  rank(0);
-  other.join();
+  const auto errors = on_two_ranks(
+      [&](int r, std::shared_ptr<train::ProcessGroup> group) {
+        auto t = torch::full({3}, static_cast<double>(r + 1), torch::kFloat);
+        group->all_reduce_sum(t);
+        sums[r] = t.sum().item<double>();
+        flags[r] = group->any(r == 1) ? 1.0 : 0.0;
+        group->barrier();
+      },
+      std::chrono::seconds(30));
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
     EXPECT_EQ(sums[r], 9.0) << "rank " << r;  // (1 + 2) x 3

@@ -207,6 +207,7 @@ class Trainer {
   // backward, so every process runs as many micro-batches as the process with the most (the missing ones as zeros)
   // and learns of a stop request after each; an out-of-memory error in a backward redoes that micro-batch only.
   Accumulated accumulate_sharded(const std::vector<std::vector<std::size_t>>& step, double denominator);
+  bool gradients_sharded() const;  // several processes under ZeRO stage 2
   void train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator, Accumulated& into);
   // Sums loss, samples, tokens and the stop flag over the processes (the gradients were summed during the
   // backward); one process: nothing to do.
