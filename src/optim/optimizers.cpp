@@ -86,17 +86,22 @@ AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions
 }
 
 torch::Tensor AdamW::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
   torch::Tensor loss;
   if (closure) {
     torch::AutoGradMode enable(true);
     loss = closure();
   }
+  update({});
+  return loss;
+}
+
+void AdamW::update(const GradientTreatment& treatment) {
+  torch::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const AdamWOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const auto& grad = p.grad();
+      auto& grad = p.mutable_grad();
       auto& slot = state()[state_key(p)];
       if (!slot) {
         auto fresh = std::make_unique<AdamWParamState>();
@@ -114,9 +119,12 @@ torch::Tensor AdamW::step(LossClosure closure) {
         scalars.eps = o.eps();
         scalars.weight_decay = o.weight_decay();
         scalars.step = s.step;
+        scalars.grad_scale = treatment.scale;
+        scalars.zero_grad = treatment.zero_after;
         fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq, scalars);
         continue;
       }
+      if (treatment.scale != 1.0) grad.mul_(treatment.scale);
       p.mul_(1.0 - o.lr() * o.weight_decay());
       s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
       s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
@@ -125,9 +133,9 @@ torch::Tensor AdamW::step(LossClosure closure) {
       const double step_size = o.lr() / bias_correction1;
       auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
       p.addcdiv_(s.exp_avg, denom, -step_size);
+      if (treatment.zero_after) grad.zero_();
     }
   }
-  return loss;
 }
 
 // ---- Adafactor ----
@@ -164,78 +172,98 @@ Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, Adaf
   TORCH_CHECK(defaults.clip_threshold() > 0, "Adafactor: clip_threshold must be positive");
 }
 
+namespace {
+
+// HF Adafactor's update of one parameter with the tensor ops (the fused kernels' reference), the gradient already
+// clipped: the second moment, the update and its RMS clip, weight decay, p -= lr * update.
+void adafactor_tensor_update(torch::Tensor& p, const torch::Tensor& grad, AdafactorParamState& s,
+                             const AdafactorOptions& o, double beta2t) {
+  const double lr = o.lr();  // relative_step=False, scale_parameter=False: the learning rate as given
+  auto update = grad * grad + o.eps1();
+  if (p.dim() >= 2) {
+    s.exp_avg_sq_row.mul_(beta2t).add_(update.mean(-1), 1.0 - beta2t);
+    s.exp_avg_sq_col.mul_(beta2t).add_(update.mean(-2), 1.0 - beta2t);
+    // HF _approx_sq_grad: (row / mean(row)).rsqrt() ⊗ col.rsqrt()
+    auto r_factor = (s.exp_avg_sq_row / s.exp_avg_sq_row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+    auto c_factor = s.exp_avg_sq_col.unsqueeze(-2).rsqrt();
+    update = torch::mul(r_factor, c_factor);
+    update.mul_(grad);
+  } else {
+    s.exp_avg_sq.mul_(beta2t).add_(update, 1.0 - beta2t);
+    update = s.exp_avg_sq.rsqrt().mul_(grad);
+  }
+  update.div_((rms(update) / o.clip_threshold()).clamp_(1.0));
+  update.mul_(lr);
+  auto p32 = p.scalar_type() == torch::kFloat ? p : p.to(torch::kFloat);
+  if (o.weight_decay() != 0.0) {
+    p32.add_(p32, -o.weight_decay() * lr);
+  }
+  p32.add_(-update);
+  if (p32.data_ptr() != p.data_ptr()) {
+    p.copy_(p32);
+  }
+}
+
+std::unique_ptr<AdafactorParamState> fresh_adafactor_state(const torch::Tensor& p) {
+  auto fresh = std::make_unique<AdafactorParamState>();
+  const auto fp32 = p.options().dtype(torch::kFloat);
+  if (p.dim() >= 2) {
+    fresh->exp_avg_sq_row = torch::zeros(p.sizes().slice(0, p.dim() - 1), fp32);
+    auto cols = p.sizes().vec();
+    cols.erase(cols.end() - 2);
+    fresh->exp_avg_sq_col = torch::zeros(cols, fp32);
+  } else {
+    fresh->exp_avg_sq = torch::zeros(p.sizes(), fp32);
+  }
+  return fresh;
+}
+
+}  // namespace
+
 torch::Tensor Adafactor::step(LossClosure closure) {
-  torch::NoGradGuard no_grad;
   torch::Tensor loss;
   if (closure) {
     torch::AutoGradMode enable(true);
     loss = closure();
   }
+  update({});
+  return loss;
+}
+
+void Adafactor::update(const GradientTreatment& treatment) {
+  torch::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const AdafactorOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      // HF upcasts half-precision parameters and gradients; the state is always fp32.
-      auto grad = p.grad().to(torch::kFloat);
-      const bool factored = p.dim() >= 2;
-      const bool fused = o.fused() && fused_step_applies(p, grad);
       auto& slot = state()[state_key(p)];
-      if (!slot) {
-        auto fresh = std::make_unique<AdafactorParamState>();
-        if (factored) {
-          fresh->exp_avg_sq_row = torch::zeros(grad.sizes().slice(0, grad.dim() - 1), grad.options());
-          auto cols = grad.sizes().vec();
-          cols.erase(cols.end() - 2);
-          fresh->exp_avg_sq_col = torch::zeros(cols, grad.options());
-        } else {
-          fresh->exp_avg_sq = torch::zeros_like(grad);
-        }
-        slot = std::move(fresh);
-      }
+      if (!slot) slot = fresh_adafactor_state(p);
       auto& s = static_cast<AdafactorParamState&>(*slot);
       s.step += 1;
-      const double lr = o.lr();  // relative_step=False, scale_parameter=False: the learning rate as given
       const double beta2t = 1.0 - std::pow(static_cast<double>(s.step), o.decay_rate());
-      if (fused) {
+      auto& grad = p.mutable_grad();
+      if (o.fused() && fused_step_applies(p, grad)) {
         AdafactorStepScalars scalars;
-        scalars.lr = lr;
+        scalars.lr = o.lr();
         scalars.beta2t = beta2t;
         scalars.eps1 = o.eps1();
         scalars.clip_threshold = o.clip_threshold();
         scalars.weight_decay = o.weight_decay();
-        if (factored) {
+        scalars.grad_scale = treatment.scale;
+        scalars.zero_grad = treatment.zero_after;
+        if (p.dim() >= 2) {
           fused_adafactor_matrix_step(p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, scalars);
         } else {
           fused_adafactor_vector_step(p, grad, s.exp_avg_sq, scalars);
         }
         continue;
       }
-      auto update = grad * grad + o.eps1();
-      if (factored) {
-        s.exp_avg_sq_row.mul_(beta2t).add_(update.mean(-1), 1.0 - beta2t);
-        s.exp_avg_sq_col.mul_(beta2t).add_(update.mean(-2), 1.0 - beta2t);
-        // HF _approx_sq_grad: (row / mean(row)).rsqrt() ⊗ col.rsqrt()
-        auto r_factor = (s.exp_avg_sq_row / s.exp_avg_sq_row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
-        auto c_factor = s.exp_avg_sq_col.unsqueeze(-2).rsqrt();
-        update = torch::mul(r_factor, c_factor);
-        update.mul_(grad);
-      } else {
-        s.exp_avg_sq.mul_(beta2t).add_(update, 1.0 - beta2t);
-        update = s.exp_avg_sq.rsqrt().mul_(grad);
-      }
-      update.div_((rms(update) / o.clip_threshold()).clamp_(1.0));
-      update.mul_(lr);
-      auto p32 = p.scalar_type() == torch::kFloat ? p : p.to(torch::kFloat);
-      if (o.weight_decay() != 0.0) {
-        p32.add_(p32, -o.weight_decay() * lr);
-      }
-      p32.add_(-update);
-      if (p32.data_ptr() != p.data_ptr()) {
-        p.copy_(p32);
-      }
+      if (treatment.scale != 1.0) grad.mul_(treatment.scale);  // clipped in its own dtype, as clip_grad_norm_
+      // HF upcasts half-precision parameters and gradients; the state is always fp32.
+      adafactor_tensor_update(p, grad.to(torch::kFloat), s, o, beta2t);
+      if (treatment.zero_after) grad.zero_();
     }
   }
-  return loss;
 }
 
 // ---- Construction, state by name, clipping ----
@@ -341,8 +369,8 @@ void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTenso
   }
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
-                      const std::function<void(torch::Tensor&)>& sum_over_processes) {
+double gradient_norm(const std::vector<torch::Tensor>& parameters,
+                     const std::function<void(torch::Tensor&)>& sum_over_processes) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> norms;
   for (const auto& p : parameters) {
@@ -357,13 +385,23 @@ double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_n
   // Each parameter's norm is on one process and 0 on the others, so the sum gathers them exactly: the norm is one
   // process's, bit for bit.
   if (sum_over_processes) sum_over_processes(stacked);
-  const double total_norm = stacked.norm(2).item<double>();
-  if (max_norm > 0.0) {
-    const double coef = max_norm / (total_norm + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& p : parameters) {
-        if (p.grad().defined()) p.grad().mul_(coef);
-      }
+  return stacked.norm(2).item<double>();
+}
+
+double clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0.0) return 1.0;
+  const double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
+double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
+                      const std::function<void(torch::Tensor&)>& sum_over_processes) {
+  torch::NoGradGuard no_grad;
+  const double total_norm = gradient_norm(parameters, sum_over_processes);
+  const double coef = clip_factor(total_norm, max_norm);
+  if (coef != 1.0) {
+    for (const auto& p : parameters) {
+      if (p.grad().defined()) p.grad().mul_(coef);
     }
   }
   return total_norm;

@@ -10,6 +10,7 @@
 #include "fitsum/model/loss.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/model/tied_embedding.h"
+#include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -186,8 +187,14 @@ TEST(FusedLoss, WithoutGradientsAndWithoutLabelTokens) {
 
 // ---- optimizers ----
 
-// Matrices, a vector and a tall matrix like an embedding, with fresh random gradients per step.
-std::vector<torch::Tensor> run_optimizer(bool fused, const std::string& kind, int steps) {
+// How each step is taken: step() alone; clip_grad_norm, step(), zero_gradients; or optimizer_step, which hands the
+// clipping factor and the zeroing to the update (GradientTreatment).
+enum class StepWay { step, clip_step_zero, optimizer_step };
+
+// Matrices, a vector and a tall matrix like an embedding, with fresh random gradients per step. With a StepWay
+// other than step, the gradients after the last step are returned too.
+std::vector<torch::Tensor> run_optimizer(bool fused, const std::string& kind, int steps, StepWay way = StepWay::step,
+                                         double max_norm = 1.0) {
   torch::manual_seed(21);
   // The last one is large enough for the kernels to split it between threads.
   std::vector<torch::Tensor> params = {torch::randn({37, 53}) * 0.1, torch::randn({53}) * 0.1,
@@ -207,11 +214,33 @@ std::vector<torch::Tensor> run_optimizer(bool fused, const std::string& kind, in
   }
   auto generator = at::make_generator<at::CPUGeneratorImpl>(99);
   for (int step = 0; step < steps; ++step) {
-    for (auto& p : params) p.mutable_grad() = torch::randn(p.sizes(), generator) * (step == 1 ? 30.0 : 0.5);
-    opt->step();
+    for (auto& p : params) {
+      const auto g = torch::randn(p.sizes(), generator) * (step == 1 ? 30.0 : 0.5);
+      if (way == StepWay::step) {
+        p.mutable_grad() = g;
+      } else {
+        // The gradients stay allocated between steps, as the Trainer keeps them: zeroed, then accumulated into.
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        p.mutable_grad().add_(g);
+      }
+    }
+    if (way == StepWay::step) {
+      opt->step();
+    } else if (way == StepWay::clip_step_zero) {
+      optim::clip_grad_norm(params, max_norm);
+      opt->step();
+      for (auto& p : params) p.mutable_grad().zero_();
+    } else {
+      optim::UpdateOptions update;
+      update.max_grad_norm = max_norm;
+      optim::optimizer_step(*opt, params, update);
+    }
   }
   std::vector<torch::Tensor> out;
   for (auto& p : params) out.push_back(p.detach().clone());
+  if (way != StepWay::step) {
+    for (auto& p : params) out.push_back(p.grad().clone());
+  }
   const auto state =
       optim::export_optimizer_state(*opt, {{"a", params[0]}, {"b", params[1]}, {"c", params[2]}, {"d", params[3]}});
   for (const auto& [name, t] : state) out.push_back(t.to(torch::kDouble));
@@ -227,6 +256,32 @@ TEST(FusedOptimizers, EqualTheTensorFormulas) {
       EXPECT_CLOSE(fused[i], reference[i], relative(2e-6)) << kind + " tensor " + std::to_string(i);
     }
   }
+}
+
+// Clipping's factor applied as the gradient is read and zeroing behind the read, inside the fused passes (or
+// around the tensor ops), give what clip_grad_norm, step() and zeroing give one after the other, bit for bit:
+// with the clip active (the gradients of step 1 are 60 times larger) and with a bound no gradient reaches.
+TEST(FusedOptimizers, ClippingAndZeroingInsideTheUpdateEqualThemAround) {
+  for (const std::string kind : {"adamw", "adafactor"}) {
+    for (const bool fused : {true, false}) {
+      for (const double max_norm : {1.0, 1e9}) {
+        const auto around = run_optimizer(fused, kind, 3, StepWay::clip_step_zero, max_norm);
+        const auto inside = run_optimizer(fused, kind, 3, StepWay::optimizer_step, max_norm);
+        ASSERT_EQ(around.size(), inside.size());
+        const std::string what = kind + (fused ? " fused" : " tensor ops") + " max_norm " + std::to_string(max_norm);
+        for (std::size_t i = 0; i < around.size(); ++i) {
+          EXPECT_TRUE(torch::equal(inside[i], around[i])) << what << ": tensor " << i;
+        }
+        for (std::size_t i = 4; i < 8; ++i) {  // the gradients, left zeroed
+          EXPECT_EQ(inside[i].abs().max().item<float>(), 0.0f) << what << ": gradient " << i - 4;
+        }
+      }
+    }
+  }
+  // And the clip was active: the parameters differ from those of an unclipped run.
+  const auto clipped = run_optimizer(true, "adamw", 3, StepWay::optimizer_step, 1.0);
+  const auto unclipped = run_optimizer(true, "adamw", 3, StepWay::optimizer_step, 1e9);
+  EXPECT_FALSE(torch::equal(clipped[0], unclipped[0]));
 }
 
 TEST(FusedOptimizers, ResultsDoNotDependOnTheThreadCount) {

@@ -25,7 +25,8 @@ struct UpdateOptions {
 // which detach_() refuses; fitsum never builds a graph of gradients (no create_graph), so there is nothing to cut.
 void zero_gradients(torch::optim::Optimizer& optimizer);
 
-// clip_grad_norm, optimizer.step(), zero_gradients. Returns the norm before clipping.
+// clip_grad_norm, optimizer.step(), zero_gradients. Returns the norm before clipping. fitsum's optimizers
+// (TreatedUpdate) clip and zero inside their update's passes over memory; the result is the same, bit for bit.
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
                       const UpdateOptions& options);
 

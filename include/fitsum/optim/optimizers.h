@@ -30,6 +30,22 @@ class NamedParamState : public torch::optim::OptimizerParamState {
                               const torch::Tensor& param) = 0;
 };
 
+// How one update treats the accumulated gradients: clipping's factor, applied as each gradient is read (rounding as
+// clip_grad_norm's in-place multiply does, bit for bit), and zeroing once they are read. The fused kernels do both
+// inside their passes over memory, which saves a read and write of every gradient for the multiply and a write for
+// the zeroing; elsewhere the same tensor ops run before and after the update.
+struct GradientTreatment {
+  double scale = 1.0;
+  bool zero_after = false;
+};
+
+// fitsum's optimizers: step() is update({}).
+class TreatedUpdate {
+ public:
+  virtual ~TreatedUpdate() = default;
+  virtual void update(const GradientTreatment& treatment) = 0;
+};
+
 // ---- AdamW (torch.optim.AdamW, amsgrad=False) ----
 
 struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOptions> {
@@ -58,10 +74,11 @@ struct AdamWParamState : public NamedParamState {
                       const torch::Tensor& param) override;
 };
 
-class AdamW : public torch::optim::Optimizer {
+class AdamW : public torch::optim::Optimizer, public TreatedUpdate {
  public:
   AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults = AdamWOptions());
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void update(const GradientTreatment& treatment) override;
 };
 
 // ---- Adafactor (transformers.optimization.Adafactor) ----
@@ -93,10 +110,11 @@ struct AdafactorParamState : public NamedParamState {
                       const torch::Tensor& param) override;
 };
 
-class Adafactor : public torch::optim::Optimizer {
+class Adafactor : public torch::optim::Optimizer, public TreatedUpdate {
  public:
   Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults = AdafactorOptions());
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void update(const GradientTreatment& treatment) override;
 };
 
 // ---- Building them as the HF Trainer does ----
@@ -142,5 +160,11 @@ void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTenso
 // processes (an exact gather), so it equals one process's norm.
 double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
                       const std::function<void(torch::Tensor&)>& sum_over_processes = {});
+
+// clip_grad_norm's two halves: the norm (nothing scaled), and the factor it scales by (1 when the norm is within
+// max_norm, or max_norm <= 0).
+double gradient_norm(const std::vector<torch::Tensor>& parameters,
+                     const std::function<void(torch::Tensor&)>& sum_over_processes = {});
+double clip_factor(double norm, double max_norm);
 
 }  // namespace fitsum::optim
