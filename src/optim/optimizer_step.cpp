@@ -19,20 +19,15 @@ void zero_gradients(torch::optim::Optimizer& optimizer) {
 double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
                       const UpdateOptions& options) {
   util::IntraOpThreadsGuard threads(options.threads);
-  const double norm = gradient_norm(parameters, options.sum_over_processes);
-  const double factor = clip_factor(norm, options.max_grad_norm);
-  if (auto* treated = dynamic_cast<TreatedUpdate*>(&optimizer)) {
-    treated->update({factor, /*zero_after=*/true});
+  auto* treated = dynamic_cast<TreatedUpdate*>(&optimizer);
+  if (treated == nullptr) {
+    const double norm = clip_grad_norm(parameters, options.max_grad_norm, options.sum_over_processes);
+    optimizer.step();
+    zero_gradients(optimizer);
     return norm;
   }
-  torch::NoGradGuard no_grad;
-  if (factor != 1.0) {
-    for (const auto& p : parameters) {
-      if (p.grad().defined()) p.grad().mul_(factor);
-    }
-  }
-  optimizer.step();
-  zero_gradients(optimizer);
+  const double norm = gradient_norm(parameters, options.sum_over_processes);
+  treated->update({clip_factor(norm, options.max_grad_norm), /*zero_after=*/true});
   return norm;
 }
 
