@@ -8,6 +8,7 @@ packages=(
   libtorch-dev            # LibTorch 1.13.1, CPU
   libgloo-dev             # Gloo's headers: data-parallel training on c10d's ProcessGroupGloo
   libopenblas0-pthread    # without it Debian's reference BLAS runs matmuls ~35x slower
+  libtcmalloc-minimal4    # TCMalloc, the programs' malloc: ~10% less peak resident memory in training than glibc's
   libsentencepiece-dev
   libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer
   nlohmann-json3-dev

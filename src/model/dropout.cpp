@@ -65,43 +65,54 @@ MaskKeys draw_keys() {
 class DropoutFunction : public torch::autograd::Function<DropoutFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, double p) {
-    const auto x = input.contiguous();
-    TORCH_CHECK(x.numel() < (std::int64_t{1} << 32), "dropout: at most 2^32 elements per tensor, got ", x.numel());
-    auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
-    auto mask = at::empty(x.sizes(), x.options().dtype(at::kByte));
-    // keep with probability 1 - p: uniform in [0, 2^32) at least p * 2^32
-    const auto threshold = static_cast<std::uint32_t>(p * 4294967296.0);
-    const auto scale = static_cast<float>(1.0 / (1.0 - p));
-    const auto keys = draw_keys();
-    if (x.scalar_type() == at::kFloat) {
-      dropout_forward_kernel(x.data_ptr<float>(), out.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), x.numel(), keys,
-                             threshold, scale);
-    } else {
-      dropout_forward_kernel(x.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), mask.data_ptr<std::uint8_t>(),
-                             x.numel(), keys, threshold, scale);
-    }
-    ctx->saved_data["mask"] = mask;
-    ctx->saved_data["scale"] = static_cast<double>(scale);
-    return out;
+    auto dropped = byte_mask_dropout(input, p);
+    ctx->saved_data["mask"] = dropped.mask;
+    ctx->saved_data["scale"] = static_cast<double>(dropped.scale);
+    return dropped.output;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto mask = ctx->saved_data["mask"].toTensor();
     const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
-    const auto grad = grad_outputs[0].contiguous();
-    auto grad_input = at::empty_like(grad, at::MemoryFormat::Contiguous);
-    if (grad.scalar_type() == at::kFloat) {
-      dropout_backward_kernel(grad.data_ptr<float>(), grad_input.data_ptr<float>(), mask.data_ptr<std::uint8_t>(),
-                              grad.numel(), scale);
-    } else {
-      dropout_backward_kernel(grad.data_ptr<at::BFloat16>(), grad_input.data_ptr<at::BFloat16>(),
-                              mask.data_ptr<std::uint8_t>(), grad.numel(), scale);
-    }
-    return {grad_input, at::Tensor()};
+    return {apply_byte_mask(grad_outputs[0], mask, scale), at::Tensor()};
   }
 };
 
 }  // namespace
+
+ByteMaskDropout byte_mask_dropout(const at::Tensor& input, double p) {
+  const auto x = input.contiguous();
+  TORCH_CHECK(x.numel() < (std::int64_t{1} << 32), "dropout: at most 2^32 elements per tensor, got ", x.numel());
+  ByteMaskDropout d;
+  d.output = at::empty_like(x, at::MemoryFormat::Contiguous);
+  d.mask = at::empty(x.sizes(), x.options().dtype(at::kByte));
+  // keep with probability 1 - p: uniform in [0, 2^32) at least p * 2^32
+  const auto threshold = static_cast<std::uint32_t>(p * 4294967296.0);
+  d.scale = static_cast<float>(1.0 / (1.0 - p));
+  const auto keys = draw_keys();
+  if (x.scalar_type() == at::kFloat) {
+    dropout_forward_kernel(x.data_ptr<float>(), d.output.data_ptr<float>(), d.mask.data_ptr<std::uint8_t>(), x.numel(),
+                           keys, threshold, d.scale);
+  } else {
+    dropout_forward_kernel(x.data_ptr<at::BFloat16>(), d.output.data_ptr<at::BFloat16>(),
+                           d.mask.data_ptr<std::uint8_t>(), x.numel(), keys, threshold, d.scale);
+  }
+  return d;
+}
+
+at::Tensor apply_byte_mask(const at::Tensor& x, const at::Tensor& mask, float scale) {
+  const auto in = x.contiguous();
+  TORCH_CHECK(in.numel() == mask.numel(), "apply_byte_mask: ", in.numel(), " elements, mask of ", mask.numel());
+  auto out = at::empty_like(in, at::MemoryFormat::Contiguous);
+  if (in.scalar_type() == at::kFloat) {
+    dropout_backward_kernel(in.data_ptr<float>(), out.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), in.numel(),
+                            scale);
+  } else {
+    dropout_backward_kernel(in.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), mask.data_ptr<std::uint8_t>(),
+                            in.numel(), scale);
+  }
+  return out;
+}
 
 at::Tensor dropout(const at::Tensor& input, double p, bool training) {
   if (!training || p == 0.0 || input.numel() == 0) return input;

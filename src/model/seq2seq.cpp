@@ -11,6 +11,7 @@
 
 #include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/model/dropout.h"
+#include "fitsum/model/feed_forward.h"
 #include "fitsum/model/tied_embedding.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -179,20 +180,6 @@ torch::nn::LayerNorm make_layer_norm(const ModelConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model}).eps(c.layer_norm_eps));
 }
 
-torch::Tensor activate(const torch::Tensor& x, Activation activation) {
-  switch (activation) {
-    case Activation::relu:
-      return torch::relu(x);
-    case Activation::gelu:
-      return torch::gelu(x);
-    case Activation::gelu_new:
-      return torch::gelu(x, "tanh");
-    case Activation::silu:
-      return torch::silu(x);
-  }
-  return x;
-}
-
 // residual + dropout(block(norm(x))) for pre-LN; norm(residual + dropout(block(x))) for post-LN.
 template <typename Block>
 torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
@@ -205,9 +192,8 @@ torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& 
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
-  auto h = activate(fc1->forward(x), s.activation);  // (B, T, ffn)
-  h = model::dropout(h, s.activation_dropout, training, s.byte_mask_dropout);
-  return fc2->forward(h);  // (B, T, D)
+  return activation_dropout_linear(fc1->forward(x), s.activation, s.activation_dropout, training,  // (B, T, D)
+                                   s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
 }
 
 }  // namespace
@@ -264,6 +250,7 @@ TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind,
 
 void TransformerLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
   settings_.byte_mask_dropout = kernels.byte_mask_dropout;
+  settings_.recomputed_feed_forward = kernels.recomputed_feed_forward;
   self_attn->set_kernel_choices(kernels);
   if (!encoder_attn.is_empty()) encoder_attn->set_kernel_choices(kernels);
   for (auto* norm : {&self_attn_rms, &encoder_attn_rms, &ff_rms}) {

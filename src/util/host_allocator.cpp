@@ -1,14 +1,44 @@
-// Implements include/fitsum/util/host_allocator.h with glibc's mallopt.
+// Implements include/fitsum/util/host_allocator.h: TCMalloc is recognised by its tc_version symbol, glibc's malloc
+// is tuned with mallopt.
 #include "fitsum/util/host_allocator.h"
+
+#include <dlfcn.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <gnu/libc-version.h>
 #endif
 
 namespace fitsum::util {
 
+namespace {
+
+// gperftools' `const char* tc_version(int* major, int* minor, const char** patch)`, when TCMalloc is loaded.
+using TcVersion = const char* (*)(int*, int*, const char**);
+
+TcVersion tcmalloc_version() { return reinterpret_cast<TcVersion>(::dlsym(RTLD_DEFAULT, "tc_version")); }
+
+}  // namespace
+
+bool host_allocator_is_tcmalloc() { return tcmalloc_version() != nullptr; }
+
+std::string host_allocator_description() {
+  if (const auto version = tcmalloc_version()) {
+    int major = 0, minor = 0;
+    const char* patch = nullptr;
+    const char* text = version(&major, &minor, &patch);
+    return std::string("TCMalloc (") + (text != nullptr ? text : "gperftools") + ")";
+  }
+#if defined(__GLIBC__)
+  return std::string("glibc malloc ") + gnu_get_libc_version();
+#else
+  return "malloc";
+#endif
+}
+
 void tune_host_allocator_for_training() {
 #if defined(__GLIBC__)
+  if (host_allocator_is_tcmalloc()) return;  // its mallopt is a no-op; it keeps freed spans for reuse itself
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's maximum: only blocks above 32 MiB are mapped one by one
   mallopt(M_TRIM_THRESHOLD, 1 << 30);   // keep up to 1 GiB of freed memory at the top of the heap
 #endif

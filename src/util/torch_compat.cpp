@@ -5,8 +5,6 @@
 
 namespace fitsum::util {
 
-namespace {
-
 bool autocast_enabled(c10::DeviceType device) {
 #if FITSUM_TORCH_AT_LEAST(2, 4)
   return at::autocast::is_autocast_enabled(device);
@@ -14,6 +12,8 @@ bool autocast_enabled(c10::DeviceType device) {
   return device == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled();
 #endif
 }
+
+namespace {
 
 c10::ScalarType autocast_dtype(c10::DeviceType device) {
 #if FITSUM_TORCH_AT_LEAST(2, 4)

@@ -129,5 +129,17 @@ TEST(InfoCommand, MissingFolderAndMissingFlag) {
   EXPECT_NE(result.output.find("--model"), std::string::npos) << result.output;
 }
 
+// The programs are linked with TCMalloc unless the build found none (CMakeLists.txt): a link that silently dropped
+// it (the linker's --as-needed, a missing library) shows here, in the allocator the binary reports.
+TEST(VersionFlag, NamesLibTorchBlasAndTheHostAllocatorTheBinaryRunsOn) {
+  const auto result = run_command(fitsum_binary().string() + " --version");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output.rfind("fitsum 0.1.0\nLibTorch ", 0), 0u) << result.output;
+  EXPECT_NE(result.output.find(", BLAS: "), std::string::npos) << result.output;
+  const std::string expected =
+      FITSUM_LINKED_TCMALLOC ? "host allocator: TCMalloc (gperftools " : "host allocator: glibc malloc";
+  EXPECT_NE(result.output.find(expected), std::string::npos) << result.output;
+}
+
 }  // namespace
 }  // namespace fitsum::test

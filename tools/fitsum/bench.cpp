@@ -38,6 +38,7 @@
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/host_allocator.h"
 #include "fitsum/util/runtime.h"
 #include "fitsum/util/threads.h"
 
@@ -141,7 +142,8 @@ struct BenchTrainOptions {
   bool bf16 = false;
   std::string device = "cpu";
   std::uint64_t seed = 0;
-  std::vector<std::string> unfused;  // loss, embedding, optimizer, dropout, rms_norm: the plain paths, for before/after
+  std::vector<std::string>
+      unfused;  // loss, embedding, optimizer, dropout, rms_norm, feed_forward: the plain paths, for before/after
   std::string profile;               // a chrome://tracing file of one more step
   bool malloc_defaults = false;      // keep glibc's allocator settings (util/host_allocator.h)
   ThreadFlags threads;
@@ -176,6 +178,7 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
   kernels.in_place_embedding_gradient = !unfused(o, "embedding");
   kernels.byte_mask_dropout = !unfused(o, "dropout");
   kernels.fused_rms_norm = !unfused(o, "rms_norm");
+  kernels.recomputed_feed_forward = !unfused(o, "feed_forward");
   model->set_kernel_choices(kernels);
   model->to(device);
   model->train();
@@ -313,6 +316,7 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
   out["tokens_per_s"] = static_cast<double>(examples * (o.src_len + o.tgt_len)) / step_s;
   out["samples_per_s"] = static_cast<double>(examples) / step_s;
   out["peak_rss_mib"] = peak_rss_mib();
+  out["host_allocator"] = util::host_allocator_description();
   out["loss_last"] = t.loss;
   out["peak_tracked_mib"] = static_cast<double>(memory.peak_bytes) / kMiB;
   if (runtime.device.is_cuda()) {
@@ -393,6 +397,7 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   out["threads"] = at::get_num_threads();
   out["blas_threads"] = util::blas_threads();
   out["blas"] = util::blas_description();
+  out["host_allocator"] = util::host_allocator_description();
   out["device"] = device.str();
   out["repeats"] = times.size();
   out["gflops"] = 2.0 * n * n * n / median(times) / 1e9;
@@ -437,15 +442,16 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--device", train->device, "cpu or cuda")->capture_default_str();
   t->add_option("--seed", train->seed, "seed of weights, tokens and dropout")->capture_default_str();
   t->add_option("--unfused", train->unfused,
-                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), all "
+                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), feed_forward, all "
                 "(before/after comparisons)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "rms_norm", "all"}));
+      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "rms_norm", "feed_forward", "all"}));
   t->add_option("--profile", train->profile,
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");
   t->add_flag("--malloc_defaults", train->malloc_defaults,
-              "keep the C allocator's default settings (fitsum tunes them for training: util/host_allocator.h)");
+              "keep glibc malloc's default settings (fitsum tunes them for training where TCMalloc is not the "
+              "allocator: util/host_allocator.h)");
   add_thread_flags(*t, train->threads);
   t->callback([train]() {
     try {

@@ -6,10 +6,13 @@
 #include <stdexcept>
 
 #include <CLI/CLI.hpp>
+#include <torch/version.h>
 
 #include "argument_text.h"
 #include "commands.h"
 #include "errors.h"
+#include "fitsum/util/host_allocator.h"
+#include "fitsum/util/threads.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -32,7 +35,10 @@ int main(int argc, char** argv) {
       "fitsum: fine-tune PEGASUS-style summarizers so that training fits the memory you have.\n"
       "Reads and writes Hugging Face checkpoint folders and speaks TrainingArguments names."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("fitsum 0.1.0"));
+  app.set_version_flag("--version", [] {
+    return std::string("fitsum 0.1.0\nLibTorch ") + TORCH_VERSION + ", BLAS: " + fitsum::util::blas_description() +
+           ", host allocator: " + fitsum::util::host_allocator_description();
+  });
   fitsum::cli::add_info_command(app);
   fitsum::cli::add_plan_command(app);
   fitsum::cli::add_rouge_command(app);

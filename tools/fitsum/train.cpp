@@ -11,6 +11,7 @@
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/local_launch.h"
 #include "fitsum/train/trainer.h"
+#include "fitsum/util/host_allocator.h"
 #include "fitsum/util/threads.h"
 #include "memory_report.h"
 #include "planning.h"
@@ -33,6 +34,7 @@ void print_configuration(const train::PreparedTraining& p, const util::Runtime& 
   std::printf("  %-28s %s\n", "tokenizer", p.tokenizer_description.c_str());
   std::printf("  %-28s %s, %d intra-op threads, %d BLAS threads (%s)\n", "device", runtime.device.str().c_str(),
               runtime.threads.intra_op, util::blas_threads(), util::blas_description().c_str());
+  std::printf("  %-28s %s\n", "host allocator", util::host_allocator_description().c_str());
   std::printf("  %-28s %zu train, %zu eval\n", "examples", p.inputs.train_examples.size(),
               p.inputs.eval_examples.size());
   const auto arguments = p.args.to_json();  // kept alive: items() refers into it

@@ -10,6 +10,18 @@
 
 namespace fitsum::model {
 
+// The byte-mask kernel itself, for the autograd nodes that fuse dropout with their neighbours (model/feed_forward.h):
+// `input` on the CPU, float32 or bfloat16, 0 < p < 1; one draw of LibTorch's generator, as dropout() makes.
+struct ByteMaskDropout {
+  at::Tensor output;  // contiguous
+  at::Tensor mask;    // uint8, 1 where kept
+  float scale = 1.0f;
+};
+ByteMaskDropout byte_mask_dropout(const at::Tensor& input, double p);
+// x * mask * scale, element by element in float: the backward of byte_mask_dropout for a gradient, and, for the
+// input the mask was drawn for, its output again bit for bit.
+at::Tensor apply_byte_mask(const at::Tensor& x, const at::Tensor& mask, float scale);
+
 // Returns `input` itself when not training or p == 0.
 at::Tensor dropout(const at::Tensor& input, double p, bool training);
 // The model's dropout: this one, or torch::dropout when `byte_mask` is off (KernelChoices::byte_mask_dropout).

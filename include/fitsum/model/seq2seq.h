@@ -62,6 +62,7 @@ struct KernelChoices {
   bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (model/tied_embedding.h)
   bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
   bool fused_rms_norm = true;               // T5's RMSNorm as one autograd node (model/t5_layers.h)
+  bool recomputed_feed_forward = true;      // fc2's input recomputed in backward (model/feed_forward.h)
 };
 
 // PEGASUS's and BART's attention (q_proj, k_proj, v_proj, out_proj with biases; queries scaled by head_dim^-0.5), or
@@ -114,6 +115,7 @@ struct LayerSettings {
   double activation_dropout = 0.0;
   bool normalize_before = true;
   bool byte_mask_dropout = true;  // KernelChoices
+  bool recomputed_feed_forward = true;
 };
 
 // Which stack a layer or stack belongs to: decoder layers add cross-attention over the encoder states and their

@@ -38,6 +38,9 @@
 
 namespace fitsum::util {
 
+// Whether torch.autocast is on for `device` in this thread.
+bool autocast_enabled(c10::DeviceType device);
+
 // Mixed precision for the scope of the guard: matrix products run in `dtype` (bf16) on `device`, reductions and
 // the weights stay float32 (torch.autocast). LibTorch 2.4 renamed the per-device switches; both spellings are here.
 class AutocastGuard {

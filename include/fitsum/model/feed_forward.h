@@ -1,0 +1,28 @@
+// The second half of PEGASUS's and BART's feed-forward block, fc2(dropout(activation(u))) with u = fc1(x).
+//
+// Composed of LibTorch's operations, autograd keeps three tensors of B x T x ffn until backward: the activation's
+// input u, the dropout's mask and fc2's input. On the CPU in float32 with fitsum's byte-mask dropout this is one
+// autograd node that keeps u and the byte mask only, and recomputes fc2's input in backward from them (one
+// activation and one masking pass over B x T x ffn): a float B x T x ffn tensor less per layer until backward reaches
+// it (4 MiB per encoder layer of the `small` benchmark, ~30 MiB of its tensor peak). Forward and backward run the
+// same LibTorch and fitsum kernels in the same order as the composition, so outputs and gradients are the same bit
+// for bit (tests/model/fast_paths_test.cpp). Elsewhere (bfloat16, autocast, CUDA, torch's dropout) it is the
+// composition itself.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "fitsum/model/config.h"
+
+namespace fitsum::model {
+
+// HF's ACT2FN for the activations fitsum's configs name.
+at::Tensor activate(const at::Tensor& x, Activation activation);
+
+// fc2(dropout(activation(u))) with fc2's `weight` (D x ffn) and `bias` (D, or undefined); dropout with probability
+// `p` when training, the byte-mask kernel when `byte_mask` (model/dropout.h), else torch::dropout. `recompute`
+// chooses the single node described above where it applies (KernelChoices::recomputed_feed_forward).
+at::Tensor activation_dropout_linear(const at::Tensor& u, Activation activation, double p, bool training,
+                                     bool byte_mask, const at::Tensor& weight, const at::Tensor& bias, bool recompute);
+
+}  // namespace fitsum::model
