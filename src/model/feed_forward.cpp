@@ -1,6 +1,8 @@
-// Implements include/fitsum/model/feed_forward.h. The node's backward repeats, for the same tensors, what autograd
-// runs for the composition: at::linear's addmm (mm_mat1_backward / mm_mat2_backward for a row-major input and a
-// transposed weight; the bias's gradient summed over the rows), the byte mask, then the activation's own backward.
+// Implements include/fitsum/model/feed_forward.h. fc2 is torch::nn::Linear's forward, torch::nn::functional::linear:
+// for a (B, T, ffn) input LibTorch's C++ frontend multiplies (matmul, folded into one mm) and then adds the bias in
+// place (for a 2-D input, addmm). The node's backward repeats, for the same tensors, what autograd runs for that:
+// mm_mat1_backward / mm_mat2_backward for a row-major input and a transposed weight, the bias's gradient summed over
+// the rows, then the byte mask and the activation's own backward.
 #include "fitsum/model/feed_forward.h"
 
 #include <torch/torch.h>
@@ -64,7 +66,7 @@ class ActivationDropoutLinear : public torch::autograd::Function<ActivationDropo
     ctx->saved_data["activation"] = activation;
     const bool has_bias = bias.numel() > 0;  // an empty tensor stands for none: apply() takes no undefined input
     ctx->saved_data["bias"] = has_bias;
-    return at::linear(h, weight, has_bias ? bias : at::Tensor());
+    return torch::nn::functional::linear(h, weight, has_bias ? bias : at::Tensor());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -92,8 +94,8 @@ class ActivationDropoutLinear : public torch::autograd::Function<ActivationDropo
 
 }  // namespace
 
-at::Tensor activation_dropout_linear(const at::Tensor& u, Activation activation, double p, bool training,
-                                     bool byte_mask, const at::Tensor& weight, const at::Tensor& bias, bool recompute) {
+at::Tensor activation_dropout_linear(at::Tensor u, Activation activation, double p, bool training, bool byte_mask,
+                                     const at::Tensor& weight, const at::Tensor& bias, bool recompute) {
   const double active_p = training ? p : 0.0;
   const bool fused = recompute && u.device().is_cpu() && u.scalar_type() == at::kFloat &&
                      weight.scalar_type() == at::kFloat && !util::autocast_enabled(c10::DeviceType::CPU) &&
@@ -102,7 +104,8 @@ at::Tensor activation_dropout_linear(const at::Tensor& u, Activation activation,
                      (u.requires_grad() || weight.requires_grad());
   if (!fused) {
     auto h = model::dropout(activate(u, activation), p, training, byte_mask);
-    return at::linear(h, weight, bias);
+    u.reset();  // fc1's output is not kept beside fc2's (unless autograd keeps it)
+    return torch::nn::functional::linear(h, weight, bias);
   }
   return ActivationDropoutLinear::apply(u, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
                                         static_cast<std::int64_t>(activation), active_p);

@@ -347,7 +347,10 @@ FeedForwardResult run_feed_forward(model::Activation activation, double p, bool 
   const auto bias = with_bias ? torch::randn({24}).requires_grad_(true) : torch::Tensor();
   const auto upstream = torch::randn({3, 7, 24});
   torch::manual_seed(22);  // the dropout's draw
-  const auto y = model::activation_dropout_linear(u, activation, p, true, true, weight, bias, recompute);
+  // Plain: what the layer computed before the node, fc2 as torch::nn::Linear's forward.
+  const auto y =
+      recompute ? model::activation_dropout_linear(u, activation, p, true, true, weight, bias, true)
+                : torch::nn::functional::linear(model::dropout(model::activate(u, activation), p, true), weight, bias);
   (y * upstream).sum().backward();
   return {y.detach(), u.grad(), weight.grad(), with_bias ? bias.grad() : torch::Tensor()};
 }

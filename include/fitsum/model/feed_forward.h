@@ -5,9 +5,9 @@
 // autograd node that keeps u and the byte mask only, and recomputes fc2's input in backward from them (one
 // activation and one masking pass over B x T x ffn): a float B x T x ffn tensor less per layer until backward reaches
 // it (4 MiB per encoder layer of the `small` benchmark, ~30 MiB of its tensor peak). Forward and backward run the
-// same LibTorch and fitsum kernels in the same order as the composition, so outputs and gradients are the same bit
-// for bit (tests/model/fast_paths_test.cpp). Elsewhere (bfloat16, autocast, CUDA, torch's dropout) it is the
-// composition itself.
+// same LibTorch and fitsum kernels in the same order as the composition (fc2 as torch::nn::Linear computes it), so
+// outputs and gradients are the same bit for bit (tests/model/fast_paths_test.cpp). Elsewhere (bfloat16, autocast,
+// CUDA, torch's dropout) it is the composition itself.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,8 +21,10 @@ at::Tensor activate(const at::Tensor& x, Activation activation);
 
 // fc2(dropout(activation(u))) with fc2's `weight` (D x ffn) and `bias` (D, or undefined); dropout with probability
 // `p` when training, the byte-mask kernel when `byte_mask` (model/dropout.h), else torch::dropout. `recompute`
-// chooses the single node described above where it applies (KernelChoices::recomputed_feed_forward).
-at::Tensor activation_dropout_linear(const at::Tensor& u, Activation activation, double p, bool training,
-                                     bool byte_mask, const at::Tensor& weight, const at::Tensor& bias, bool recompute);
+// chooses the single node described above where it applies (KernelChoices::recomputed_feed_forward). `u` is taken
+// by value: a caller that moves it in (or passes fc1's output directly) lets the composition free it before fc2
+// runs (memory/evaluation_memory.h counts fc1's output beside its activation, not beside fc2's product).
+at::Tensor activation_dropout_linear(at::Tensor u, Activation activation, double p, bool training, bool byte_mask,
+                                     const at::Tensor& weight, const at::Tensor& bias, bool recompute);
 
 }  // namespace fitsum::model
