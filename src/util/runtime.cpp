@@ -57,7 +57,7 @@ c10::Device resolve_device(const std::string& name, int local_rank) {
 
 Runtime setup_runtime(const RuntimeOptions& options) {
   Runtime runtime;
-  runtime.threads = resolve_thread_settings(options.threads);
+  runtime.threads = resolve_thread_settings(options.threads, options.local_processes);
   apply_thread_settings(runtime.threads);
   if (options.tune_host_allocator) tune_host_allocator_for_training();
   runtime.cuda_alloc_conf = options.cuda_alloc_conf;

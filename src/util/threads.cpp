@@ -10,6 +10,7 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <ATen/Version.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/mm.h>
@@ -29,17 +30,51 @@ int hardware_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
+// The "BLAS_INFO=..." field of LibTorch's build configuration ("mkl", "open", "generic", ...), or "".
+std::string libtorch_blas_info() {
+  const auto config = at::show_config();
+  const std::string key = "BLAS_INFO=";
+  const auto begin = config.find(key);
+  if (begin == std::string::npos) return "";
+  const auto value = begin + key.size();
+  return config.substr(value, config.find_first_of(", \n", value) - value);
+}
+
 }  // namespace
 
-ThreadSettings default_thread_settings() {
+BlasThreading blas_threading() {
+  // OpenBLAS's openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP.
+  if (auto parallel = openblas_symbol<int (*)()>("openblas_get_parallel")) {
+    switch (parallel()) {
+      case 0:
+        return BlasThreading::single;
+      case 2:
+        return BlasThreading::intra_op_pool;
+      default:
+        return BlasThreading::own_pool;
+    }
+  }
+  if (openblas_symbol<void (*)(int)>("openblas_set_num_threads") != nullptr) return BlasThreading::own_pool;
+  // MKL inside LibTorch: ATen's set_num_threads sets MKL's threads too.
+  if (libtorch_blas_info() == "mkl") return BlasThreading::intra_op_pool;
+  return BlasThreading::unknown;
+}
+
+ThreadSettings default_thread_settings(int processes) {
+  const int cores = std::max(1, hardware_threads() / std::max(1, processes));
   ThreadSettings s;
-  s.intra_op = 1;
-  s.blas = hardware_threads();
+  if (blas_threading() == BlasThreading::own_pool) {
+    s.intra_op = 1;
+    s.blas = cores;
+  } else {
+    s.intra_op = cores;
+    s.blas = 0;  // nothing to set: the products run on the intra-op threads (or on one)
+  }
   s.update = 1;
   return s;
 }
 
-ThreadSettings resolve_thread_settings(const ThreadSettings& requested) {
+ThreadSettings resolve_thread_settings(const ThreadSettings& requested, int processes) {
   // 0 is "fitsum's default"; a negative count was silently ignored, and 100,000 threads never finished starting.
   const auto check = [](int threads, const char* field) {
     if (threads < 0 || threads > kMaxThreads) {
@@ -50,7 +85,7 @@ ThreadSettings resolve_thread_settings(const ThreadSettings& requested) {
   check(requested.intra_op, "num_threads");
   check(requested.blas, "blas_threads");
   check(requested.update, "update_threads");
-  auto s = default_thread_settings();
+  auto s = default_thread_settings(processes);
   if (requested.intra_op > 0) s.intra_op = requested.intra_op;
   if (requested.blas > 0) s.blas = requested.blas;
   if (requested.update > 0) s.update = requested.update;
@@ -73,13 +108,33 @@ IntraOpThreadsGuard::~IntraOpThreadsGuard() {
 }
 
 int blas_threads() {
-  if (auto get = openblas_symbol<int (*)()>("openblas_get_num_threads")) return get();
+  switch (blas_threading()) {
+    case BlasThreading::own_pool:
+      if (auto get = openblas_symbol<int (*)()>("openblas_get_num_threads")) return get();
+      return 0;
+    case BlasThreading::intra_op_pool:
+      return at::get_num_threads();
+    case BlasThreading::single:
+      return 1;
+    case BlasThreading::unknown:
+      break;
+  }
   return 0;
 }
 
 std::string blas_description() {
   if (auto config = openblas_symbol<char* (*)()>("openblas_get_config"))
     return config();  // "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  // PyPI's LibTorch links MKL statically; its build configuration names it on a line of its own.
+  const auto config = at::show_config();
+  const auto mkl = config.find("Math Kernel Library");
+  if (mkl != std::string::npos) {
+    const auto line_begin = config.rfind('\n', mkl) + 1;  // npos + 1 == 0 on the first line
+    auto line = config.substr(line_begin, config.find('\n', mkl) - line_begin);
+    line.erase(0, line.find_first_not_of(" -"));
+    return line.substr(0, line.find(" for "));  // "... Version 2024.2-Product Build 20240605"
+  }
+  if (const auto info = libtorch_blas_info(); !info.empty()) return "BLAS_INFO=" + info;
   return "unknown BLAS";
 }
 

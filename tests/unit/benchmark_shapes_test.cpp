@@ -1,5 +1,8 @@
 // The benchmark shapes built in code equal the config files users can read (configs/, data/pegasus), and the
 // FLOP count of a training step matches a hand count.
+#include <algorithm>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "fitsum/io/hf_config.h"
@@ -53,10 +56,69 @@ TEST(BenchmarkShapes, TrainingFlopsCountEveryProduct) {
   EXPECT_DOUBLE_EQ(model::training_matmul_flops(c, 1, 3, 2), 3 * forward);
 }
 
-TEST(Threads, DefaultKeepsOneIntraOpThreadAndGivesTheCoresToBlas) {
+TEST(Threads, DefaultGivesTheCoresToOnePoolOnly) {
   const auto defaults = util::default_thread_settings();
-  EXPECT_EQ(defaults.intra_op, 1);
-  EXPECT_GE(defaults.blas, 1);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(defaults.update, 1);
+  if (util::blas_threading() == util::BlasThreading::own_pool) {
+    // OpenBLAS with threads of its own: it gets the cores, LibTorch one thread.
+    EXPECT_EQ(defaults.intra_op, 1);
+    EXPECT_EQ(defaults.blas, cores);
+  } else {
+    // The products run on LibTorch's intra-op threads (MKL, OpenBLAS with OpenMP) or on one: LibTorch gets them.
+    EXPECT_EQ(defaults.intra_op, cores);
+    EXPECT_EQ(defaults.blas, 0);
+  }
+}
+
+TEST(Threads, ProcessesOnOneMachineShareItsCores) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const bool blas_pool = util::blas_threading() == util::BlasThreading::own_pool;
+  const auto widest = [&](const util::ThreadSettings& s) { return blas_pool ? s.blas : s.intra_op; };
+  EXPECT_EQ(widest(util::default_thread_settings(1)), cores);
+  EXPECT_EQ(widest(util::default_thread_settings(2)), std::max(1, cores / 2));
+  EXPECT_EQ(widest(util::default_thread_settings(cores + 1)), 1);  // never none
+  // The narrow pool stays one thread; a count the user gives is kept whatever the processes.
+  EXPECT_EQ(blas_pool ? util::default_thread_settings(2).intra_op : util::default_thread_settings(2).blas,
+            blas_pool ? 1 : 0);
+  util::ThreadSettings requested;
+  requested.intra_op = 3;
+  requested.blas = 5;
+  const auto resolved = util::resolve_thread_settings(requested, 4);
+  EXPECT_EQ(resolved.intra_op, 3);
+  EXPECT_EQ(resolved.blas, 5);
+  EXPECT_EQ(resolved.update, 1);
+}
+
+TEST(Threads, TheBlasIsNamedAndItsThreadingKnown) {
+  // Debian's LibTorch reaches OpenBLAS (make test installs libopenblas0-pthread); PyPI's links MKL.
+  const auto description = util::blas_description();
+  const auto threading = util::blas_threading();
+  if (description.rfind("OpenBLAS", 0) == 0) {
+    EXPECT_NE(threading, util::BlasThreading::unknown) << description;
+  } else if (description.find("Math Kernel Library") != std::string::npos) {
+    EXPECT_EQ(description.find(" for "), std::string::npos) << description;  // the version, not the sentence
+    EXPECT_EQ(threading, util::BlasThreading::intra_op_pool) << description;
+  } else {
+    // Another BLAS is named by LibTorch's build configuration, not left "unknown BLAS".
+    EXPECT_EQ(description.rfind("BLAS_INFO=", 0), 0u) << description;
+  }
+  // The count a product runs on, as the threading says.
+  const util::IntraOpThreadsGuard two(2);
+  switch (threading) {
+    case util::BlasThreading::intra_op_pool:
+      EXPECT_EQ(util::blas_threads(), 2);
+      break;
+    case util::BlasThreading::single:
+      EXPECT_EQ(util::blas_threads(), 1);
+      break;
+    case util::BlasThreading::own_pool:
+      EXPECT_GE(util::blas_threads(), 1);
+      break;
+    case util::BlasThreading::unknown:
+      EXPECT_EQ(util::blas_threads(), 0);
+      break;
+  }
 }
 
 }  // namespace

@@ -95,7 +95,10 @@ void add_thread_flags(CLI::App& cmd, ThreadFlags& t) {
   cmd.add_option("--num_threads", t.num_threads,
                  "LibTorch intra-op threads (0: fitsum's default, " + std::to_string(defaults.intra_op) + ")");
   cmd.add_option("--blas_threads", t.blas_threads,
-                 "BLAS threads for matrix products (0: fitsum's default, " + std::to_string(defaults.blas) + ")");
+                 "BLAS threads for matrix products (0: fitsum's default, " +
+                     (defaults.blas > 0 ? std::to_string(defaults.blas)
+                                        : std::string("none to set: this BLAS runs on the intra-op threads")) +
+                     ")");
   cmd.add_option(
       "--update_threads", t.update_threads,
       "intra-op threads of the optimizer step (0: fitsum's default, " + std::to_string(defaults.update) + ")");

@@ -78,7 +78,9 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   std::signal(SIGPIPE, SIG_IGN);
   if (launch_workers(o)) return;
   auto runtime_options = o.runtime;
-  runtime_options.local_rank = train::launch_environment().local_rank;  // its device, under a launcher
+  const auto launch = train::launch_environment();
+  runtime_options.local_rank = launch.local_rank;             // its device, under a launcher
+  runtime_options.local_processes = launch.local_world_size;  // which share the machine's cores
   const auto runtime = start_runtime(runtime_options);
   std::printf("data\n");
   train::PreparedTraining prepared;

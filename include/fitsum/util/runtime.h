@@ -19,7 +19,9 @@ struct RuntimeOptions {
   std::string device = "auto";  // cpu, cuda or auto
   // The process's place on its machine in a data-parallel job (LOCAL_RANK; 0 alone): its CUDA device's index.
   int local_rank = 0;
-  ThreadSettings threads;       // zero fields: fitsum's defaults (default_thread_settings)
+  // The job's processes on this machine (LOCAL_WORLD_SIZE and its kin; 1 alone): they share its cores.
+  int local_processes = 1;
+  ThreadSettings threads;  // zero fields: fitsum's defaults (default_thread_settings for local_processes)
   bool tune_host_allocator = true;
   // The CUDA caching allocator's settings (parsed from --cuda_alloc_conf); set as PYTORCH_CUDA_ALLOC_CONF before
   // CUDA initialises. Empty: PYTORCH_CUDA_ALLOC_CONF from the environment, checked the same way, if any.

@@ -27,25 +27,40 @@ class IntraOpThreadsGuard {
   int previous_ = 0;
 };
 
-// What `fitsum train` and `fitsum bench` use unless told otherwise, chosen by measuring whole training steps
-// (docs/performance.md): the BLAS library keeps one thread per core for the matrix products and LibTorch runs one
-// intra-op thread. Two pools each as wide as the machine fight over the cores (the BLAS threads spin while
-// LibTorch's wait), which made a step several times slower than either alone. The optimizer step runs no matrix
-// product, but two intra-op threads there did not pay either: on a busy machine every parallel region waits for
-// both threads to be scheduled.
-ThreadSettings default_thread_settings();
+// How the BLAS library that LibTorch calls for matrix products runs its threads.
+enum class BlasThreading {
+  own_pool,       // OpenBLAS built with pthreads (Debian's libopenblas0-pthread): threads of its own
+  intra_op_pool,  // MKL (PyPI's LibTorch) or OpenBLAS built with OpenMP: LibTorch's intra-op (OpenMP) threads
+  single,         // OpenBLAS built sequential: one thread, the caller's
+  unknown,        // another BLAS (Debian's reference BLAS, ...)
+};
+// Asked of the library in the process (openblas_get_parallel), else read from LibTorch's build configuration.
+BlasThreading blas_threading();
 
-// default_thread_settings(), with the non-zero fields of `requested` taking precedence.
+// What `fitsum train` and `fitsum bench` use unless told otherwise, chosen by measuring whole training steps
+// (docs/performance.md). Where the BLAS has threads of its own, it keeps one per core for the matrix products and
+// LibTorch runs one intra-op thread: two pools each as wide as the machine fight over the cores (the BLAS threads
+// spin while LibTorch's wait), which made a step several times slower than either alone. Where the BLAS runs on
+// LibTorch's intra-op threads (or on one thread), there is one pool: LibTorch gets one thread per core (with one,
+// MKL's products ran on one core: 1.4x slower steps). The optimizer step runs no matrix product, and two intra-op
+// threads there did not pay: on a busy machine every parallel region waits for both threads to be scheduled.
+// `processes`: the processes of a job on this machine (a data-parallel job's LOCAL_WORLD_SIZE), which share its
+// cores: "one per core" is then one per core of its share (at least one).
+ThreadSettings default_thread_settings(int processes = 1);
+
+// default_thread_settings(processes), with the non-zero fields of `requested` taking precedence.
 // Throws std::invalid_argument for a count below 0 or above kMaxThreads (num_threads, blas_threads, update_threads).
-ThreadSettings resolve_thread_settings(const ThreadSettings& requested);
+ThreadSettings resolve_thread_settings(const ThreadSettings& requested, int processes = 1);
 inline constexpr int kMaxThreads = 1024;
 
 // Applies the non-zero fields.
 void apply_thread_settings(const ThreadSettings& settings);
 
-// The BLAS library's thread count, or 0 when it offers no way to ask (not OpenBLAS).
+// The threads a matrix product runs on: OpenBLAS's own count, LibTorch's intra-op count where the BLAS runs on
+// those threads, 1 for a sequential OpenBLAS, 0 for an unknown BLAS.
 int blas_threads();
-// "OpenBLAS 0.3.21 ..." (its build configuration), or "unknown BLAS".
+// "OpenBLAS 0.3.21 ..." (its build configuration), "Intel(R) oneAPI Math Kernel Library Version 2024.2-Product
+// Build 20240605" (from LibTorch's build configuration), "BLAS_INFO=generic" (likewise), or "unknown BLAS".
 std::string blas_description();
 
 // A quick fp32 matrix-product rate on the CPU (best of a few n x n x n products, a few milliseconds), in GFLOP/s:
