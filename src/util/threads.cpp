@@ -30,9 +30,9 @@ int hardware_threads() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-// The "BLAS_INFO=..." field of LibTorch's build configuration ("mkl", "open", "generic", ...), or "".
-std::string libtorch_blas_info() {
-  const auto config = at::show_config();
+// The "BLAS_INFO=..." field of LibTorch's build configuration (at::show_config(): "mkl", "open", "generic", ...),
+// or "".
+std::string libtorch_blas_info(const std::string& config) {
   const std::string key = "BLAS_INFO=";
   const auto begin = config.find(key);
   if (begin == std::string::npos) return "";
@@ -56,7 +56,7 @@ BlasThreading blas_threading() {
   }
   if (openblas_symbol<void (*)(int)>("openblas_set_num_threads") != nullptr) return BlasThreading::own_pool;
   // MKL inside LibTorch: ATen's set_num_threads sets MKL's threads too.
-  if (libtorch_blas_info() == "mkl") return BlasThreading::intra_op_pool;
+  if (libtorch_blas_info(at::show_config()) == "mkl") return BlasThreading::intra_op_pool;
   return BlasThreading::unknown;
 }
 
@@ -134,7 +134,7 @@ std::string blas_description() {
     line.erase(0, line.find_first_not_of(" -"));
     return line.substr(0, line.find(" for "));  // "... Version 2024.2-Product Build 20240605"
   }
-  if (const auto info = libtorch_blas_info(); !info.empty()) return "BLAS_INFO=" + info;
+  if (const auto info = libtorch_blas_info(config); !info.empty()) return "BLAS_INFO=" + info;
   return "unknown BLAS";
 }
 
