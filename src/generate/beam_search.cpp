@@ -3,7 +3,7 @@
 // BeamHypotheses.add / .is_done, with the length normalisation GenerationOptions::beam_length picks. Differences from
 // HF that do not change results: a source that is done leaves the decoder batch instead of being decoded with pad
 // tokens; the first step decodes one row per source (all its beams are identical then) and copies it to the beams;
-// beams reordered within a source keep their cross-attention keys/values.
+// the beams of a source share one copy of its cross-attention keys/values, which beam reordering leaves alone.
 #include "fitsum/generate/beam_search.h"
 
 #include <algorithm>
@@ -113,6 +113,7 @@ struct NextBeams {
   std::vector<std::int64_t> tokens;
   std::vector<float> scores;
   std::vector<std::int64_t> still_active;
+  std::vector<std::int64_t> kept_positions;  // the positions in BeamState::active of still_active
 };
 
 // After the first step: each source's single row becomes num_beams rows. Beam 0 starts at 0 and the others at -1e9
@@ -122,7 +123,7 @@ torch::Tensor expand_to_beams(BeamState& state, StepDecoder& decoder, const torc
   const auto batch = state.sequences.size(0);
   auto expand = torch::arange(batch, torch::kLong).repeat_interleave(beams);  // (B * beams)
   state.sequences = state.sequences.index_select(0, expand);
-  decoder.select(expand);
+  decoder.expand(beams);
   auto scores = torch::zeros({batch, beams}, log_probs.options().dtype(torch::kFloat32));
   scores.narrow(1, 1, beams - 1).fill_(-1e9);
   state.beam_scores = scores.view({-1});
@@ -183,6 +184,7 @@ NextBeams process(BeamState& state, torch::Tensor log_probs, const GenerationOpt
       next.scores.resize(first_kept);
     } else {
       next.still_active.push_back(state.active[a]);
+      next.kept_positions.push_back(a);
     }
   }
   return next;
@@ -257,7 +259,7 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
         torch::cat({state.sequences.index_select(0, index), torch::tensor(next.tokens, torch::kLong).unsqueeze(1)}, 1);
     state.beam_scores = torch::tensor(next.scores, torch::kFloat32).to(decoder.device());
     if (++state.length >= max_length) break;
-    decoder.select(index, same_sources);
+    decoder.select(index, same_sources ? torch::Tensor() : torch::tensor(next.kept_positions, torch::kLong));
   }
   finalize_open_beams(state, options);
   write_best(state.hypotheses, options, result);

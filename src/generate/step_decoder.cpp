@@ -52,28 +52,38 @@ at::Tensor StepDecoder::next_logits(const at::Tensor& sequences) {
   return model_.lm_logits(hidden).select(1, 0).to(torch::kFloat32).contiguous();  // (R, V)
 }
 
-void StepDecoder::select(const at::Tensor& index, bool same_sources) {
-  auto on_device = index.to(device_);
+void StepDecoder::expand(std::int64_t group) {
+  rows_ *= group;
+  rows_per_source_ *= group;
+  if (use_cache_) {
+    cache_.expand(group);
+    return;
+  }
+  attention_mask_ = attention_mask_.repeat_interleave(group, 0);
+  encoder_hidden_ = encoder_hidden_.repeat_interleave(group, 0);
+}
+
+void StepDecoder::select(const at::Tensor& rows, const at::Tensor& sources) {
+  auto on_device = rows.to(device_);
+  const auto source_index =
+      sources.defined() ? sources.to(device_) : (rows_per_source_ == 1 ? on_device : at::Tensor());
+  TORCH_CHECK(!sources.defined() || on_device.size(0) == sources.size(0) * rows_per_source_,
+              "StepDecoder: ", on_device.size(0), " rows for ", sources.size(0), " sources of ", rows_per_source_,
+              " rows each");
   rows_ = on_device.size(0);
-  if (!same_sources) {
-    attention_mask_ = attention_mask_.index_select(0, on_device);
-    if (encoder_hidden_.size(0) > 0) {
+  if (!use_cache_) {
+    // One row of states and mask per decoder row.
+    if (source_index.defined()) {
+      attention_mask_ = attention_mask_.index_select(0, on_device);
       encoder_hidden_ = encoder_hidden_.index_select(0, on_device);
     }
-  }
-  if (!use_cache_) {
     return;
   }
-  if (!same_sources) {
-    cache_.select(on_device);
-    return;
+  if (source_index.defined()) {
+    attention_mask_ = attention_mask_.index_select(0, source_index);
+    if (encoder_hidden_.size(0) > 0) encoder_hidden_ = encoder_hidden_.index_select(0, source_index);
   }
-  for (auto& layer : cache_.self_attention) {
-    if (!layer.empty()) {
-      layer.key = layer.key.index_select(0, on_device);
-      layer.value = layer.value.index_select(0, on_device);
-    }
-  }
+  cache_.select(on_device, source_index);
 }
 
 }  // namespace fitsum::generate

@@ -15,8 +15,8 @@ namespace {
 
 struct Widths {
   double d = 0, ffn_encoder = 0, ffn_decoder = 0, heads_encoder = 0, heads_decoder = 0, layers = 0, vocab = 0;
-  // Bytes of a float32 activation: the layer inputs, residual sums, norms, softmaxes, the encoder output, the cache
-  // and the logits are float32 under autocast too.
+  // Bytes of a float32 activation: the layer inputs, residual sums, norms, softmaxes, the encoder output and the
+  // logits are float32 under autocast too.
   double act = 4;
   // Bytes of a matrix product's output: 2 under CPU autocast (bf16), else 4.
   double product = 4;
@@ -118,34 +118,39 @@ double loss_peak(const Widths& w, const EvaluationLoad& load) {
 }
 
 // Generation: the encoder pass over the sources, then the steps. At the longest step the cache (keys and values,
-// per decoder layer) holds cross-attention over S for every row and self-attention over the G positions so far;
+// per decoder layer) holds cross-attention over S once per source (its beams share it) and self-attention over the
+// G positions so far for every row;
 // while a layer's self-attention cache grows its old and new copies are both alive. The next-token logits are
 // float32 pairs: the product and its sum with final_logits_bias, then the log-softmax and its sum with the beam
-// scores.
+// scores. Under autocast the cached keys and values are the projections' bfloat16 products, each step's logits are
+// a bfloat16 product first, and the LM head's weight is cast to bfloat16 once and held until the region ends
+// (autocast's cache of a trainable leaf's copy; measured against the tracking allocator).
 double generation_peak(const Widths& w, const EvaluationLoad& load, double* cache_bytes) {
   const double batch = static_cast<double>(load.batch);
   const double rows = batch * static_cast<double>(load.num_beams);
   const double source = static_cast<double>(load.source_length);
   const double generated = static_cast<double>(std::max<std::int64_t>(1, load.max_length - 1));
-  const double logits = 2.0 * 4.0 * rows * w.vocab;
+  const double logits = 2.0 * 4.0 * rows * w.vocab + (w.bf16 ? w.product * rows * w.vocab : 0.0);
+  const double head_weight = w.bf16 ? w.product * w.vocab * w.d : 0.0;
   const double encoder = encoder_peak(w, batch, source);
-  const double mask = rows * source * 8.0;  // the int64 attention mask, one row per beam
   if (!load.use_cache) {
+    const double mask = rows * source * 8.0;  // the int64 attention mask, one row per beam
     *cache_bytes = 0;
     // Every step reruns the decoder over all positions, cross-attention keys and values recomputed per layer; the
     // math path's products make them contiguous (one more (R, S, D) copy at a time), the fused kernels do not.
     const double copy = FITSUM_ATTENTION_KEEPS_SCORES ? w.product * rows * source * w.d : 0.0;
     const double step = decoder_peak(w, rows, generated, source) + copy;
-    return std::max(encoder, mask + std::max(step, logits));
+    return std::max(encoder, mask + head_weight + std::max(step, logits));
   }
-  const double cross = 2.0 * w.layers * rows * source * w.d * w.act;
-  const double self = 2.0 * w.layers * rows * generated * w.d * w.act;
+  const double mask = batch * source * 8.0;  // the int64 attention mask, one row per source
+  const double cross = 2.0 * w.layers * batch * source * w.d * w.product;
+  const double self = 2.0 * w.layers * rows * generated * w.d * w.product;
   *cache_bytes = cross + self;
-  const double growing = 2.0 * rows * generated * w.d * w.act;
+  const double growing = 2.0 * rows * generated * w.d * w.product;
   const double step = std::max(growing, logits);
-  // The encoder's output for the sources (B rows) until the first step has computed the cross-attention cache.
-  const double first_step = w.act * batch * source * w.d * (1.0 + 2.0 * w.layers) + 2.0 * w.act * rows * source * w.d;
-  return std::max(encoder, mask + std::max(cross + self + step, first_step));
+  // The encoder's output for the sources until the first step has computed the cross-attention cache.
+  const double first_step = batch * source * w.d * (w.act + 2.0 * w.layers * w.product);
+  return std::max(encoder, mask + std::max(head_weight + cross + self + step, first_step));
 }
 
 std::uint64_t bytes(double b) { return static_cast<std::uint64_t>(std::ceil(std::max(0.0, b))); }

@@ -154,9 +154,10 @@ TEST(EvaluationMemory, LargestBatchIsTheLargestThatFits) {
   const auto config = model::pegasus_shape("large");
   auto load = load_of(8, 8, 512, 128, 128);
   const auto full = memory::predict_evaluation(config, load).peak();
-  // pegasus-large, 8 x 8 beams over 512 source tokens: the cross-attention cache alone is 2 x 16 layers x 64 rows x
-  // 512 x 1024 x 4 bytes = 4 GiB.
-  EXPECT_GE(memory::predict_evaluation(config, load).cache, 4ull << 30);
+  // pegasus-large, 8 x 8 beams over 512 source tokens: the cross-attention cache, shared by each source's beams, is
+  // 2 x 16 layers x 8 sources x 512 x 1024 x 4 bytes = 512 MiB; the self-attention cache 2 x 16 x 64 rows x 127
+  // positions x 1024 x 4 bytes = 1016 MiB.
+  EXPECT_EQ(memory::predict_evaluation(config, load).cache, (512ull << 20) + (1016ull << 20));
   EXPECT_EQ(memory::largest_evaluation_batch(config, load, full), 8);
   EXPECT_EQ(memory::largest_evaluation_batch(config, load, full - 1), 7);
   auto half = load;

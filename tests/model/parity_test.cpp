@@ -1,5 +1,8 @@
 // The model against the reference fixtures: loss, logits, encoder states and gradients, within the tolerances of
 // ../shared/fixtures/README.md.
+#include <algorithm>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "fixture_support.h"
@@ -108,6 +111,69 @@ TEST_P(Parity, CachedDecodingEqualsFullDecoding) {
   // Float32 rounding differs between the two orders of summation: bounded relative to the logits' magnitude
   // (|logits| reaches ~17), well inside the 1e-4 absolute of ../shared/fixtures/README.md.
   EXPECT_CLOSE(incremental, full, relative(4e-6));
+}
+
+// Beam search's layout: the beams of a source share one copy of its cross-attention keys/values and mask
+// (DecoderCache::expand), their queries meeting them in one product per source. The logits equal those of every beam
+// holding its own copy, through beams reordered within their sources and a source dropped; the shared cache holds
+// one row per source.
+TEST_P(Parity, BeamsShareTheirSourcesCrossAttentionCache) {
+  FITSUM_REQUIRE_SHARED();
+  const auto c = util::read_json_file(dir() / "case.json");
+  auto model = load_fixture_model(dir(), false);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  auto ids = long_tensor(c["input_ids"]);
+  auto mask = long_tensor(c["attention_mask"]);
+  const auto batch = ids.size(0);
+  ASSERT_GE(batch, 2);
+  const std::int64_t beams = 3;
+  auto encoded = model->encode(ids, mask);
+  auto copies = model->new_cache();  // the reference: one row of everything per beam
+  auto copies_encoded = encoded.repeat_interleave(beams, 0);
+  auto copies_mask = mask.repeat_interleave(beams, 0);
+  auto shared = model->new_cache();  // one row per source for the first step, then `beams` rows per source
+  auto shared_mask = mask;
+  auto start = torch::full({batch, 1}, model->config().decoder_start_token_id, torch::kLong);
+  auto first = model->lm_logits(model->decode(start, encoded, shared_mask, &shared));
+  shared.expand(beams);
+  auto first_copies =
+      model->lm_logits(model->decode(start.repeat_interleave(beams, 0), copies_encoded, copies_mask, &copies));
+  EXPECT_CLOSE(first.repeat_interleave(beams, 0), first_copies, relative(4e-6));
+  EXPECT_EQ(shared.cross_attention[0].key.size(0), batch);
+  EXPECT_EQ(copies.cross_attention[0].key.size(0), batch * beams);
+
+  torch::manual_seed(0);
+  std::int64_t sources = batch;
+  for (int step = 0; step < 4; ++step) {
+    auto tokens = torch::randint(2, model->config().vocab_size, {sources * beams, 1}, torch::kLong);
+    auto got = model->lm_logits(model->decode(tokens, encoded, shared_mask, &shared));
+    auto want = model->lm_logits(model->decode(tokens, copies_encoded, copies_mask, &copies));
+    EXPECT_CLOSE(got, want, relative(4e-6)) << "step " << step;
+    EXPECT_EQ(shared.cross_attention.back().key.size(0), sources) << "step " << step;
+    std::vector<std::int64_t> rows;
+    if (step == 1) {
+      // The first source is done: its beams leave, the others keep their order.
+      for (std::int64_t r = beams; r < sources * beams; ++r) rows.push_back(r);
+      auto kept = torch::arange(1, sources, torch::kLong);
+      auto index = torch::tensor(rows, torch::kLong);
+      shared.select(index, kept);
+      shared_mask = shared_mask.index_select(0, kept);
+      copies.select(index);
+      copies_mask = copies_mask.index_select(0, index);
+      --sources;
+    } else {
+      // Beams reordered within their sources: the second beam first, then the first twice.
+      for (std::int64_t s = 0; s < sources; ++s) {
+        for (std::int64_t b = 0; b < beams; ++b)
+          rows.push_back(s * beams + std::max<std::int64_t>(beams - 1 - b, 1) - 1);
+      }
+      auto index = torch::tensor(rows, torch::kLong);
+      shared.select(index);
+      copies.select(index);
+      copies_mask = copies_mask.index_select(0, index);
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Values("tiny-pegasus", "odd-pegasus"));

@@ -41,18 +41,31 @@ torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim);
 struct AttentionCache {
   torch::Tensor key;
   torch::Tensor value;
+  // Query rows per cached row: query rows g * group .. g * group + group - 1 attend over cached row g. Beam search's
+  // beams of one source share its cross-attention keys/values this way instead of holding num_beams copies, and
+  // their queries meet them in one product per source and head.
+  std::int64_t group = 1;
   bool empty() const { return !key.defined(); }
 };
 
-// The key/value cache of a whole decoder: self-attention grows by one position per step; cross-attention
-// keys/values are computed once from the encoder states and reused.
+// The key/value cache of a whole decoder: self-attention grows by one position per step and holds one row per
+// decoder row; cross-attention keys/values are computed once from the encoder states and hold one row per source,
+// each shared by `rows_per_source` consecutive decoder rows. decode() then takes encoder states and a mask with
+// one row per source.
 struct DecoderCache {
   std::vector<AttentionCache> self_attention;
   std::vector<AttentionCache> cross_attention;
-  std::int64_t length = 0;  // decoder positions already processed
+  std::int64_t length = 0;           // decoder positions already processed
+  std::int64_t rows_per_source = 1;  // decoder rows sharing one source's cross-attention keys/values
 
-  // Keeps batch rows `index` (B') in that order, e.g. when beam search reorders or drops hypotheses.
-  void select(const torch::Tensor& index);
+  // Keeps decoder rows `rows` (R') in that order (beam search reorders or drops hypotheses, greedy search drops
+  // finished rows) and sources `sources` (B') of the cross-attention keys/values, R' = B' * rows_per_source. With
+  // `sources` undefined the sources stay as they are when rows_per_source > 1 (beams reordered within their
+  // sources) and follow `rows` when it is 1 (a row is its own source).
+  void select(const torch::Tensor& rows, const torch::Tensor& sources = {});
+  // Every decoder row becomes `group` consecutive rows (a source's first row becoming its beams); the
+  // cross-attention keys/values are not copied.
+  void expand(std::int64_t group);
 };
 
 // How the model computes, not what: each choice has a plain LibTorch alternative with the same results up to float
@@ -84,7 +97,8 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask);
   // Self-attention over the cache plus x: appends x's keys/values to `cache`.
   torch::Tensor forward_self_cached(const torch::Tensor& x, const torch::Tensor& mask, AttentionCache& cache);
-  // Cross-attention: fills `cache` from `kv` on the first call, reuses it afterwards.
+  // Cross-attention: fills `cache` from `kv` on the first call, reuses it afterwards. x has cache.group rows per
+  // row of kv and of mask.
   torch::Tensor forward_cross_cached(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask,
                                      AttentionCache& cache);
 
@@ -97,8 +111,9 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   torch::Tensor split_heads(const torch::Tensor& x) const;  // (B, T, D) -> (B, heads, T, head_dim)
+  // x has `group` rows per row of key, value and mask (AttentionCache::group).
   torch::Tensor attend(const torch::Tensor& x, const torch::Tensor& key, const torch::Tensor& value,
-                       const torch::Tensor& mask);
+                       const torch::Tensor& mask, std::int64_t group = 1);
 
   std::int64_t heads_;
   std::int64_t head_dim_;
@@ -185,7 +200,8 @@ class StackImpl : public torch::nn::Module {
   // Encoder: input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
   torch::Tensor encode(const torch::Tensor& input_ids, const torch::Tensor& mask);
   // Decoder: decoder_input_ids (B, T), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
-  // With a cache, decoder_input_ids hold only the new positions.
+  // With a cache, decoder_input_ids hold only the new positions, and encoder_hidden and cross_mask one row per
+  // cache->rows_per_source decoder rows.
   torch::Tensor decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                        const torch::Tensor& cross_mask, DecoderCache* cache = nullptr);
   // While training, the first `layers` layers keep only their inputs and recompute the rest in backward.
@@ -247,7 +263,8 @@ class Seq2SeqLMImpl : public torch::nn::Module {
 
   // input_ids (B, S), attention_mask (B, S) -> encoder states (B, S, D)
   torch::Tensor encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask);
-  // decoder_input_ids (B, T) -> decoder states (B, T, D) after the final LayerNorm.
+  // decoder_input_ids (B, T) -> decoder states (B, T, D) after the final LayerNorm. With a cache, encoder_hidden
+  // and attention_mask have one row per cache->rows_per_source decoder rows.
   torch::Tensor decode(const torch::Tensor& decoder_input_ids, const torch::Tensor& encoder_hidden,
                        const torch::Tensor& attention_mask, DecoderCache* cache = nullptr);
   // decoder states (B, T, D) -> logits (B, T, V): the tied (or separate) LM head plus final_logits_bias.
