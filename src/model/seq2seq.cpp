@@ -58,35 +58,6 @@ torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim) {
   return table.to(torch::kFloat32);
 }
 
-void DecoderCache::select(const torch::Tensor& rows, const torch::Tensor& sources) {
-  const auto& source_index = sources.defined() || rows_per_source > 1 ? sources : rows;
-  TORCH_CHECK(!source_index.defined() || rows.size(0) == source_index.size(0) * rows_per_source,
-              "DecoderCache::select: ", rows.size(0), " rows for ", source_index.size(0), " sources of ",
-              rows_per_source, " rows each");
-  const auto keep = [](AttentionCache& cache, const torch::Tensor& index) {
-    if (!cache.empty()) {
-      cache.key = cache.key.index_select(0, index);
-      cache.value = cache.value.index_select(0, index);
-    }
-  };
-  for (auto& cache : self_attention) keep(cache, rows);
-  if (source_index.defined()) {
-    for (auto& cache : cross_attention) keep(cache, source_index);
-  }
-}
-
-void DecoderCache::expand(std::int64_t group) {
-  TORCH_CHECK(group >= 1, "DecoderCache::expand: group ", group);
-  for (auto& cache : self_attention) {
-    if (!cache.empty()) {
-      cache.key = cache.key.repeat_interleave(group, 0);
-      cache.value = cache.value.repeat_interleave(group, 0);
-    }
-  }
-  rows_per_source *= group;
-  for (auto& cache : cross_attention) cache.group = rows_per_source;
-}
-
 // ---- Attention (HF PegasusAttention) ----
 
 AttentionImpl::AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout)

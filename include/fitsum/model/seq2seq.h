@@ -19,6 +19,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "fitsum/model/config.h"
+#include "fitsum/model/decoder_cache.h"
 #include "fitsum/model/loss.h"
 #include "fitsum/model/t5_layers.h"
 
@@ -36,37 +37,6 @@ torch::Tensor causal_mask(std::int64_t query_length, std::int64_t past_length, t
 // The sinusoidal table of PEGASUS (HF PegasusSinusoidalPositionalEmbedding): computed in double precision,
 // sin(pos / 10000^(2j/dim)) in the first half of the features and the matching cos in the second.  (n, dim)
 torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim);
-
-// Keys and values of one attention block kept between decoding steps.  (B, heads, S, head_dim) each.
-struct AttentionCache {
-  torch::Tensor key;
-  torch::Tensor value;
-  // Query rows per cached row: query rows g * group .. g * group + group - 1 attend over cached row g. Beam search's
-  // beams of one source share its cross-attention keys/values this way instead of holding num_beams copies, and
-  // their queries meet them in one product per source and head.
-  std::int64_t group = 1;
-  bool empty() const { return !key.defined(); }
-};
-
-// The key/value cache of a whole decoder: self-attention grows by one position per step and holds one row per
-// decoder row; cross-attention keys/values are computed once from the encoder states and hold one row per source,
-// each shared by `rows_per_source` consecutive decoder rows. decode() then takes encoder states and a mask with
-// one row per source.
-struct DecoderCache {
-  std::vector<AttentionCache> self_attention;
-  std::vector<AttentionCache> cross_attention;
-  std::int64_t length = 0;           // decoder positions already processed
-  std::int64_t rows_per_source = 1;  // decoder rows sharing one source's cross-attention keys/values
-
-  // Keeps decoder rows `rows` (R') in that order (beam search reorders or drops hypotheses, greedy search drops
-  // finished rows) and sources `sources` (B') of the cross-attention keys/values, R' = B' * rows_per_source. With
-  // `sources` undefined the sources stay as they are when rows_per_source > 1 (beams reordered within their
-  // sources) and follow `rows` when it is 1 (a row is its own source).
-  void select(const torch::Tensor& rows, const torch::Tensor& sources = {});
-  // Every decoder row becomes `group` consecutive rows (a source's first row becoming its beams); the
-  // cross-attention keys/values are not copied.
-  void expand(std::int64_t group);
-};
 
 // How the model computes, not what: each choice has a plain LibTorch alternative with the same results up to float
 // rounding (dropout draws other, equally distributed masks). All on by default; turning one off is for
