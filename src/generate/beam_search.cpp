@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/generate/beam_candidates.h"
 #include "fitsum/generate/logits_processors.h"
 #include "fitsum/generate/step_decoder.h"
 
@@ -163,16 +164,14 @@ bool process_source(BeamState& state, std::int64_t a, const torch::TensorAccesso
 }
 
 // One step's bookkeeping over all active sources. log_probs (R, V) are the processed log-probabilities.
-NextBeams process(BeamState& state, torch::Tensor log_probs, const GenerationOptions& options) {
+NextBeams process(BeamState& state, const torch::Tensor& log_probs, const GenerationOptions& options) {
   const auto beams = options.num_beams;
   const auto vocab = log_probs.size(1);
   const auto sources = static_cast<std::int64_t>(state.active.size());
-  // (A, beams * V): every continuation of every beam of a source, ranked together. In place: at PEGASUS's vocabulary
-  // each (R, V) temporary is megabytes, and log_probs is not needed afterwards.
-  auto candidates = log_probs.add_(state.beam_scores.unsqueeze(1)).view({sources, beams * vocab});
-  auto [top_scores, top_ids] = torch::topk(candidates, 2 * beams, 1, /*largest=*/true, /*sorted=*/true);
-  top_scores = top_scores.to(torch::kCPU);
-  top_ids = top_ids.to(torch::kCPU);
+  // Every continuation of every beam of a source, ranked together: (A, 2 * beams) of the (A, beams * V) sums.
+  auto top = top_candidates(log_probs, state.beam_scores, beams, 2 * beams);
+  const auto top_scores = top.scores.to(torch::kCPU);
+  const auto top_ids = top.ids.to(torch::kCPU);
   const auto scores_of = top_scores.accessor<float, 2>();
   const auto ids_of = top_ids.accessor<std::int64_t, 2>();
   NextBeams next;
