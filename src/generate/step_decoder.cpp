@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/model/decoder_cache.h"
+
 namespace fitsum::generate {
 
 EvalModeGuard::EvalModeGuard(torch::nn::Module& module) : module_(module), was_training_(module.is_training()) {
@@ -66,10 +68,7 @@ void StepDecoder::expand(std::int64_t group) {
 void StepDecoder::select(const at::Tensor& rows, const at::Tensor& sources) {
   auto on_device = rows.to(device_);
   const auto source_index =
-      sources.defined() ? sources.to(device_) : (rows_per_source_ == 1 ? on_device : at::Tensor());
-  TORCH_CHECK(!sources.defined() || on_device.size(0) == sources.size(0) * rows_per_source_,
-              "StepDecoder: ", on_device.size(0), " rows for ", sources.size(0), " sources of ", rows_per_source_,
-              " rows each");
+      model::kept_sources(on_device, sources.defined() ? sources.to(device_) : sources, rows_per_source_);
   rows_ = on_device.size(0);
   if (!use_cache_) {
     // One row of states and mask per decoder row.

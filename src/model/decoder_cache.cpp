@@ -6,11 +6,15 @@
 
 namespace fitsum::model {
 
+at::Tensor kept_sources(const at::Tensor& rows, const at::Tensor& sources, std::int64_t rows_per_source) {
+  const auto& kept = sources.defined() || rows_per_source > 1 ? sources : rows;
+  TORCH_CHECK(!kept.defined() || rows.size(0) == kept.size(0) * rows_per_source, "selecting ", rows.size(0),
+              " decoder rows for ", kept.size(0), " sources of ", rows_per_source, " rows each");
+  return kept;
+}
+
 void DecoderCache::select(const at::Tensor& rows, const at::Tensor& sources) {
-  const auto& source_index = sources.defined() || rows_per_source > 1 ? sources : rows;
-  TORCH_CHECK(!source_index.defined() || rows.size(0) == source_index.size(0) * rows_per_source,
-              "DecoderCache::select: ", rows.size(0), " rows for ", source_index.size(0), " sources of ",
-              rows_per_source, " rows each");
+  const auto source_index = kept_sources(rows, sources, rows_per_source);
   const auto keep = [](AttentionCache& cache, const at::Tensor& index) {
     if (!cache.empty()) {
       cache.key = cache.key.index_select(0, index);

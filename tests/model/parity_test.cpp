@@ -26,6 +26,19 @@ class Parity : public ::testing::TestWithParam<std::string> {
   std::filesystem::path hf_padding_file() const {
     return source_dir() / "tests" / "data" / "fixtures" / GetParam() / "hf_padding.json";
   }
+  // The fixture's model (HF's padding_idx) in eval mode with its case's encoder inputs.
+  struct Decoding {
+    nlohmann::json c;
+    model::Seq2SeqLM model;
+    torch::Tensor ids, mask;
+  };
+  Decoding decoding() const {
+    Decoding d{util::read_json_file(dir() / "case.json"), load_fixture_model(dir(), false), {}, {}};
+    d.model->eval();
+    d.ids = long_tensor(d.c["input_ids"]);
+    d.mask = long_tensor(d.c["attention_mask"]);
+    return d;
+  }
 };
 
 TEST_P(Parity, DecoderInputsAreLabelsShiftedRight) {
@@ -90,12 +103,8 @@ TEST_P(Parity, GradientsWithHuggingFacePaddingIdx) {
 
 TEST_P(Parity, CachedDecodingEqualsFullDecoding) {
   FITSUM_REQUIRE_SHARED();
-  const auto c = util::read_json_file(dir() / "case.json");
-  auto model = load_fixture_model(dir(), false);
-  model->eval();
+  auto [c, model, ids, mask] = decoding();
   torch::NoGradGuard no_grad;
-  auto ids = long_tensor(c["input_ids"]);
-  auto mask = long_tensor(c["attention_mask"]);
   auto decoder_ids = long_tensor(c["decoder_input_ids"]);
   auto encoded = model->encode(ids, mask);
   auto full = model->lm_logits(model->decode(decoder_ids, encoded, mask));  // (B, T, V)
@@ -119,12 +128,8 @@ TEST_P(Parity, CachedDecodingEqualsFullDecoding) {
 // one row per source.
 TEST_P(Parity, BeamsShareTheirSourcesCrossAttentionCache) {
   FITSUM_REQUIRE_SHARED();
-  const auto c = util::read_json_file(dir() / "case.json");
-  auto model = load_fixture_model(dir(), false);
-  model->eval();
+  auto [c, model, ids, mask] = decoding();
   torch::NoGradGuard no_grad;
-  auto ids = long_tensor(c["input_ids"]);
-  auto mask = long_tensor(c["attention_mask"]);
   const auto batch = ids.size(0);
   ASSERT_GE(batch, 2);
   const std::int64_t beams = 3;

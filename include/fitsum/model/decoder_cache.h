@@ -41,4 +41,9 @@ struct DecoderCache {
   void expand(std::int64_t group);
 };
 
+// The sources a select of decoder rows `rows` (R') keeps, by DecoderCache::select's rule: `sources` (B') when
+// given, else `rows` when each source has one row, else undefined (the sources stay as they are). Throws unless
+// R' = B' * rows_per_source.
+at::Tensor kept_sources(const at::Tensor& rows, const at::Tensor& sources, std::int64_t rows_per_source);
+
 }  // namespace fitsum::model
