@@ -65,7 +65,8 @@ std::pair<at::Tensor, at::Tensor> targets_in_chunk(const at::Tensor& targets, st
 // z (M, V) becomes softmax(z) in place; returns each row's maximum and sum of exp(z - max) (M). On the CPU row by
 // row: a row of PEGASUS's vocabulary (384 KB) stays in the core's cache through the maximum, the exp, the sum and the
 // division, where whole-tensor operations would stream the (M, V) logits from memory four times. The same LibTorch
-// kernels on the same values: the same bits as z.max(1), sub_, exp_, sum(1), div_ over the whole tensor.
+// kernels on the same values (at 128 x 96103 the same bits as z.max(1), sub_, exp_, sum(1), div_ over the whole
+// tensor; elsewhere the sums may differ in their last bit, as any change of summation order does).
 std::pair<at::Tensor, at::Tensor> softmax_in_place(at::Tensor& z) {
   if (!z.device().is_cpu()) {
     auto max = std::get<0>(z.max(1));
