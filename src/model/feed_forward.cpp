@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/model/dropout.h"
+#include "fitsum/model/few_rows_linear.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -105,7 +106,7 @@ at::Tensor activation_dropout_linear(at::Tensor u, Activation activation, double
   if (!fused) {
     auto h = model::dropout(activate(u, activation), p, training, byte_mask);
     u.reset();  // fc1's output is not kept beside fc2's (unless autograd keeps it)
-    return torch::nn::functional::linear(h, weight, bias);
+    return model::linear(h, weight, bias, training);
   }
   return ActivationDropoutLinear::apply(u, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
                                         static_cast<std::int64_t>(activation), active_p);

@@ -12,6 +12,7 @@
 #include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/model/dropout.h"
 #include "fitsum/model/feed_forward.h"
+#include "fitsum/model/few_rows_linear.h"
 #include "fitsum/model/tied_embedding.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -96,7 +97,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   const auto batch = x.size(0);
   const auto length = x.size(1);
   // HF scales the projected queries (bias included) before the product; T5 does not scale.
-  auto query = split_heads(scaling_ == 1.0 ? q_proj->forward(x) : q_proj->forward(x) * scaling_);  // (B, H, T, hd)
+  auto query = split_heads(scaling_ == 1.0 ? project(q_proj, x) : project(q_proj, x) * scaling_);  // (B, H, T, hd)
   if (group > 1) {
     // The queries of a group's rows become one row's positions: (B, H, T, hd) -> (B / group, H, group * T, hd).
     TORCH_CHECK(batch == key.size(0) * group && (!mask.defined() || mask.size(0) == 1 || mask.size(2) == 1),
@@ -143,17 +144,17 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
                   .reshape({batch, heads_, length, head_dim_});
   }
   context = context.transpose(1, 2).reshape({batch, length, heads_ * head_dim_});  // (B, T, D)
-  return out_proj->forward(context);
+  return project(out_proj, context);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask) {
-  return attend(x, split_heads(k_proj->forward(kv)), split_heads(v_proj->forward(kv)), mask);
+  return attend(x, split_heads(project(k_proj, kv)), split_heads(project(v_proj, kv)), mask);
 }
 
 torch::Tensor AttentionImpl::forward_self_cached(const torch::Tensor& x, const torch::Tensor& mask,
                                                  AttentionCache& cache) {
-  auto key = split_heads(k_proj->forward(x));
-  auto value = split_heads(v_proj->forward(x));
+  auto key = split_heads(project(k_proj, x));
+  auto value = split_heads(project(v_proj, x));
   if (!cache.empty()) {
     key = torch::cat({cache.key, key}, 2);
     value = torch::cat({cache.value, value}, 2);
@@ -168,8 +169,8 @@ torch::Tensor AttentionImpl::forward_cross_cached(const torch::Tensor& x, const 
   if (cache.empty()) {
     // Stored contiguous in (B, H, S, hd): the head-split view of the projection would make every later step's two
     // products copy the keys and values of all source positions again.
-    cache.key = split_heads(k_proj->forward(kv)).contiguous();
-    cache.value = split_heads(v_proj->forward(kv)).contiguous();
+    cache.key = split_heads(project(k_proj, kv)).contiguous();
+    cache.value = split_heads(project(v_proj, kv)).contiguous();
   }
   return attend(x, cache.key, cache.value, mask, cache.group);
 }
@@ -203,7 +204,7 @@ torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& 
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
-  return activation_dropout_linear(fc1->forward(x), s.activation, s.activation_dropout, training,  // (B, T, D)
+  return activation_dropout_linear(project(fc1, x), s.activation, s.activation_dropout, training,  // (B, T, D)
                                    s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
 }
 
@@ -514,7 +515,13 @@ torch::Tensor Seq2SeqLMImpl::head_input(const torch::Tensor& decoder_hidden) con
 
 torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
   // (B, T, D) x (V, D)^T + (1, V) -> (B, T, V)
-  auto logits = torch::linear(head_input(decoder_hidden), lm_head_weight());
+  // Evaluating a few rows, the few-rows kernel; else at::linear: under autocast it casts the weight to bfloat16 once
+  // per region and keeps the copy (evaluation_memory.h counts it), where the modules' linear casts it at every call.
+  const auto x = head_input(decoder_hidden);
+  const auto weight = lm_head_weight();
+  auto logits = !is_training() && few_rows_kernel_applies(x, weight, at::Tensor())
+                    ? model::linear(x, weight, at::Tensor(), /*training=*/false)
+                    : torch::linear(x, weight);
   return final_logits_bias.defined() ? logits + final_logits_bias : logits;
 }
 

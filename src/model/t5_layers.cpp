@@ -7,6 +7,7 @@
 #include <torch/nn/functional/activation.h>
 
 #include "fitsum/model/dropout.h"
+#include "fitsum/model/few_rows_linear.h"
 
 namespace fitsum::model {
 
@@ -126,12 +127,12 @@ torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout,
                                          bool byte_mask_dropout) {
   torch::Tensor h;  // (B, T, d_ff)
   if (!wi.is_empty()) {
-    h = torch::relu(wi->forward(x));
+    h = torch::relu(project(wi, x));
   } else {
-    h = torch::gelu(wi_0->forward(x), "tanh") * wi_1->forward(x);  // gelu_new is the tanh approximation
+    h = torch::gelu(project(wi_0, x), "tanh") * project(wi_1, x);  // gelu_new is the tanh approximation
   }
   h = model::dropout(h, dropout, training, byte_mask_dropout);
-  return wo->forward(h);
+  return project(wo, h);
 }
 
 }  // namespace fitsum::model

@@ -1,0 +1,45 @@
+// x W^T + b for a few rows of x: the products of a decoding step (each Linear of the decoder and the LM head, for
+// batch x beams rows of one position).
+//
+// For such inputs a BLAS call costs more than its arithmetic: OpenBLAS copies ("packs") the whole weight into its
+// own layout on every call, so the LM head of a beam-8 step over 4 sources (32 x 512 times PEGASUS's 96103 x 512
+// weight) reads and writes its 197 MB about three times, and smaller weights pay the copy and the threads' start
+// per call. The kernel here reads each weight row once, in place, for a tile of 4 rows of x at a time, with
+// AVX-512: 4 x 4 dot products accumulate in 16 registers over the inner dimension, and one shuffle tree reduces them
+// to the tile's 16 outputs. The weight's rows are shared between the intra-op threads (each output is computed by
+// one thread, so results do not depend on the thread count).
+//
+// Results differ from BLAS's by the order of the additions only (relative to the output's magnitude, a few 1e-7 in
+// float32); they are the same on every run and every thread count.
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/modules/linear.h>
+
+namespace fitsum::model {
+
+// At most this many rows (x's elements / its last dimension) take the kernel: measured on the development machine
+// (2 cores, AVX-512) against OpenBLAS for PEGASUS's shapes, the kernel is 1.6-9x faster up to 32 rows and from 64
+// rows no longer faster for every shape (docs/performance.md).
+inline constexpr std::int64_t few_rows_limit = 32;
+
+// Whether few_rows_linear computes linear(x, weight, bias): a CPU with AVX-512F; x, weight and bias float32 on the
+// CPU, x with at most few_rows_limit rows, weight (N, K) with K a multiple of 16 and contiguous, bias (N) or
+// undefined; no autograd graph to record (grad mode off, or nothing requiring a gradient) and no CPU autocast.
+bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// torch::nn::functional::linear(x, weight, bias): x (..., K), weight (N, K), bias (N) or undefined -> (..., N).
+// The kernel above where few_rows_kernel_applies and the calling module is in evaluation mode (`training` false),
+// else that function (torch::nn::Linear's forward: in LibTorch's C++ frontend a product and an in-place bias
+// addition, not at::linear). Training keeps LibTorch's products even where no graph is recorded: a checkpointed
+// segment's forward runs without one, and its recomputation in backward must compute the same values.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training);
+
+// layer->forward(x) through linear() above, in the layer's mode.
+inline at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x) {
+  return linear(x, layer->weight, layer->bias, layer->is_training());
+}
+
+}  // namespace fitsum::model

@@ -1,0 +1,159 @@
+// Implements include/fitsum/model/few_rows_linear.h.
+#include "fitsum/model/few_rows_linear.h"
+
+#include <algorithm>
+
+#include <immintrin.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
+#include "fitsum/util/torch_compat.h"
+
+namespace fitsum::model {
+namespace {
+
+// GCC 12 reports the intrinsics' deliberately undefined vectors (_mm512_undefined_ps inside the headers' broadcasts
+// and reductions) as maybe used uninitialized where they are inlined, i.e. in the kernel below.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// acc[4 * j + i] holds 16 partial sums of (x row i) . (weight row j); returns one vector whose lane 4 * i + j is
+// the sum of acc[4 * j + i]'s lanes. Four levels, each adding pairs: 256-bit halves, then 128-bit quarters, then
+// pairs and single lanes within the quarters.
+__attribute__((target("avx512f"))) inline __m512 reduce_tile(const __m512* acc) {
+  __m512 halves[8];
+  for (int p = 0; p < 8; ++p) {
+    halves[p] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0x44),
+                              _mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0xEE));
+  }
+  __m512 quarters[4];
+  for (int r = 0; r < 4; ++r) {
+    quarters[r] = _mm512_add_ps(_mm512_shuffle_f32x4(halves[2 * r], halves[2 * r + 1], 0x88),
+                                _mm512_shuffle_f32x4(halves[2 * r], halves[2 * r + 1], 0xDD));
+  }
+  __m512 pairs[2];
+  for (int s = 0; s < 2; ++s) {
+    pairs[s] = _mm512_add_ps(_mm512_shuffle_ps(quarters[2 * s], quarters[2 * s + 1], 0x88),
+                             _mm512_shuffle_ps(quarters[2 * s], quarters[2 * s + 1], 0xDD));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88), _mm512_shuffle_ps(pairs[0], pairs[1], 0xDD));
+}
+
+// One dot product of k (a multiple of 16) floats, for the rows that do not fill a tile.
+__attribute__((target("avx512f"))) inline float dot(const float* a, const float* b, std::int64_t k) {
+  __m512 sum = _mm512_setzero_ps();
+  for (std::int64_t c = 0; c < k; c += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), sum);
+  return _mm512_reduce_add_ps(sum);
+}
+
+struct Problem {
+  const float* x;     // (m, k)
+  const float* w;     // (n, k)
+  const float* bias;  // (n) or null
+  float* y;           // (m, n)
+  std::int64_t m, k, n;
+};
+
+// y[:, begin:end] of the problem.
+__attribute__((target("avx512f"))) void columns(const Problem& p, std::int64_t begin, std::int64_t end) {
+  const std::int64_t k = p.k;
+  std::int64_t col = begin;
+  for (; col + 4 <= end; col += 4) {
+    const float* w = p.w + col * k;
+    std::int64_t row = 0;
+    for (; row + 4 <= p.m; row += 4) {
+      const float* x = p.x + row * k;
+      __m512 acc[16];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      for (std::int64_t c = 0; c < k; c += 16) {
+        const __m512 x0 = _mm512_loadu_ps(x + c);
+        const __m512 x1 = _mm512_loadu_ps(x + k + c);
+        const __m512 x2 = _mm512_loadu_ps(x + 2 * k + c);
+        const __m512 x3 = _mm512_loadu_ps(x + 3 * k + c);
+        // Written out: GCC keeps acc in registers only when every index is a constant.
+#define FITSUM_WEIGHT_ROW(j)                                      \
+  {                                                               \
+    const __m512 wj = _mm512_loadu_ps(w + (j)*k + c);             \
+    acc[4 * (j) + 0] = _mm512_fmadd_ps(x0, wj, acc[4 * (j) + 0]); \
+    acc[4 * (j) + 1] = _mm512_fmadd_ps(x1, wj, acc[4 * (j) + 1]); \
+    acc[4 * (j) + 2] = _mm512_fmadd_ps(x2, wj, acc[4 * (j) + 2]); \
+    acc[4 * (j) + 3] = _mm512_fmadd_ps(x3, wj, acc[4 * (j) + 3]); \
+  }
+        FITSUM_WEIGHT_ROW(0)
+        FITSUM_WEIGHT_ROW(1)
+        FITSUM_WEIGHT_ROW(2)
+        FITSUM_WEIGHT_ROW(3)
+#undef FITSUM_WEIGHT_ROW
+      }
+      __m512 sums = reduce_tile(acc);
+      if (p.bias != nullptr) sums = _mm512_add_ps(sums, _mm512_broadcast_f32x4(_mm_loadu_ps(p.bias + col)));
+      alignas(64) float tile[16];
+      _mm512_store_ps(tile, sums);
+      for (int i = 0; i < 4; ++i) _mm_storeu_ps(p.y + (row + i) * p.n + col, _mm_load_ps(tile + 4 * i));
+    }
+    for (; row < p.m; ++row) {
+      for (int j = 0; j < 4; ++j) {
+        const float b = p.bias != nullptr ? p.bias[col + j] : 0.0f;
+        p.y[row * p.n + col + j] = dot(p.x + row * k, w + j * k, k) + b;
+      }
+    }
+  }
+  for (; col < end; ++col) {
+    const float b = p.bias != nullptr ? p.bias[col] : 0.0f;
+    for (std::int64_t row = 0; row < p.m; ++row) p.y[row * p.n + col] = dot(p.x + row * k, p.w + col * k, k) + b;
+  }
+}
+
+#pragma GCC diagnostic pop
+
+bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+}  // namespace
+
+bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!cpu_has_avx512()) return false;
+  const auto is_cpu_float = [](const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; };
+  if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
+  const auto k = weight.size(1);
+  if (k == 0 || k % 16 != 0 || x.size(-1) != k || !weight.is_contiguous()) return false;
+  if (x.numel() / k > few_rows_limit) return false;
+  if (bias.defined() &&
+      (!is_cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0) || !bias.is_contiguous())) {
+    return false;
+  }
+  if (util::autocast_enabled(c10::DeviceType::CPU)) return false;
+  const bool records = at::GradMode::is_enabled() &&
+                       (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  return !records;
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training) {
+  if (training || !few_rows_kernel_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
+  const auto k = weight.size(1);
+  const auto n = weight.size(0);
+  const auto input = x.contiguous();
+  const auto m = input.numel() / k;
+  auto sizes = input.sizes().vec();
+  sizes.back() = n;
+  auto y = at::empty(sizes, input.options());
+  if (m == 0 || n == 0) return y;
+  const Problem p{input.data_ptr<float>(),
+                  weight.data_ptr<float>(),
+                  bias.defined() ? bias.data_ptr<float>() : nullptr,
+                  y.data_ptr<float>(),
+                  m,
+                  k,
+                  n};
+  // Threads share the weight's rows in groups of 4; a thread's share is at least ~half a million multiply-adds,
+  // below which starting the second thread costs more than it saves (a 512 x 512 weight at 4 rows stays on one).
+  const std::int64_t groups = (n + 3) / 4;
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 19) / (4 * m * k));
+  at::parallel_for(0, groups, grain,
+                   [&](std::int64_t begin, std::int64_t end) { columns(p, begin * 4, std::min(n, end * 4)); });
+  return y;
+}
+
+}  // namespace fitsum::model
