@@ -5,8 +5,13 @@
 
 #include <immintrin.h>
 #include <ATen/Parallel.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "fitsum/util/threads.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -60,12 +65,20 @@ __attribute__((target("avx512f"))) void columns(const Problem& p, std::int64_t b
   std::int64_t col = begin;
   for (; col + 4 <= end; col += 4) {
     const float* w = p.w + col * k;
+    // The next 4 weight rows, requested into L2 while the first tile of these computes (over the 8 KB of a 512-wide
+    // weight, 4 cache lines per step of 16): reading the weight then overlaps the arithmetic instead of stalling
+    // the first tile of every group (the LM head at 8 rows: ~28 -> ~22 ms on one core of the development machine).
+    const float* next = col + 8 <= end ? w + 4 * k : nullptr;
     std::int64_t row = 0;
     for (; row + 4 <= p.m; row += 4) {
       const float* x = p.x + row * k;
       __m512 acc[16];
       for (auto& a : acc) a = _mm512_setzero_ps();
+      const bool prefetch = row == 0 && next != nullptr;
       for (std::int64_t c = 0; c < k; c += 16) {
+        if (prefetch) {
+          for (int j = 0; j < 4; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + j * k + c), _MM_HINT_T1);
+        }
         const __m512 x0 = _mm512_loadu_ps(x + c);
         const __m512 x1 = _mm512_loadu_ps(x + k + c);
         const __m512 x2 = _mm512_loadu_ps(x + 2 * k + c);
@@ -132,6 +145,8 @@ bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, cons
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training) {
   if (training || !few_rows_kernel_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
+  // Named in LibTorch's profiler (fitsum bench --profile) beside the aten:: operations.
+  RECORD_FUNCTION("fitsum::few_rows_linear", std::vector<c10::IValue>{});
   const auto k = weight.size(1);
   const auto n = weight.size(0);
   const auto input = x.contiguous();
@@ -147,12 +162,26 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
                   m,
                   k,
                   n};
-  // Threads share the weight's rows in groups of 4; a thread's share is at least ~half a million multiply-adds,
-  // below which starting the second thread costs more than it saves (a 512 x 512 weight at 4 rows stays on one).
+  // Threads share the weight's rows in groups of 4, as many threads as the BLAS products this replaces would use
+  // (OpenBLAS's own pool where fitsum leaves LibTorch's intra-op pool at one thread, see util/threads.h), each
+  // with at least ~half a million multiply-adds, below which starting a thread costs more than it saves (a 512 x 512
+  // weight at 4 rows stays on one). OpenMP directly: ATen's parallel_for runs on at::get_num_threads().
   const std::int64_t groups = (n + 3) / 4;
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 19) / (4 * m * k));
-  at::parallel_for(0, groups, grain,
-                   [&](std::int64_t begin, std::int64_t end) { columns(p, begin * 4, std::min(n, end * 4)); });
+  const std::int64_t threads =
+      std::min<std::int64_t>(std::max({1, at::get_num_threads(), util::blas_threads()}), (groups + grain - 1) / grain);
+#ifdef _OPENMP
+  if (threads > 1 && !omp_in_parallel()) {
+    const std::int64_t share = (groups + threads - 1) / threads;
+#pragma omp parallel num_threads(static_cast <int>(threads))
+    {
+      const std::int64_t begin = omp_get_thread_num() * share;
+      if (begin < groups) columns(p, begin * 4, std::min(n, (begin + share) * 4));
+    }
+    return y;
+  }
+#endif
+  columns(p, 0, n);
   return y;
 }
 
