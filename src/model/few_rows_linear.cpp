@@ -19,8 +19,10 @@ namespace {
 
 // GCC 12 reports the intrinsics' deliberately undefined vectors (_mm512_undefined_ps inside the headers' broadcasts
 // and reductions) as maybe used uninitialized where they are inlined, i.e. in the kernel below.
+#if !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // acc[4 * j + i] holds 16 partial sums of (x row i) . (weight row j); returns one vector whose lane 4 * i + j is
 // the sum of acc[4 * j + i]'s lanes. Four levels, each adding pairs: 256-bit halves, then 128-bit quarters, then
@@ -117,7 +119,9 @@ __attribute__((target("avx512f"))) void columns(const Problem& p, std::int64_t b
   }
 }
 
+#if !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 bool cpu_has_avx512() {
   static const bool has = __builtin_cpu_supports("avx512f");
@@ -165,15 +169,17 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   // Threads share the weight's rows in groups of 4, as many threads as the BLAS products this replaces would use
   // (OpenBLAS's own pool where fitsum leaves LibTorch's intra-op pool at one thread, see util/threads.h), each
   // with at least ~half a million multiply-adds, below which starting a thread costs more than it saves (a 512 x 512
-  // weight at 4 rows stays on one). OpenMP directly: ATen's parallel_for runs on at::get_num_threads().
+  // weight at fewer than 4 rows stays on one). OpenMP directly: ATen's parallel_for runs on at::get_num_threads().
+  // Built without OpenMP (clang's builds, CMakeLists.txt), one thread, with the same results.
+#ifdef _OPENMP
   const std::int64_t groups = (n + 3) / 4;
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 19) / (4 * m * k));
   const std::int64_t threads =
       std::min<std::int64_t>(std::max({1, at::get_num_threads(), util::blas_threads()}), (groups + grain - 1) / grain);
-#ifdef _OPENMP
   if (threads > 1 && !omp_in_parallel()) {
     const std::int64_t share = (groups + threads - 1) / threads;
-#pragma omp parallel num_threads(static_cast <int>(threads))
+    const int team = static_cast<int>(threads);
+#pragma omp parallel num_threads(team)
     {
       const std::int64_t begin = omp_get_thread_num() * share;
       if (begin < groups) columns(p, begin * 4, std::min(n, (begin + share) * 4));

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/model/few_rows_linear.h"
+#include "fitsum/util/threads.h"
 
 namespace fitsum::model {
 namespace {
@@ -82,13 +83,17 @@ TEST(FewRowsLinear, SameBitsForEveryThreadCount) {
   const auto x = torch::randn({32, 512});
   const auto w = torch::randn({4099, 512});
   const auto b = torch::randn({4099});
-  const auto threads = at::get_num_threads();
-  at::set_num_threads(1);
+  // The kernel runs on as many threads as the BLAS (or the intra-op pool, if wider): set both.
+  const util::ThreadSettings before{at::get_num_threads(), util::blas_threads(), 0};
+  util::apply_thread_settings({1, 1, 0});
   const auto one = linear(x, w, b, false);
-  at::set_num_threads(std::max(2, threads));
-  const auto many = linear(x, w, b, false);
-  at::set_num_threads(threads);
-  EXPECT_TRUE(torch::equal(one, many));
+  util::apply_thread_settings({2, 2, 0});
+  const auto two = linear(x, w, b, false);
+  util::apply_thread_settings({3, 3, 0});
+  const auto three = linear(x, w, b, false);
+  util::apply_thread_settings(before);
+  EXPECT_TRUE(torch::equal(one, two));
+  EXPECT_TRUE(torch::equal(one, three));
 }
 
 TEST(FewRowsLinear, LeadingDimensionsAndStridedInputs) {

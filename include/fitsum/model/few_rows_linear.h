@@ -6,8 +6,9 @@
 // weight) reads and writes its 197 MB about three times, and smaller weights pay the copy and the threads' start
 // per call. The kernel here reads each weight row once, in place, for a tile of 4 rows of x at a time, with
 // AVX-512: 4 x 4 dot products accumulate in 16 registers over the inner dimension, and one shuffle tree reduces them
-// to the tile's 16 outputs. The weight's rows are shared between the intra-op threads (each output is computed by
-// one thread, so results do not depend on the thread count).
+// to the tile's 16 outputs; the next group's weight rows are prefetched meanwhile. The weight's rows are shared
+// between as many threads as the BLAS would use (each output is computed by one thread, so results do not depend
+// on the thread count).
 //
 // Results differ from BLAS's by the order of the additions only (relative to the output's magnitude, a few 1e-7 in
 // float32); they are the same on every run and every thread count.
@@ -21,8 +22,8 @@
 namespace fitsum::model {
 
 // At most this many rows (x's elements / its last dimension) take the kernel: measured on the development machine
-// (2 cores, AVX-512) against OpenBLAS for PEGASUS's shapes, the kernel is 1.6-9x faster up to 32 rows and from 64
-// rows no longer faster for every shape (docs/performance.md).
+// (2 cores, AVX-512, two threads each) against OpenBLAS for PEGASUS's shapes, the kernel is 1.6-9x faster up to
+// 32 rows and from 64 rows no longer faster for every shape (docs/performance.md).
 inline constexpr std::int64_t few_rows_limit = 32;
 
 // Whether few_rows_linear computes linear(x, weight, bias): a CPU with AVX-512F; x, weight and bias float32 on the
