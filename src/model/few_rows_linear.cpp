@@ -46,7 +46,8 @@ __attribute__((target("avx512f"))) inline __m512 reduce_tile(const __m512* acc) 
   return _mm512_add_ps(_mm512_shuffle_ps(pairs[0], pairs[1], 0x88), _mm512_shuffle_ps(pairs[0], pairs[1], 0xDD));
 }
 
-// One dot product of k (a multiple of 16) floats, for the rows that do not fill a tile.
+// One dot product of k (a multiple of 16) floats, for the rows that do not fill a tile (summed in another order
+// than a tile's: a row's outputs may differ in the last bits between batches of different sizes, as BLAS's do).
 __attribute__((target("avx512f"))) inline float dot(const float* a, const float* b, std::int64_t k) {
   __m512 sum = _mm512_setzero_ps();
   for (std::int64_t c = 0; c < k; c += 16) sum = _mm512_fmadd_ps(_mm512_loadu_ps(a + c), _mm512_loadu_ps(b + c), sum);

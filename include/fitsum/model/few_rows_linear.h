@@ -26,9 +26,9 @@ namespace fitsum::model {
 // 32 rows and from 64 rows no longer faster for every shape (docs/performance.md).
 inline constexpr std::int64_t few_rows_limit = 32;
 
-// Whether few_rows_linear computes linear(x, weight, bias): a CPU with AVX-512F; x, weight and bias float32 on the
-// CPU, x with at most few_rows_limit rows, weight (N, K) with K a multiple of 16 and contiguous, bias (N) or
-// undefined; no autograd graph to record (grad mode off, or nothing requiring a gradient) and no CPU autocast.
+// Whether linear() below can compute linear(x, weight, bias) with the kernel: a CPU with AVX-512F; x, weight and bias
+// float32 on the CPU, x with at most few_rows_limit rows, weight (N, K) with K a multiple of 16 and contiguous, bias
+// (N) or undefined; no autograd graph to record (grad mode off, or nothing requiring a gradient) and no CPU autocast.
 bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // torch::nn::functional::linear(x, weight, bias): x (..., K), weight (N, K), bias (N) or undefined -> (..., N).
