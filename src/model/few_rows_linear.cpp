@@ -133,7 +133,9 @@ bool cpu_has_avx512() {
 
 bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!cpu_has_avx512()) return false;
-  const auto is_cpu_float = [](const at::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == at::kFloat; };
+  const auto is_cpu_float = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+  };
   if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
   const auto k = weight.size(1);
   if (k == 0 || k % 16 != 0 || x.size(-1) != k || !weight.is_contiguous()) return false;

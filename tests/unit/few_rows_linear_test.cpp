@@ -1,7 +1,7 @@
 // model::linear's few-rows kernel against a double-precision product, with the error bound of its order of
 // additions; results independent of the thread count; the inputs it leaves to LibTorch (autograd, a training
-// module, too many rows, an inner dimension not a multiple of 16, other dtypes, a strided weight) computed by
-// LibTorch's linear.
+// module, too many rows, an inner dimension not a multiple of 16, other dtypes and layouts, a strided weight)
+// computed by LibTorch's linear.
 #include <algorithm>
 #include <limits>
 #include <tuple>
@@ -120,6 +120,8 @@ TEST(FewRowsLinear, LeavesOtherInputsToLibTorch) {
   EXPECT_FALSE(few_rows_kernel_applies(torch::randn({8, 24}), torch::randn({16, 24}), b));
   EXPECT_FALSE(few_rows_kernel_applies(x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble)));
   EXPECT_FALSE(few_rows_kernel_applies(x, torch::randn({64, 16}).t(), b));
+  EXPECT_FALSE(few_rows_kernel_applies(x.to_sparse(), w, b));
+  EXPECT_FALSE(few_rows_kernel_applies(x, w.to_sparse(), b));
   EXPECT_FALSE(few_rows_kernel_applies(x, w, torch::randn({16, 2}).select(1, 0)));
   // With autograd recording, LibTorch's linear: the result has a graph and gradients reach the weight.
   const auto weight = w.clone().requires_grad_(true);

@@ -27,8 +27,9 @@ namespace fitsum::model {
 inline constexpr std::int64_t few_rows_limit = 32;
 
 // Whether linear() below can compute linear(x, weight, bias) with the kernel: a CPU with AVX-512F; x, weight and bias
-// float32 on the CPU, x with at most few_rows_limit rows, weight (N, K) with K a multiple of 16 and contiguous, bias
-// (N) or undefined; no autograd graph to record (grad mode off, or nothing requiring a gradient) and no CPU autocast.
+// dense float32 on the CPU, x with at most few_rows_limit rows, weight (N, K) with K a multiple of 16 and contiguous,
+// bias (N) or undefined; no autograd graph to record (grad mode off, or nothing requiring a gradient) and no CPU
+// autocast.
 bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // torch::nn::functional::linear(x, weight, bias): x (..., K), weight (N, K), bias (N) or undefined -> (..., N).
