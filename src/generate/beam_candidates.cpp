@@ -7,11 +7,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include <torch/torch.h>
+
+#include "fitsum/util/threads.h"
 
 namespace fitsum::generate {
 namespace {
@@ -106,6 +112,41 @@ TopCandidates top_candidates(const at::Tensor& log_probs, const at::Tensor& beam
     }
   }
   return top;
+}
+
+at::Tensor step_log_softmax(const at::Tensor& logits) {
+#ifdef _OPENMP
+  // At least 2^18 elements per thread: below that, starting the threads costs more than they save.
+  const std::int64_t threads =
+      logits.dim() == 2 ? std::min<std::int64_t>({util::blas_threads(), logits.size(0), logits.numel() >> 18}) : 0;
+  const bool records = at::GradMode::is_enabled() && logits.requires_grad();
+  if (threads > 1 && logits.device().is_cpu() && logits.layout() == at::kStrided &&
+      logits.scalar_type() == at::kFloat && !records && !omp_in_parallel()) {
+    const auto input = logits.contiguous();
+    auto output = at::empty_like(input);
+    const auto rows = input.size(0);
+    const auto share = (rows + threads - 1) / threads;
+    std::exception_ptr failure;
+    const int team = static_cast<int>(threads);
+#pragma omp parallel num_threads(team)
+    {
+      const std::int64_t begin = omp_get_thread_num() * share;
+      const std::int64_t count = std::min(rows, begin + share) - begin;
+      if (count > 0) {
+        try {
+          auto part = output.narrow(0, begin, count);
+          at::_log_softmax_out(part, input.narrow(0, begin, count), 1, false);
+        } catch (...) {
+#pragma omp critical(fitsum_step_log_softmax)
+          failure = std::current_exception();
+        }
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+    return output;
+  }
+#endif
+  return torch::log_softmax(logits, -1);
 }
 
 }  // namespace fitsum::generate

@@ -244,7 +244,7 @@ GenerationResult beam_search(model::Seq2SeqLMImpl& model, const at::Tensor& inpu
   StepDecoder decoder(model, model.encode(input_ids, attention_mask), attention_mask, options.use_cache);
   GenerationResult result;
   while (true) {
-    auto log_probs = torch::log_softmax(decoder.next_logits(state.sequences), -1);  // (R, V)
+    auto log_probs = step_log_softmax(decoder.next_logits(state.sequences));  // (R, V)
     ++result.stats.decoder_steps;
     result.stats.decoded_rows += decoder.rows();
     if (state.length == 1) log_probs = expand_to_beams(state, decoder, log_probs, options.num_beams);

@@ -120,6 +120,58 @@ __attribute__((target("avx512f"))) void columns(const Problem& p, std::int64_t b
   }
 }
 
+// probs rows [row, row + R) times value: y[i, :] = sum over t of p[i, t] * v[t, :], the sum taken in t's order.
+// Columns of d in blocks of 64 (4 registers per row), then of 16.
+template <int R>
+__attribute__((target("avx512f"))) void context_rows(const float* p, const float* v, float* y, std::int64_t s,
+                                                     std::int64_t d) {
+  std::int64_t col = 0;
+  for (; col + 64 <= d; col += 64) {
+    __m512 acc[4 * R];
+#pragma GCC unroll 32
+    for (int a = 0; a < 4 * R; ++a) acc[a] = _mm512_setzero_ps();
+    for (std::int64_t t = 0; t < s; ++t) {
+      const float* vt = v + t * d + col;
+      const __m512 v0 = _mm512_loadu_ps(vt);
+      const __m512 v1 = _mm512_loadu_ps(vt + 16);
+      const __m512 v2 = _mm512_loadu_ps(vt + 32);
+      const __m512 v3 = _mm512_loadu_ps(vt + 48);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const __m512 pi = _mm512_set1_ps(p[i * s + t]);
+        acc[4 * i + 0] = _mm512_fmadd_ps(pi, v0, acc[4 * i + 0]);
+        acc[4 * i + 1] = _mm512_fmadd_ps(pi, v1, acc[4 * i + 1]);
+        acc[4 * i + 2] = _mm512_fmadd_ps(pi, v2, acc[4 * i + 2]);
+        acc[4 * i + 3] = _mm512_fmadd_ps(pi, v3, acc[4 * i + 3]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      for (int j = 0; j < 4; ++j) _mm512_storeu_ps(y + i * d + col + 16 * j, acc[4 * i + j]);
+    }
+  }
+  for (; col < d; col += 16) {
+    __m512 acc[R];
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+    for (std::int64_t t = 0; t < s; ++t) {
+      const __m512 vt = _mm512_loadu_ps(v + t * d + col);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[i * s + t]), vt, acc[i]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) _mm512_storeu_ps(y + i * d + col, acc[i]);
+  }
+}
+
+// m rows of probs (m, s) times value (s, d).
+__attribute__((target("avx512f"))) void context_item(const float* p, const float* v, float* y, std::int64_t m,
+                                                     std::int64_t s, std::int64_t d) {
+  std::int64_t row = 0;
+  for (; row + 4 <= m; row += 4) context_rows<4>(p + row * s, v, y + row * d, s, d);
+  for (; row < m; ++row) context_rows<1>(p + row * s, v, y + row * d, s, d);
+}
+
 #if !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -129,13 +181,14 @@ bool cpu_has_avx512() {
   return has;
 }
 
+bool is_cpu_float(const at::Tensor& t) {
+  return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
+}
+
 }  // namespace
 
 bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!cpu_has_avx512()) return false;
-  const auto is_cpu_float = [](const at::Tensor& t) {
-    return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
-  };
   if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
   const auto k = weight.size(1);
   if (k == 0 || k % 16 != 0 || x.size(-1) != k || !weight.is_contiguous()) return false;
@@ -191,6 +244,89 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   }
 #endif
   columns(p, 0, n);
+  return y;
+}
+
+namespace {
+
+// body(i) for i in [0, items), on as many threads as linear() would take for their multiply-adds in all.
+template <typename Body>
+void for_each_item(std::int64_t items, std::int64_t fmas_per_item, const Body& body) {
+#ifdef _OPENMP
+  const std::int64_t threads = std::min({std::max<std::int64_t>({1, at::get_num_threads(), util::blas_threads()}),
+                                         items, std::max<std::int64_t>(1, (items * fmas_per_item) >> 19)});
+  if (threads > 1 && !omp_in_parallel()) {
+    const int team = static_cast<int>(threads);
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (std::int64_t i = 0; i < items; ++i) body(i);
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < items; ++i) body(i);
+}
+
+// The product of the sizes before the last two.
+std::int64_t batch_items(const at::Tensor& t) {
+  std::int64_t items = 1;
+  for (std::int64_t d = 0; d + 2 < t.dim(); ++d) items *= t.size(d);
+  return items;
+}
+
+}  // namespace
+
+bool few_rows_attention_applies(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
+  if (!cpu_has_avx512() || !is_cpu_float(query) || !is_cpu_float(key) || !is_cpu_float(value)) return false;
+  const auto dims = query.dim();
+  if (dims < 3 || key.dim() != dims || value.dim() != dims) return false;
+  const auto batch = query.sizes().slice(0, dims - 2);
+  if (key.sizes().slice(0, dims - 2) != batch || value.sizes().slice(0, dims - 2) != batch) return false;
+  const auto width = query.size(-1);
+  if (width == 0 || width % 16 != 0 || key.size(-1) != width || query.size(-2) > few_rows_limit) return false;
+  if (value.size(-2) != key.size(-2) || value.size(-1) == 0 || value.size(-1) % 16 != 0) return false;
+  if (util::autocast_enabled(c10::DeviceType::CPU)) return false;
+  return !(at::GradMode::is_enabled() && (query.requires_grad() || key.requires_grad() || value.requires_grad()));
+}
+
+at::Tensor few_rows_scores(const at::Tensor& query, const at::Tensor& key) {
+  TORCH_CHECK(few_rows_attention_applies(query, key, key), "few_rows_scores: query ", query.sizes(), " and key ",
+              key.sizes(), " are not for the kernel");
+  RECORD_FUNCTION("fitsum::few_rows_scores", std::vector<c10::IValue>{});
+  const auto q = query.contiguous();
+  const auto k = key.contiguous();
+  const auto m = q.size(-2), width = q.size(-1), n = k.size(-2);
+  auto sizes = q.sizes().vec();
+  sizes.back() = n;
+  auto y = at::empty(sizes, q.options());
+  if (y.numel() == 0) return y;
+  const float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for_each_item(batch_items(q), m * n * width, [&](std::int64_t i) {
+    columns(Problem{qp + i * m * width, kp + i * n * width, nullptr, yp + i * m * n, m, width, n}, 0, n);
+  });
+  return y;
+}
+
+at::Tensor few_rows_context(const at::Tensor& probs, const at::Tensor& value) {
+  const auto dims = probs.dim();
+  TORCH_CHECK(
+      cpu_has_avx512() && is_cpu_float(probs) && is_cpu_float(value) && dims >= 3 && value.dim() == dims &&
+          probs.sizes().slice(0, dims - 2) == value.sizes().slice(0, dims - 2) && probs.size(-1) == value.size(-2) &&
+          probs.size(-2) <= few_rows_limit && value.size(-1) > 0 && value.size(-1) % 16 == 0,
+      "few_rows_context: probabilities ", probs.sizes(), " and values ", value.sizes(), " are not for the kernel");
+  RECORD_FUNCTION("fitsum::few_rows_context", std::vector<c10::IValue>{});
+  const auto p = probs.contiguous();
+  const auto v = value.contiguous();
+  const auto m = p.size(-2), s = p.size(-1), d = v.size(-1);
+  auto sizes = p.sizes().vec();
+  sizes.back() = d;
+  auto y = at::empty(sizes, p.options());
+  if (y.numel() == 0) return y;
+  const float* pp = p.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for_each_item(batch_items(p), m * s * d,
+                [&](std::int64_t i) { context_item(pp + i * m * s, vp + i * s * d, yp + i * m * d, m, s, d); });
   return y;
 }
 

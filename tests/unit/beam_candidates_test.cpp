@@ -7,10 +7,12 @@
 #include <limits>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "fitsum/generate/beam_candidates.h"
+#include "fitsum/util/threads.h"
 
 namespace fitsum::generate {
 namespace {
@@ -116,6 +118,37 @@ TEST(BeamCandidates, RefusesShapesThatDoNotFit) {
   EXPECT_THROW(top_candidates(log_probs, torch::zeros({5}), 3, 2), std::invalid_argument);   // 5 scores
   EXPECT_THROW(top_candidates(log_probs, torch::zeros({6}), 3, 31), std::invalid_argument);  // 30 candidates
   EXPECT_THROW(top_candidates(log_probs, torch::zeros({6}), 3, 0), std::invalid_argument);
+}
+
+TEST(StepLogSoftmax, SameBitsAsLibTorchOnEveryThreadCount) {
+  torch::manual_seed(23);
+  // A beam-8 step of 4 sources over PEGASUS's vocabulary (rows shared between threads), an odd row count, rows too
+  // few to share, masked tokens (-inf, as the logits processors write) and a row of -inf (NaN, as LibTorch gives).
+  auto masked = torch::randn({5, 270001}) * 4;
+  masked.index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, 100)}, -INFINITY);
+  masked[3].fill_(-INFINITY);
+  const std::vector<at::Tensor> inputs{torch::randn({32, 96103}) * 3, masked, torch::randn({1, 10}),
+                                       torch::randn({64, 4096}).t()};
+  const util::ThreadSettings before{at::get_num_threads(), util::blas_threads(), 0};
+  for (const int threads : {1, 2, 3}) {
+    util::apply_thread_settings({1, threads, 0});
+    for (const auto& logits : inputs) {
+      SCOPED_TRACE(testing::Message() << "threads " << threads << " logits " << logits.sizes());
+      const auto expected = torch::log_softmax(logits, -1);
+      const auto got = step_log_softmax(logits);
+      EXPECT_TRUE(torch::equal(got.isnan(), expected.isnan()));
+      EXPECT_TRUE(torch::equal(got.nan_to_num(0, 1e30, -1e30), expected.nan_to_num(0, 1e30, -1e30)));
+    }
+  }
+  util::apply_thread_settings(before);
+  // Other inputs: LibTorch's log_softmax, with its graph where one is recorded.
+  const auto three = torch::randn({2, 3, 50000});
+  EXPECT_TRUE(torch::equal(step_log_softmax(three), torch::log_softmax(three, -1)));
+  const auto leaf = torch::randn({8, 50000}, torch::requires_grad());
+  const auto out = step_log_softmax(leaf);
+  ASSERT_TRUE(out.requires_grad());
+  out.select(1, 0).sum().backward();
+  EXPECT_TRUE(leaf.grad().defined());
 }
 
 }  // namespace

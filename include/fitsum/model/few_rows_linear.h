@@ -44,4 +44,24 @@ inline at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x) {
   return linear(x, layer->weight, layer->bias, layer->is_training());
 }
 
+// The two products of attention for a few query rows, batched over the leading dimensions (batch and heads): at a
+// decoding step, one query row per sequence and head in self-attention, a source's beams (its group) in
+// cross-attention. LibTorch 1.x's bmm makes one BLAS call per batch entry (per row and head in self-attention:
+// 3072 calls per step for 4 sources x 8 beams x 8 heads x 6 layers), each costing more than its arithmetic.
+// scores: the kernel above per entry, key rows for weight rows; context: 4 rows of probabilities at a time against
+// each value row, in registers, summed in the key positions' order. Entries are shared between threads as
+// linear()'s weight rows are: results do not depend on the thread count.
+
+// Whether the two functions below apply: a CPU with AVX-512F; query (..., M, K), key (..., S, K) and value
+// (..., S, D) dense float32 on the CPU with the same leading dimensions (at least one, none broadcast), M at most
+// few_rows_limit, K and D multiples of 16; no autograd graph to record and no CPU autocast.
+bool few_rows_attention_applies(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value);
+
+// query key^T: (..., M, K) x (..., S, K) -> (..., M, S), for inputs few_rows_attention_applies to (else throws).
+at::Tensor few_rows_scores(const at::Tensor& query, const at::Tensor& key);
+
+// probs value: (..., M, S) x (..., S, D) -> (..., M, D), for probabilities of a query few_rows_attention_applies to
+// (else throws).
+at::Tensor few_rows_context(const at::Tensor& probs, const at::Tensor& value);
+
 }  // namespace fitsum::model
