@@ -13,7 +13,7 @@ import transformers
 from packaging.version import Version
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from harness import FAMILIES, assert_close, fitsum, load_file, read_json, save_model, write_jsonl
+from harness import FAMILIES, assert_close, fitsum, load_file, read_json, rms, save_model, write_jsonl
 
 PEGASUS = FAMILIES["pegasus"]
 STEPS = 5
@@ -170,16 +170,31 @@ def step_losses(micro, accumulation, token_weighted):
     return steps
 
 
-def compare_weights(got, model, what):
-    seen = set()
-    for name, want in model.state_dict().items():
+def compare_weights(got, model, what, regrouped=None):
+    """Every final weight within 1e-4 x its tensor's RMS of transformers'. Where a tensor misses that and `regrouped` is
+    given (a function training transformers again on the same sums grouped into other micro-batches, returning its
+    model), the bound for that tensor becomes twice transformers' own difference under the regrouping: a measure of
+    how far the run's rounding carries on this CPU. T5 v1.1's AdamW run with accumulation 4 is such a case on an AMD
+    EPYC (OpenBLAS's Haswell kernels): transformers against itself regrouped 2.7e-4 x RMS on the tensor where fitsum
+    is at 1.2e-4 (on an Intel Xeon both were within 1e-4)."""
+    seen, state, other = set(), model.state_dict(), None
+    for name, want in state.items():
         if want.data_ptr() in seen:
             continue  # a tied copy of a tensor compared already (the embeddings, a tied LM head)
         seen.add(want.data_ptr())
         if name.endswith("k_proj.bias"):
             continue  # its gradient is rounding noise (fixtures README)
         assert name in got, f"{what}: fitsum's checkpoint lacks {name}"
-        assert_close(got[name], want, 1e-4, f"{what}: final {name}")
+        g, w = got[name].double(), want.double()
+        if regrouped is None or (g - w).abs().max() <= 1e-4 * rms(w):
+            assert_close(got[name], want, 1e-4, f"{what}: final {name}")
+            continue
+        other = other if other is not None else regrouped().state_dict()
+        noise = float((other[name].double() - w).abs().max())
+        worst = float((g - w).abs().max())
+        assert worst <= 2 * noise, (f"{what}: final {name}: max |fitsum - hf| = {worst:.3e} > 1e-4 x RMS "
+                                    f"{float(rms(w)):.3e} and > 2 x transformers' own difference when regrouped, "
+                                    f"{noise:.3e}")
 
 
 EQUAL = [
@@ -221,7 +236,14 @@ def test_trajectory_equals_seq2seq_trainer(tmp_path, family, optim, accumulation
             assert_close(logs[step]["learning_rate"], hf_log["learning_rate"], 1e-6,
                          f"step {step + 1} learning_rate (logged by transformers < 4.51 at step {step})")
     assert logs[0]["learning_rate"] == 0.0, "linear warmup starts at 0: the first step's rate"
-    compare_weights(weights, trainer.model, f"{optim} accumulation {accumulation}")
+    def regrouped():
+        # The same 4 examples per step in other micro-batches: (1, 4) <-> (4, 1), (2, 2) -> (1, 4).
+        other_batch = {1: 4, 4: 1, 2: 4}[batch]
+        again, _ = run_hf(folder, records, tmp_path / "hf-regrouped", knobs(optim, 4 // other_batch, other_batch,
+                                                                              checkpointing), family=f)
+        return again.model
+
+    compare_weights(weights, trainer.model, f"{optim} accumulation {accumulation}", regrouped)
 
 
 def test_unequal_label_tokens_are_weighted_by_tokens(tmp_path):
