@@ -40,9 +40,7 @@ std::string libtorch_blas_info(const std::string& config) {
   return config.substr(value, config.find_first_of(", \n", value) - value);
 }
 
-}  // namespace
-
-BlasThreading blas_threading() {
+BlasThreading detect_blas_threading() {
   // OpenBLAS's openblas_get_parallel: 0 sequential, 1 pthreads, 2 OpenMP.
   if (auto parallel = openblas_symbol<int (*)()>("openblas_get_parallel")) {
     switch (parallel()) {
@@ -58,6 +56,16 @@ BlasThreading blas_threading() {
   // MKL inside LibTorch: ATen's set_num_threads sets MKL's threads too.
   if (libtorch_blas_info(at::show_config()) == "mkl") return BlasThreading::intra_op_pool;
   return BlasThreading::unknown;
+}
+
+}  // namespace
+
+BlasThreading blas_threading() {
+  // Looked up once: the BLAS is linked into the process and does not change. blas_threads() below is asked at every
+  // few-rows product of a decoding step (thousands per generate() call), which should not each search every loaded
+  // library's symbols twice (or, with MKL, format LibTorch's whole build configuration).
+  static const BlasThreading threading = detect_blas_threading();
+  return threading;
 }
 
 ThreadSettings default_thread_settings(int processes) {
@@ -109,9 +117,10 @@ IntraOpThreadsGuard::~IntraOpThreadsGuard() {
 
 int blas_threads() {
   switch (blas_threading()) {
-    case BlasThreading::own_pool:
-      if (auto get = openblas_symbol<int (*)()>("openblas_get_num_threads")) return get();
-      return 0;
+    case BlasThreading::own_pool: {
+      static const auto get = openblas_symbol<int (*)()>("openblas_get_num_threads");
+      return get != nullptr ? get() : 0;
+    }
     case BlasThreading::intra_op_pool:
       return at::get_num_threads();
     case BlasThreading::single:
