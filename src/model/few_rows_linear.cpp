@@ -181,6 +181,17 @@ bool cpu_has_avx512() {
   return has;
 }
 
+#ifdef _OPENMP
+// Threads for `pieces` independent pieces of work of `fmas_per_piece` multiply-adds each: as many as the BLAS products
+// this replaces would use (OpenBLAS's own pool where fitsum leaves LibTorch's intra-op pool at one thread, see
+// util/threads.h), each with at least ~half a million multiply-adds, below which starting a thread costs more than
+// it saves, and no more than there are pieces. OpenMP directly: ATen's parallel_for runs on at::get_num_threads().
+std::int64_t team_size(std::int64_t pieces, std::int64_t fmas_per_piece) {
+  const std::int64_t wanted = std::max({1, at::get_num_threads(), util::blas_threads()});
+  return std::min({wanted, pieces, std::max<std::int64_t>(1, (pieces * fmas_per_piece) >> 19)});
+}
+#endif
+
 bool is_cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
 }
@@ -222,16 +233,11 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
                   m,
                   k,
                   n};
-  // Threads share the weight's rows in groups of 4, as many threads as the BLAS products this replaces would use
-  // (OpenBLAS's own pool where fitsum leaves LibTorch's intra-op pool at one thread, see util/threads.h), each
-  // with at least ~half a million multiply-adds, below which starting a thread costs more than it saves (a 512 x 512
-  // weight at fewer than 4 rows stays on one). OpenMP directly: ATen's parallel_for runs on at::get_num_threads().
+  // Threads share the weight's rows in groups of 4 (team_size: a 512 x 512 weight at fewer than 4 rows stays on one).
   // Built without OpenMP (clang's builds, CMakeLists.txt), one thread, with the same results.
 #ifdef _OPENMP
   const std::int64_t groups = (n + 3) / 4;
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 19) / (4 * m * k));
-  const std::int64_t threads =
-      std::min<std::int64_t>(std::max({1, at::get_num_threads(), util::blas_threads()}), (groups + grain - 1) / grain);
+  const std::int64_t threads = team_size(groups, 4 * m * k);
   if (threads > 1 && !omp_in_parallel()) {
     const std::int64_t share = (groups + threads - 1) / threads;
     const int team = static_cast<int>(threads);
@@ -249,12 +255,11 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 
 namespace {
 
-// body(i) for i in [0, items), on as many threads as linear() would take for their multiply-adds in all.
+// body(i) for i in [0, items), on team_size's threads, as linear()'s weight rows.
 template <typename Body>
 void for_each_item(std::int64_t items, std::int64_t fmas_per_item, const Body& body) {
 #ifdef _OPENMP
-  const std::int64_t threads = std::min({std::max<std::int64_t>({1, at::get_num_threads(), util::blas_threads()}),
-                                         items, std::max<std::int64_t>(1, (items * fmas_per_item) >> 19)});
+  const std::int64_t threads = team_size(items, fmas_per_item);
   if (threads > 1 && !omp_in_parallel()) {
     const int team = static_cast<int>(threads);
 #pragma omp parallel for num_threads(team) schedule(static)
