@@ -154,7 +154,12 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& kv, const torch::Tensor& mask) {
-  return attend(x, split_heads(project(k_proj, kv)), split_heads(project(v_proj, kv)), mask);
+  // One statement each, in this order: as two arguments of one call they would be evaluated in the compiler's order
+  // (GCC's right to left, Clang's left to right), and with it the order in which the backward adds their gradients
+  // into kv's: the same model would round differently depending on the compiler that built it.
+  auto value = split_heads(project(v_proj, kv));
+  auto key = split_heads(project(k_proj, kv));
+  return attend(x, key, value, mask);
 }
 
 torch::Tensor AttentionImpl::forward_self_cached(const torch::Tensor& x, const torch::Tensor& mask,

@@ -129,7 +129,10 @@ torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout,
   if (!wi.is_empty()) {
     h = torch::relu(project(wi, x));
   } else {
-    h = torch::gelu(project(wi_0, x), "tanh") * project(wi_1, x);  // gelu_new is the tanh approximation
+    // Two statements, so that the order of the products (and of their gradients' sum into x's) is not the compiler's
+    // choice, as it is for the operands of one call (seq2seq.cpp, AttentionImpl::forward).
+    auto linear = project(wi_1, x);
+    h = torch::gelu(project(wi_0, x), "tanh") * linear;  // gelu_new is the tanh approximation
   }
   h = model::dropout(h, dropout, training, byte_mask_dropout);
   return project(wo, h);
