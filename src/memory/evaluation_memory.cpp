@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <ATen/Parallel.h>
+
 #include "fitsum/model/loss.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -33,9 +35,12 @@ struct Widths {
   // T5: every self-attention adds a float32 (rows, heads, T, S) mask carrying the relative position bias, computed
   // once per stack and held while the stack runs.
   bool position_bias = false;
+  // The LM head's logits get final_logits_bias added (PEGASUS, BART; not T5).
+  bool logits_bias = true;
+  double threads = 1;  // intra-op threads
 };
 
-Widths widths_of(const model::ModelConfig& c, bool bf16) {
+Widths widths_of(const model::ModelConfig& c, bool bf16, std::int64_t threads) {
   Widths w;
   w.d = static_cast<double>(c.d_model);
   w.ffn_encoder = static_cast<double>(c.encoder_ffn_dim);
@@ -50,6 +55,8 @@ Widths widths_of(const model::ModelConfig& c, bool bf16) {
   w.float_bias_transient = bf16 && c.linear_bias && !c.gated_ffn;
   w.ffn_tensors = c.gated_ffn ? 4.0 : 2.0;
   w.position_bias = c.is_t5();
+  w.logits_bias = c.has_final_logits_bias;
+  w.threads = static_cast<double>(threads > 0 ? threads : at::get_num_threads());
   return w;
 }
 
@@ -64,18 +71,39 @@ Widths widths_of(const model::ModelConfig& c, bool bf16) {
 //   under autocast the bfloat16 product, its float32 sum with the mask, the softmax and the bfloat16 probabilities
 //   for the next product (10 bytes at the peak).
 // - The fused kernels of scaled_dot_product_attention (2.x) take the head-split views as they are and keep no
-//   scores, only a float32 log-sum-exp per row, head and query; under autocast they pack the keys and values into
-//   bfloat16 buffers of their own, and a (rows, heads, T, S) mask (T5's) is copied per call: converted to bfloat16
-//   and clamped, or made contiguous (4 bytes an element either way).
+//   scores, only a float32 log-sum-exp per row, head and query. While they run, the queries, keys, values and the
+//   kernel's output are alive (the context's copy and the output projection come after, when the kernel's own
+//   buffers are gone: the larger of the two moments counts), and a (rows, heads, T, S) mask (T5's) is copied: under
+//   autocast converted to bfloat16 and clamped (held until the layer's attention returns), then copied again by the
+//   kernel (2 + 2 bytes an element); in float32 the kernel's copy alone (4 bytes). Under autocast the kernel may
+//   also reorder the keys and values into bfloat16 blocks of its own (LibTorch 2.x's cpu_flash_attention, where
+//   oneDNN can pack: only at >= 4 heads, heads of a multiple of 64 and >= 64 keys), outside LibTorch's allocator:
+//   counted wherever the shape allows it, since whether it happens depends on the processor. Per thread the kernel
+//   keeps float32 blocks of a query split's scores, maxima, sums and outputs, and under autocast the split's scores
+//   in bfloat16 (query splits of 32, 64 or 256 rows from 192 and 768 queries on, key splits of 512). Traced against
+//   the tracking allocator on 2.14 (T5 at head size 32, 4 x 128 tokens, 2 threads: 3.065 MiB, the query, key and
+//   value products, the kernel's output, both mask copies, the held position bias and 57 KB of blocks).
 // - Feed-forward: the layer's input, the residual sum and, pre-LayerNorm, its norm (float32), and the products.
 double layer_peak(const Widths& w, double rows, double length, double keys, double heads, double ffn, double inputs) {
-  const double vectors =
-      rows * w.d * (w.act * (inputs + w.pre_norm) * length + w.product * (3.0 * length + 2.0 * keys));
-  const double packed = w.bf16 ? 2.0 * w.product * rows * keys * w.d : 0.0;
-  const double mask_copy = w.position_bias ? 4.0 * rows * heads * length * keys : 0.0;
-  const double scores = FITSUM_ATTENTION_KEEPS_SCORES ? (w.bf16 ? 10.0 : 8.0) * rows * heads * length * keys
-                                                      : 4.0 * rows * heads * length + packed + mask_copy;
-  const double attention = vectors + scores;
+  const double held = rows * w.d * w.act * (inputs + w.pre_norm) * length;
+  const double products = rows * w.d * w.product * (3.0 * length + 2.0 * keys);
+  double attention = 0;
+  if (FITSUM_ATTENTION_KEEPS_SCORES) {
+    attention = held + products + (w.bf16 ? 10.0 : 8.0) * rows * heads * length * keys;
+  } else {
+    const double mask = w.position_bias ? rows * heads * length * keys : 0.0;  // elements
+    const double head_size = w.d / heads;
+    const bool packs = w.bf16 && heads >= 4 && std::fmod(head_size, 64.0) == 0.0 && keys >= 64;
+    const double packed = packs ? 2.0 * w.product * rows * keys * w.d : 0.0;
+    const double query_split = std::min(length, length >= 768 ? 256.0 : length >= 192 ? 64.0 : 32.0);
+    const double key_split = std::min(keys, 512.0);
+    const double blocks = w.threads * (4.0 * query_split * (key_split + 2.0 + head_size) +
+                                       (w.bf16 ? w.product : 0.0) * query_split * key_split);
+    const double in_kernel = held + rows * w.d * w.product * (2.0 * length + 2.0 * keys) + 4.0 * rows * heads * length +
+                             packed + 4.0 * mask + blocks;
+    const double after_kernel = held + products + (w.bf16 ? 2.0 * mask : 0.0);
+    attention = std::max(in_kernel, after_kernel);
+  }
   // Bytes per feed-forward element: its tensors, or the bfloat16 product beside the float32 pair.
   const double per_element = w.float_bias_transient ? 10.0 : w.ffn_tensors * w.product;
   const double feed_forward = rows * length * (per_element * ffn + (2.0 + w.pre_norm) * w.act * w.d);
@@ -123,14 +151,15 @@ double loss_peak(const Widths& w, const EvaluationLoad& load) {
 // while a layer's self-attention cache grows its old and new copies are both alive. The next-token logits are
 // float32 pairs: the product and its sum with final_logits_bias, then the log-softmax and its sum with the beam
 // scores. Under autocast the cached keys and values are the projections' bfloat16 products, each step's logits are
-// a bfloat16 product first, and the LM head's weight is cast to bfloat16 once and held until the region ends
-// (autocast's cache of a trainable leaf's copy; measured against the tracking allocator).
+// a bfloat16 product first (still alive while final_logits_bias is added to its float32 copy; without that bias,
+// T5's, it is freed before the log-softmax), and the LM head's weight is cast to bfloat16 once and held until the
+// region ends (autocast's cache of a trainable leaf's copy; measured against the tracking allocator).
 double generation_peak(const Widths& w, const EvaluationLoad& load, double* cache_bytes) {
   const double batch = static_cast<double>(load.batch);
   const double rows = batch * static_cast<double>(load.num_beams);
   const double source = static_cast<double>(load.source_length);
   const double generated = static_cast<double>(std::max<std::int64_t>(1, load.max_length - 1));
-  const double logits = 2.0 * 4.0 * rows * w.vocab + (w.bf16 ? w.product * rows * w.vocab : 0.0);
+  const double logits = 2.0 * 4.0 * rows * w.vocab + (w.bf16 && w.logits_bias ? w.product * rows * w.vocab : 0.0);
   const double head_weight = w.bf16 ? w.product * w.vocab * w.d : 0.0;
   const double encoder = encoder_peak(w, batch, source);
   if (!load.use_cache) {
@@ -164,7 +193,7 @@ EvaluationMemory predict_evaluation(const model::ModelConfig& config, const Eval
       load.max_length < 1) {
     throw std::invalid_argument("evaluation memory: batch, lengths and num_beams must be >= 1");
   }
-  const auto w = widths_of(config, load.bf16);
+  const auto w = widths_of(config, load.bf16, load.threads);
   EvaluationMemory m;
   m.encoder = bytes(encoder_peak(w, static_cast<double>(load.batch), static_cast<double>(load.source_length)));
   if (load.compute_loss) m.loss = bytes(loss_peak(w, load));

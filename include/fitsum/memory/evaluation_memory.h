@@ -43,6 +43,9 @@ struct EvaluationLoad {
   std::int64_t max_length = 128;  // generation's effective max_length: decoder positions, the start token included
   bool use_cache = true;
   bool bf16 = false;  // autocast to bfloat16 (fp32 weights)
+  // Intra-op threads evaluation runs on (LibTorch 2.x's fused attention keeps blocks per thread); 0: the current
+  // pool's.
+  std::int64_t threads = 0;
 };
 
 struct EvaluationMemory {
