@@ -131,8 +131,8 @@ torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout,
   } else {
     // Two statements, so that the order of the products (and of their gradients' sum into x's) is not the compiler's
     // choice, as it is for the operands of one call (seq2seq.cpp, AttentionImpl::forward).
-    auto linear = project(wi_1, x);
-    h = torch::gelu(project(wi_0, x), "tanh") * linear;  // gelu_new is the tanh approximation
+    auto hidden_linear = project(wi_1, x);                      // HF's names: hidden_linear, hidden_gelu
+    h = torch::gelu(project(wi_0, x), "tanh") * hidden_linear;  // gelu_new is the tanh approximation
   }
   h = model::dropout(h, dropout, training, byte_mask_dropout);
   return project(wo, h);
