@@ -21,6 +21,12 @@
 #include "fitsum/io/hf_config.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/torch_compat.h"
+// LibTorch 1.13's chrome://tracing recorder; newer LibTorch moved profiling to Kineto.
+#define FITSUM_HAS_RECORD_PROFILE !FITSUM_TORCH_AT_LEAST(2, 0)
+#if FITSUM_HAS_RECORD_PROFILE
+#include <torch/csrc/autograd/profiler_legacy.h>
+#endif
 
 namespace {
 
@@ -46,6 +52,8 @@ struct BenchOptions {
   int repeats = 3;
   int threads = 1;
   std::uint64_t seed = 0;
+  std::string profile;  // a chrome://tracing file of one more cached run
+  bool cache_only = false;
 };
 
 // Row i has src_len - (i % 4) * (src_len / 8) tokens, the last one eos (1), then padding; tokens come from a
@@ -104,6 +112,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", o.threads, "LibTorch intra-op threads")->capture_default_str();
   app.add_option("--seed", o.seed, "weight initialisation seed")->capture_default_str();
+  app.add_option("--profile", o.profile,
+                 "write LibTorch's trace of one more cached run to this file (bench/profile_summary.py sums it up)");
+  app.add_flag("--cache_only", o.cache_only, "time the cached decoder only (no comparison without the cache)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -150,6 +161,7 @@ int main(int argc, char** argv) {
     nlohmann::json rows = nlohmann::json::array();
     std::vector<torch::Tensor> outputs;
     for (bool use_cache : {true, false}) {
+      if (!use_cache && o.cache_only) break;
       options.use_cache = use_cache;
       generate::GenerationResult result = generate::generate(**model, ids, mask, options);  // warm-up
       std::vector<double> seconds;
@@ -180,15 +192,27 @@ int main(int argc, char** argv) {
       outputs.push_back(result.sequences);
     }
 
-    const bool same = torch::equal(outputs[0], outputs[1]);
+    if (!o.profile.empty()) {
+#if FITSUM_HAS_RECORD_PROFILE
+      options.use_cache = true;
+      torch::autograd::profiler::RecordProfile record(o.profile);
+      generate::generate(**model, ids, mask, options);
+#else
+      std::cerr << "bench_generate: --profile needs LibTorch 1.x's trace recorder; no trace written\n";
+#endif
+    }
+
+    const bool same = o.cache_only || torch::equal(outputs[0], outputs[1]);
     std::printf("\n%-10s %10s %14s %12s %12s\n", "use_cache", "seconds", "summaries/s", "tokens/s", "checksum");
     for (const auto& row : rows) {
       std::printf("%-10s %10.4f %14.2f %12.1f %12lld\n", row["use_cache"].get<bool>() ? "true" : "false",
                   row["seconds"].get<double>(), row["summaries_per_s"].get<double>(), row["tokens_per_s"].get<double>(),
                   static_cast<long long>(row["checksum"].get<std::int64_t>()));
     }
-    std::printf("cache speed-up: %.2fx   same sequences with and without the cache: %s\n",
-                rows[1]["seconds"].get<double>() / rows[0]["seconds"].get<double>(), same ? "yes" : "NO");
+    if (!o.cache_only) {
+      std::printf("cache speed-up: %.2fx   same sequences with and without the cache: %s\n",
+                  rows[1]["seconds"].get<double>() / rows[0]["seconds"].get<double>(), same ? "yes" : "NO");
+    }
     return same ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "bench_generate: " << e.what() << "\n";

@@ -11,6 +11,7 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
+#include "fitsum/model/onednn_linear.h"
 #include "fitsum/util/threads.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -192,6 +193,12 @@ std::int64_t team_size(std::int64_t pieces, std::int64_t fmas_per_piece) {
 }
 #endif
 
+// Threads for a many-row product of `fmas` multiply-adds: as team_size's, without the split into pieces.
+int product_threads(std::int64_t fmas) {
+  const std::int64_t wanted = std::max({1, at::get_num_threads(), util::blas_threads()});
+  return static_cast<int>(std::min(wanted, std::max<std::int64_t>(1, fmas >> 19)));
+}
+
 bool is_cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
 }
@@ -199,23 +206,18 @@ bool is_cpu_float(const at::Tensor& t) {
 }  // namespace
 
 bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!cpu_has_avx512()) return false;
-  if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
+  if (!cpu_has_avx512() || !graph_free_float_linear(x, weight, bias)) return false;
   const auto k = weight.size(1);
-  if (k == 0 || k % 16 != 0 || x.size(-1) != k || !weight.is_contiguous()) return false;
-  if (x.numel() / k > few_rows_limit) return false;
-  if (bias.defined() &&
-      (!is_cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0) || !bias.is_contiguous())) {
-    return false;
-  }
-  if (util::autocast_enabled(c10::DeviceType::CPU)) return false;
-  const bool records = at::GradMode::is_enabled() &&
-                       (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-  return !records;
+  return k != 0 && k % 16 == 0 && x.numel() / k <= few_rows_limit;
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training) {
-  if (training || !few_rows_kernel_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
+  if (training) return torch::nn::functional::linear(x, weight, bias);
+  if (!few_rows_kernel_applies(x, weight, bias)) {
+    if (!onednn_linear_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
+    const auto k = std::max<std::int64_t>(weight.size(1), 1);
+    return onednn_linear(x, weight, bias, product_threads(x.numel() / k * weight.size(0) * k));
+  }
   // Named in LibTorch's profiler (fitsum bench --profile) beside the aten:: operations.
   RECORD_FUNCTION("fitsum::few_rows_linear", std::vector<c10::IValue>{});
   const auto k = weight.size(1);
@@ -251,6 +253,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 #endif
   columns(p, 0, n);
   return y;
+}
+
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training) {
+  if (training || !onednn_matmul_applies(a, b)) return torch::matmul(a, b);
+  return onednn_matmul(a, b,
+                       product_threads(a.numel() / std::max<std::int64_t>(a.size(-1), 1) * b.size(-1) * a.size(-1)));
 }
 
 namespace {

@@ -130,9 +130,12 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   constexpr std::int64_t few_keys = 32;
   const bool few_rows = !is_training() && few_rows_attention_applies(query, key, value);
   const bool one_query = !few_rows && query.size(2) == 1 && key.size(2) <= few_keys;
+  // Many query rows in evaluation (the encoder's): oneDNN's products where it applies (onednn_linear.h), on the
+  // same threads as the linear layers' (LibTorch's bmm would wake OpenBLAS's, and the two pools' spinning threads
+  // slow each other down on a machine with few cores).
   auto scores = few_rows    ? few_rows_scores(query, key)
-                : one_query ? (query * key).sum(-1).unsqueeze(2)            // (B, H, 1, S)
-                            : torch::matmul(query, key.transpose(-1, -2));  // (B, H, T, S)
+                : one_query ? (query * key).sum(-1).unsqueeze(2)                           // (B, H, 1, S)
+                            : model::matmul(query, key.transpose(-1, -2), is_training());  // (B, H, T, S)
   if (mask.defined()) {
     // In place when the dtypes agree (the product's backward needs only its operands); under autocast the float
     // mask promotes the bfloat16 scores to float, as before.
@@ -142,7 +145,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   probs = model::dropout(probs, dropout_, is_training(), byte_mask_dropout_);
   context = few_rows    ? few_rows_context(probs, value)
             : one_query ? (probs.transpose(-1, -2) * value).sum(2).unsqueeze(2)  // (B, H, 1, hd)
-                        : torch::matmul(probs, value);                           // (B, H, T, hd)
+                        : model::matmul(probs, value, is_training());            // (B, H, T, hd)
 #endif
   if (group > 1) {
     context = context.view({batch / group, heads_, group, length, head_dim_})

@@ -39,6 +39,11 @@ bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, cons
 // segment's forward runs without one, and its recomputation in backward must compute the same values.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training);
 
+// torch::matmul(a, b) for a (..., M, K) and b (..., K, N), attention's products over many query rows (the encoder's):
+// where the calling module is in evaluation mode and onednn_linear.h's onednn_matmul applies, that (on as many
+// threads as linear() uses), else torch::matmul.
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training);
+
 // layer->forward(x) through linear() above, in the layer's mode.
 inline at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x) {
   return linear(x, layer->weight, layer->bias, layer->is_training());
