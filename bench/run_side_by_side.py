@@ -2,8 +2,9 @@
 """fitsum against eager PyTorch and transformers' Seq2SeqTrainer, side by side in one run: training tokens/s,
 peak memory, time to first step and MFU.
 
-For each shape the runner first measures the machine's fp32 matmul rate (`fitsum bench matmul`, the
-denominator of MFU), then alternates the eager baseline (../shared/reference/bench_eager.py, on the same
+For each shape the runner first measures the machine's fp32 matmul rate (`fitsum bench matmul`: the rate of
+the products fitsum's model runs, oneDNN's where the build and processor have it, the denominator of every
+contender's MFU; the table's last column adds LibTorch's own at::mm rate, the eager loop's and HF's), then alternates the eager baseline (../shared/reference/bench_eager.py, on the same
 LibTorch through Debian's python3-torch) and `fitsum bench train` (plus any --variant) for --rounds rounds, one
 process per measurement, so that a slow spell of the machine hits every contender alike. A contender's
 step time is the median over rounds of its per-run median; its memory is the largest peak RSS (VmHWM) seen.
@@ -131,23 +132,26 @@ def main():
                 "peak_tracked_mib": max((r.get("peak_tracked_mib", float("nan")) for r in rs)),
                 "mfu": flops / step / rate,
             }
-        rows.append((shape, matmul["gflops"], summary))
+        rows.append((shape, matmul, summary))
 
     base = "eager" if not a.no_eager else "fitsum"
     print(f"\nbatch {a.batch}, source {a.src_len}, target {a.tgt_len} tokens, {a.optim}, {a.rounds} rounds of "
           f"{a.steps} timed steps; load average {min(loads):.1f}-{max(loads):.1f}\n")
     header = "| shape | contender | tokens/s | vs " + base + " | peak RSS MiB | vs " + base + \
-             " | time to first step s | tracked peak MiB | MFU | matmul GFLOP/s |"
+             " | time to first step s | tracked peak MiB | MFU | matmul GFLOP/s (LibTorch's mm) |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
-    for shape, gflops, summary in rows:
+    for shape, matmul, summary in rows:
+        gflops = f"{matmul['gflops']:.0f}"
+        if "libtorch_gflops" in matmul:
+            gflops += f" ({matmul['libtorch_gflops']:.0f})"
         ref = summary[base]
         for name, s in summary.items():
             tracked = "" if s["peak_tracked_mib"] != s["peak_tracked_mib"] else f"{s['peak_tracked_mib']:.0f}"
             print(f"| {shape} | {name} | {s['tokens_per_s']:.0f} | {s['tokens_per_s'] / ref['tokens_per_s']:.2f}x | "
                   f"{s['peak_rss_mib']:.0f} | {s['peak_rss_mib'] / ref['peak_rss_mib']:.2f}x | {s['first_step_s']:.1f} | "
                   f"{tracked} | "
-                  f"{100 * s['mfu']:.0f}% | {gflops:.0f} |")
+                  f"{100 * s['mfu']:.0f}% | {gflops} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(runs, f, indent=1)

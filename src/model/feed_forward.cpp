@@ -9,6 +9,7 @@
 
 #include "fitsum/model/dropout.h"
 #include "fitsum/model/few_rows_linear.h"
+#include "fitsum/model/onednn_linear.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -67,7 +68,7 @@ class ActivationDropoutLinear : public torch::autograd::Function<ActivationDropo
     ctx->saved_data["activation"] = activation;
     const bool has_bias = bias.numel() > 0;  // an empty tensor stands for none: apply() takes no undefined input
     ctx->saved_data["bias"] = has_bias;
-    return torch::nn::functional::linear(h, weight, has_bias ? bias : at::Tensor());
+    return dense_linear(h, weight, has_bias ? bias : at::Tensor());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -84,9 +85,9 @@ class ActivationDropoutLinear : public torch::autograd::Function<ActivationDropo
     const auto rows = h.numel() / ffn;
     const auto grad = grad_outputs[0].reshape({rows, weight.size(0)});
     const auto h2 = h.reshape({rows, ffn});
-    auto grad_weight = grad.t().mm(h2);  // mm_mat2_backward of weight.t(), transposed back
+    auto grad_weight = dense_mm(grad.t(), h2);  // mm_mat2_backward of weight.t(), transposed back
     auto grad_bias = has_bias ? grad.sum(0) : at::Tensor();
-    auto grad_h = grad.mm(weight).view(u.sizes());  // mm_mat1_backward
+    auto grad_h = dense_mm(grad, weight).view(u.sizes());  // mm_mat1_backward
     if (mask.defined()) grad_h = apply_byte_mask(grad_h, mask, scale);
     auto grad_u = activation_backward(grad_h, u, activated, activation);
     return {grad_u, grad_weight, grad_bias, at::Tensor(), at::Tensor()};

@@ -193,12 +193,6 @@ std::int64_t team_size(std::int64_t pieces, std::int64_t fmas_per_piece) {
 }
 #endif
 
-// Threads for a many-row product of `fmas` multiply-adds: as team_size's, without the split into pieces.
-int product_threads(std::int64_t fmas) {
-  const std::int64_t wanted = std::max({1, at::get_num_threads(), util::blas_threads()});
-  return static_cast<int>(std::min(wanted, std::max<std::int64_t>(1, fmas >> 19)));
-}
-
 bool is_cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
 }
@@ -212,7 +206,7 @@ bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, cons
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training) {
-  if (training) return torch::nn::functional::linear(x, weight, bias);
+  if (training) return dense_linear(x, weight, bias);
   if (!few_rows_kernel_applies(x, weight, bias)) {
     if (!onednn_linear_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
     const auto k = std::max<std::int64_t>(weight.size(1), 1);
@@ -256,7 +250,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 }
 
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training) {
-  if (training || !onednn_matmul_applies(a, b)) return torch::matmul(a, b);
+  if (training) return dense_matmul(a, b);
+  if (!onednn_matmul_applies(a, b)) return torch::matmul(a, b);
   return onednn_matmul(a, b,
                        product_threads(a.numel() / std::max<std::int64_t>(a.size(-1), 1) * b.size(-1) * a.size(-1)));
 }

@@ -12,6 +12,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
+#include "fitsum/model/onednn_linear.h"
 #include "fitsum/model/tied_embedding.h"
 
 namespace fitsum::model {
@@ -52,7 +53,7 @@ using torch::autograd::variable_list;
 at::Tensor logits_chunk(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias, std::int64_t begin,
                         std::int64_t width) {
   const auto w = weight.narrow(0, begin, width);  // (width, D)
-  return bias.numel() > 0 ? at::addmm(bias.narrow(1, begin, width), h, w.t()) : at::mm(h, w.t());
+  return bias.numel() > 0 ? dense_addmm(bias.narrow(1, begin, width), h, w.t()) : dense_mm(h, w.t());
 }
 
 // For targets (M): their column within [begin, begin + width) (clamped into it) and whether they lie there.
@@ -110,7 +111,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     at::Tensor per_token;  // (M)
     if (gradient_in_forward) {
       // One (M, V) tensor, turned in place from logits into probabilities and then into d loss / d logits.
-      auto z = bias.numel() > 0 ? at::addmm(bias, h, weight.t()) : at::mm(h, weight.t());  // (M, V)
+      auto z = bias.numel() > 0 ? dense_addmm(bias, h, weight.t()) : dense_mm(h, weight.t());  // (M, V)
       auto target_logit = z.gather(1, targets.unsqueeze(1)).squeeze(1);
       auto logit_total = smoothing != 0.0 ? z.sum(1) : at::Tensor();
       auto [max, sum] = softmax_in_place(z);
@@ -121,7 +122,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
       if (smoothing != 0.0) z.sub_(smoothing / static_cast<double>(vocab));
       z.scatter_add_(1, targets.unsqueeze(1), torch::full({m, 1}, -(1.0 - smoothing), z.options()));
       ctx->saved_data["grad_logits"] = z;
-      ctx->saved_data["grad_h"] = at::mm(z, weight);  // (M, D), for a unit incoming gradient
+      ctx->saved_data["grad_h"] = dense_mm(z, weight);  // (M, D), for a unit incoming gradient
     } else {
       // Online logsumexp over the vocabulary chunks, with the target's logit and (for smoothing) the logits' sum.
       const auto float_options = h.options();
@@ -180,7 +181,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     if (ctx->saved_data["gradient_in_forward"].toBool()) {
       const auto g = ctx->saved_data["grad_logits"].toTensor();  // (M, V)
       if (want_hidden) grad_h = ctx->saved_data["grad_h"].toTensor() * grad_loss;
-      if (want_weight) grad_weight.addmm_(g.t(), scaled_h);  // (V, D)
+      if (want_weight) dense_addmm_(grad_weight, g.t(), scaled_h);  // (V, D)
     } else {
       // Recompute the logits chunk by chunk; d loss / d logits = softmax - (1 - eps) onehot(target) - eps / V.
       const auto lse = ctx->saved_data["lse"].toTensor();
@@ -195,8 +196,8 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
         if (smoothing != 0.0) g.sub_(smoothing / static_cast<double>(vocab));
         const auto [local, inside] = targets_in_chunk(targets, begin, width);
         g.scatter_add_(1, local, inside.to(g.scalar_type()).mul_(-(1.0 - smoothing)).unsqueeze(1));
-        if (want_hidden) grad_h.addmm_(g, weight.narrow(0, begin, width));             // (M, D)
-        if (want_weight) grad_weight.narrow(0, begin, width).addmm_(g.t(), scaled_h);  // (width, D)
+        if (want_hidden) dense_addmm_(grad_h, g, weight.narrow(0, begin, width));             // (M, D)
+        if (want_weight) dense_addmm_(grad_weight.narrow(0, begin, width), g.t(), scaled_h);  // (width, D)
       }
       if (want_hidden) grad_h.mul_(grad_loss);
     }

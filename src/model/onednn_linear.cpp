@@ -1,18 +1,25 @@
 #include "fitsum/model/onednn_linear.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
+#include <torch/autograd.h>
+#include <torch/nn/functional/linear.h>
+#include <torch/torch.h>
 
 #ifdef FITSUM_WITH_ONEDNN
 #include <dnnl.h>
 #include <omp.h>
 #endif
 
+#include "fitsum/util/threads.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -24,9 +31,12 @@ bool is_cpu_float(const at::Tensor& t) {
 }
 
 #ifdef FITSUM_WITH_ONEDNN
-// oneDNN's own reading of the processor (with ONEDNN_MAX_CPU_ISA applied), once.
+// oneDNN's own reading of the processor (with ONEDNN_MAX_CPU_ISA applied), once; FITSUM_ONEDNN=0 in the
+// environment turns fitsum's oneDNN products off (LibTorch's everywhere, as on a processor without AVX-512).
 bool uses_avx512() {
   static const bool uses = [] {
+    const char* setting = std::getenv("FITSUM_ONEDNN");
+    if (setting != nullptr && std::string(setting) == "0") return false;
     const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
     const auto avx512 = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);
     return (isa & avx512) == avx512;
@@ -49,6 +59,88 @@ class OmpThreads {
 #endif
 
 }  // namespace
+
+bool onednn_available() {
+#ifdef FITSUM_WITH_ONEDNN
+  return uses_avx512();
+#else
+  return false;
+#endif
+}
+
+int product_threads(std::int64_t fmas) {
+  const std::int64_t wanted = std::max({1, at::get_num_threads(), util::blas_threads()});
+  return static_cast<int>(std::min(wanted, std::max<std::int64_t>(1, fmas >> 19)));
+}
+
+namespace {
+
+// A 2-D float32 CPU matrix as sgemm reads it: row-major ('N', leading dimension stride(0)) or the transpose of a
+// row-major one ('T', leading dimension stride(1)); false for other layouts.
+bool gemm_operand(const at::Tensor& t, char& trans, std::int64_t& ld) {
+  if (!is_cpu_float(t) || t.dim() != 2) return false;
+  if (t.stride(1) == 1 && t.stride(0) >= std::max<std::int64_t>(t.size(1), 1)) {
+    trans = 'N';
+    ld = t.stride(0);
+    return true;
+  }
+  if (t.stride(0) == 1 && t.stride(1) >= std::max<std::int64_t>(t.size(0), 1)) {
+    trans = 'T';
+    ld = t.stride(1);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool onednn_gemm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, float beta) {
+#ifdef FITSUM_WITH_ONEDNN
+  if (!uses_avx512() || util::autocast_enabled(c10::DeviceType::CPU)) return false;
+  char ta = 'N', tb = 'N', tc = 'N';
+  std::int64_t lda = 0, ldb = 0, ldc = 0;
+  if (!gemm_operand(a, ta, lda) || !gemm_operand(b, tb, ldb) || !gemm_operand(c, tc, ldc) || tc != 'N') return false;
+  const auto m = a.size(0), k = a.size(1), n = b.size(1);
+  TORCH_CHECK(b.size(0) == k && c.size(0) == m && c.size(1) == n, "onednn_gemm: (", m, " x ", k, ") x (", b.size(0),
+              " x ", n, ") into (", c.size(0), " x ", c.size(1), ")");
+  if (m == 0 || n == 0) return true;
+  if (k == 0) {
+    if (beta == 0.0f) c.zero_();
+    return true;
+  }
+  RECORD_FUNCTION("fitsum::onednn_gemm", std::vector<c10::IValue>{});
+  OmpThreads scope(product_threads(m * n * k));
+  const auto status = dnnl_sgemm(ta, tb, m, n, k, 1.0f, a.data_ptr<float>(), lda, b.data_ptr<float>(), ldb, beta,
+                                 c.data_ptr<float>(), ldc);
+  TORCH_CHECK(status == dnnl_success, "oneDNN's sgemm failed (status ", static_cast<int>(status), ") for (", m, " x ",
+              k, ") x (", k, " x ", n, ")");
+  return true;
+#else
+  (void)c, (void)a, (void)b, (void)beta;
+  return false;
+#endif
+}
+
+at::Tensor dense_mm(const at::Tensor& a, const at::Tensor& b) {
+  if (onednn_available() && is_cpu_float(a) && is_cpu_float(b) && a.dim() == 2 && b.dim() == 2) {
+    const auto c = at::empty({a.size(0), b.size(1)}, a.options());
+    if (onednn_gemm(c, a, b, 0.0f)) return c;
+  }
+  return at::mm(a, b);
+}
+
+void dense_addmm_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
+  if (onednn_available() && onednn_gemm(c, a, b, 1.0f)) return;
+  c.addmm_(a, b);
+}
+
+at::Tensor dense_addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b) {
+  if (onednn_available() && is_cpu_float(bias) && is_cpu_float(a) && is_cpu_float(b) && a.dim() == 2 && b.dim() == 2) {
+    const auto c = bias.expand({a.size(0), b.size(1)}).contiguous();
+    if (onednn_gemm(c, a, b, 1.0f)) return c;
+  }
+  return at::addmm(bias, a, b);
+}
 
 bool graph_free_float_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
@@ -107,26 +199,47 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at
 
 namespace {
 
-// Whether t's last two dimensions are row-major (`transposed` false) or a transpose(-1, -2) of row-major, with the
-// matrices of the leading dimensions one after the other.
-bool matrices_in_order(const at::Tensor& t, bool& transposed) {
-  const auto dims = t.dim();
-  const auto rows = t.size(dims - 2);
-  const auto cols = t.size(dims - 1);
-  if (t.is_contiguous()) {
-    transposed = false;
-    return true;
+// One operand of a batched product as sgemm reads it: its matrices row-major ('N') or transposed rows ('T'), each at
+// its own offset from the first (any strides between the matrices), or a contiguous copy where neither fits.
+struct MatrixOperand {
+  at::Tensor tensor;  // the operand or its copy (kept alive)
+  char trans = 'N';
+  std::int64_t ld = 0;
+  std::vector<std::int64_t> sizes, strides;  // of the leading dimensions
+
+  static MatrixOperand of(const at::Tensor& t) {
+    MatrixOperand o;
+    const auto dims = t.dim();
+    const auto rows = t.size(dims - 2);
+    const auto cols = t.size(dims - 1);
+    if (t.stride(dims - 1) == 1 && t.stride(dims - 2) >= std::max<std::int64_t>(cols, 1)) {
+      o.tensor = t;
+      o.ld = t.stride(dims - 2);
+    } else if (t.stride(dims - 2) == 1 && t.stride(dims - 1) >= std::max<std::int64_t>(rows, 1)) {
+      o.tensor = t;
+      o.trans = 'T';
+      o.ld = t.stride(dims - 1);
+    } else {
+      o.tensor = t.contiguous();
+      o.ld = cols;
+    }
+    for (std::int64_t d = 0; d + 2 < dims; ++d) {
+      o.sizes.push_back(o.tensor.size(d));
+      o.strides.push_back(o.tensor.stride(d));
+    }
+    return o;
   }
-  // A transposed view: unit stride along the rows, `rows` along the columns, and the leading dimensions dense.
-  if (t.stride(dims - 2) != 1 || t.stride(dims - 1) != rows) return false;
-  std::int64_t expected = rows * cols;
-  for (auto d = dims - 3; d >= 0; --d) {
-    if (t.size(d) != 1 && t.stride(d) != expected) return false;
-    expected *= t.size(d);
+
+  // The first element of matrix i (row-major order over the leading dimensions).
+  const float* at(std::int64_t i) const {
+    std::int64_t offset = 0;
+    for (auto d = static_cast<std::int64_t>(sizes.size()) - 1; d >= 0; --d) {
+      offset += (i % sizes[d]) * strides[d];
+      i /= sizes[d];
+    }
+    return tensor.data_ptr<float>() + offset;
   }
-  transposed = true;
-  return true;
-}
+};
 
 }  // namespace
 
@@ -152,15 +265,6 @@ at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) 
   }
 #ifdef FITSUM_WITH_ONEDNN
   RECORD_FUNCTION("fitsum::onednn_matmul", std::vector<c10::IValue>{});
-  const auto left = a.contiguous();
-  // b's matrices row-major, or transposed of row-major (attention's key^T), copied into one of the two if they are
-  // neither (as LibTorch's bmm copies them): the copy keeps the inner dimension's unit stride where it has it.
-  bool transposed = false;
-  at::Tensor right = b;
-  if (!matrices_in_order(b, transposed)) {
-    transposed = b.stride(-2) == 1;
-    right = transposed ? b.transpose(-1, -2).contiguous().transpose(-1, -2) : b.contiguous();
-  }
   const auto m = a.size(-2);
   const auto k = a.size(-1);
   const auto n = b.size(-1);
@@ -170,8 +274,10 @@ at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) 
   const auto items = m == 0 || n == 0 ? 0 : y.numel() / (m * n);
   if (items == 0) return y;
   if (k == 0) return y.zero_();
-  const float* ap = left.data_ptr<float>();
-  const float* bp = right.data_ptr<float>();
+  // Each operand's matrices read in place where sgemm can (row-major or transposed rows, any strides between the
+  // matrices: attention's heads are views into (B, T, H, hd) tensors), else copied as LibTorch's bmm copies them.
+  const auto left = MatrixOperand::of(a);
+  const auto right = MatrixOperand::of(b);
   float* yp = y.data_ptr<float>();
   const auto team = static_cast<int>(
       std::min<std::int64_t>({std::max(threads, 1), items, std::max<std::int64_t>(1, (items * m * n * k) >> 19)}));
@@ -179,8 +285,8 @@ at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) 
   // Nested in the region, each sgemm runs on its own thread (oneDNN runs serially inside a parallel region).
 #pragma omp parallel for num_threads(team) schedule(static)
   for (std::int64_t i = 0; i < items; ++i) {
-    const auto status = dnnl_sgemm('N', transposed ? 'T' : 'N', m, n, k, 1.0f, ap + i * m * k, k, bp + i * k * n,
-                                   transposed ? k : n, 0.0f, yp + i * m * n, n);
+    const auto status = dnnl_sgemm(left.trans, right.trans, m, n, k, 1.0f, left.at(i), left.ld, right.at(i), right.ld,
+                                   0.0f, yp + i * m * n, n);
     if (status != dnnl_success) {
 #pragma omp critical
       failed = status;
@@ -196,6 +302,88 @@ at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) 
   (void)threads;
   return at::Tensor();
 #endif
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// x W^T + b with its backward's two products as dense_mm's (the same products LibTorch's mm backward computes:
+// grad W = grad^T x, grad x = grad W). An empty bias stands for none: apply() takes no undefined input.
+class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+    ctx->save_for_backward({x, weight});
+    const bool has_bias = bias.numel() > 0;
+    ctx->saved_data["bias"] = has_bias;
+    const auto k = weight.size(1);
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(0);
+    const auto x2 = x.reshape({-1, k});
+    auto y = has_bias ? dense_addmm(bias, x2, weight.t()) : dense_mm(x2, weight.t());
+    return y.view(sizes);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x = saved[0];
+    const auto& weight = saved[1];
+    const auto n = weight.size(0);
+    const auto k = weight.size(1);
+    const auto grad = grad_outputs[0].reshape({-1, n});
+    at::Tensor grad_x, grad_weight, grad_bias;
+    if (ctx->needs_input_grad(0)) grad_x = dense_mm(grad, weight).view(x.sizes());
+    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({-1, k}));
+    if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) grad_bias = grad.sum(0);
+    return {grad_x, grad_weight, grad_bias};
+  }
+};
+
+// a b over the leading dimensions, its backward's products as onednn_matmul's: grad a = grad b^T, grad b = a^T grad.
+class DenseMatmulFunction : public torch::autograd::Function<DenseMatmulFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    ctx->save_for_backward({a, b});
+    return onednn_matmul(a, b, product_threads(a.numel() * b.size(-1)));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& a = saved[0];
+    const auto& b = saved[1];
+    const auto& grad = grad_outputs[0];
+    at::Tensor grad_a, grad_b;
+    if (ctx->needs_input_grad(0))
+      grad_a = onednn_matmul(grad, b.transpose(-1, -2), product_threads(grad.numel() * a.size(-1)));
+    if (ctx->needs_input_grad(1))
+      grad_b = onednn_matmul(a.transpose(-1, -2), grad, product_threads(a.numel() * b.size(-1)));
+    return {grad_a, grad_b};
+  }
+};
+
+bool dense_float_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!onednn_available() || util::autocast_enabled(c10::DeviceType::CPU)) return false;
+  if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
+  if (x.size(-1) != weight.size(1) || !weight.is_contiguous()) return false;
+  return !bias.defined() ||
+         (is_cpu_float(bias) && bias.dim() == 1 && bias.size(0) == weight.size(0) && bias.is_contiguous());
+}
+
+}  // namespace
+
+at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!dense_float_operands(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
+  return DenseLinearFunction::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()));
+}
+
+at::Tensor dense_matmul(const at::Tensor& a, const at::Tensor& b) {
+  const bool fits = onednn_available() && !util::autocast_enabled(c10::DeviceType::CPU) && is_cpu_float(a) &&
+                    is_cpu_float(b) && a.dim() >= 3 && b.dim() == a.dim() && a.size(-1) == b.size(-2) &&
+                    std::equal(a.sizes().begin(), a.sizes().end() - 2, b.sizes().begin());
+  if (!fits) return torch::matmul(a, b);
+  return DenseMatmulFunction::apply(a, b);
 }
 
 }  // namespace fitsum::model

@@ -125,8 +125,8 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   // element-wise kernels. They hold a (B, H, S, hd) temporary, so past a few dozen keys bmm wins again (measured
   // at 4-64 rows x 8-16 heads x 64 wide: the sums 1.5-5x faster up to 32 keys, bmm faster from 128).
   // In evaluation, a few query rows (a decoding step) take fitsum's batched kernels instead (few_rows_linear.h;
-  // cross-attention of 4 sources x 8 beams over 200 positions: 0.25 -> 0.05 ms per layer); training keeps
-  // LibTorch's products, as linear() does.
+  // cross-attention of 4 sources x 8 beams over 200 positions: 0.25 -> 0.05 ms per layer); training uses
+  // dense_matmul's products whatever the shape (onednn_linear.h), as linear() uses dense_linear's.
   constexpr std::int64_t few_keys = 32;
   const bool few_rows = !is_training() && few_rows_attention_applies(query, key, value);
   const bool one_query = !few_rows && query.size(2) == 1 && key.size(2) <= few_keys;

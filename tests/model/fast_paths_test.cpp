@@ -9,6 +9,7 @@
 #include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/model/dropout.h"
 #include "fitsum/model/feed_forward.h"
+#include "fitsum/model/few_rows_linear.h"
 #include "fitsum/model/loss.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/model/tied_embedding.h"
@@ -347,10 +348,10 @@ FeedForwardResult run_feed_forward(model::Activation activation, double p, bool 
   const auto bias = with_bias ? torch::randn({24}).requires_grad_(true) : torch::Tensor();
   const auto upstream = torch::randn({3, 7, 24});
   torch::manual_seed(22);  // the dropout's draw
-  // Plain: what the layer computed before the node, fc2 as torch::nn::Linear's forward.
-  const auto y =
-      recompute ? model::activation_dropout_linear(u, activation, p, true, true, weight, bias, true)
-                : torch::nn::functional::linear(model::dropout(model::activate(u, activation), p, true), weight, bias);
+  // Plain: what the layer computes without the node, fc2 through model::linear in training (its products are the
+  // node's: oneDNN's where available, else LibTorch's).
+  const auto y = recompute ? model::activation_dropout_linear(u, activation, p, true, true, weight, bias, true)
+                           : model::linear(model::dropout(model::activate(u, activation), p, true), weight, bias, true);
   (y * upstream).sum().backward();
   return {y.detach(), u.grad(), weight.grad(), with_bias ? bias.grad() : torch::Tensor()};
 }

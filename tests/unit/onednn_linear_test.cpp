@@ -162,16 +162,80 @@ TEST(OneDnnLinear, LeavesOtherInputsToLibTorch) {
   const auto a = torch::randn({2, 40, 8}, torch::requires_grad());
   EXPECT_FALSE(onednn_matmul_applies(a, torch::randn({2, 8, 40})));
   EXPECT_TRUE(matmul(a, torch::randn({2, 8, 40}), false).requires_grad());
-  // In a training module's forward, LibTorch's products bit for bit.
+  // In a training module's forward, the training products (dense_linear, dense_matmul) bit for bit.
   torch::NoGradGuard no_grad;
-  EXPECT_TRUE(torch::equal(linear(x, w, b, /*training=*/true), torch::nn::functional::linear(x, w, b)));
+  EXPECT_TRUE(torch::equal(linear(x, w, b, /*training=*/true), dense_linear(x, w, b)));
   const auto p = torch::randn({2, 3, 40, 8});
   const auto q = torch::randn({2, 3, 8, 40});
-  EXPECT_TRUE(torch::equal(matmul(p, q, /*training=*/true), torch::matmul(p, q)));
+  EXPECT_TRUE(torch::equal(matmul(p, q, /*training=*/true), dense_matmul(p, q)));
   // Without a graph in evaluation, oneDNN where it is available, else LibTorch's: either within the bound.
   EXPECT_EQ(onednn_linear_applies(x, w, b), available());
   expect_linear_within_bound(linear(x, w, b, false), x, w, b);
   expect_matmul_within_bound(matmul(p, q, false), p, q);
+}
+
+// The training products: dense_linear's and dense_matmul's outputs and gradients against double precision (oneDNN's
+// where available, LibTorch's elsewhere: the bound holds for both).
+TEST(DenseProducts, LinearAndItsGradientsWithinTheBound) {
+  torch::manual_seed(13);
+  const auto x = torch::randn({3, 50, 64}).requires_grad_(true);
+  const auto w = (torch::randn({37, 64}) * 0.1).requires_grad_(true);
+  const auto b = torch::randn({37}).requires_grad_(true);
+  const auto upstream = torch::randn({3, 50, 37});
+  const auto y = dense_linear(x, w, b);
+  ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{3, 50, 37}));
+  (y * upstream).sum().backward();
+  expect_linear_within_bound(y.detach(), x.detach(), w.detach(), b.detach());
+  const auto g = upstream.reshape({-1, 37}).to(torch::kDouble);
+  const auto x2 = x.detach().reshape({-1, 64}).to(torch::kDouble);
+  const auto wd = w.detach().to(torch::kDouble);
+  expect_within_bound(x.grad(), torch::mm(g, wd).view({3, 50, 64}), torch::mm(g.abs(), wd.abs()).view({3, 50, 64}), 37);
+  expect_within_bound(w.grad(), torch::mm(g.t(), x2), torch::mm(g.abs().t(), x2.abs()), 150);
+  expect_within_bound(b.grad(), g.sum(0), g.abs().sum(0), 150);
+  // Without a bias, and a leaf that needs no gradient.
+  const auto frozen = torch::randn({5, 64});
+  const auto w2 = torch::randn({9, 64}).requires_grad_(true);
+  dense_linear(frozen, w2, at::Tensor()).sum().backward();
+  const auto ones = torch::ones({5, 9}, torch::kDouble);
+  expect_within_bound(w2.grad(), torch::mm(ones.t(), frozen.to(torch::kDouble)),
+                      torch::mm(ones.t(), frozen.to(torch::kDouble).abs()), 5);
+}
+
+TEST(DenseProducts, MatmulAndItsGradientsWithinTheBound) {
+  torch::manual_seed(17);
+  const auto a = torch::randn({2, 3, 20, 8}).requires_grad_(true);
+  const auto key = torch::randn({2, 3, 30, 8}).requires_grad_(true);
+  const auto upstream = torch::randn({2, 3, 20, 30});
+  const auto y = dense_matmul(a, key.transpose(-1, -2));
+  ASSERT_EQ(y.sizes(), (std::vector<std::int64_t>{2, 3, 20, 30}));
+  (y * upstream).sum().backward();
+  const auto ad = a.detach().to(torch::kDouble);
+  const auto kd = key.detach().to(torch::kDouble);
+  const auto g = upstream.to(torch::kDouble);
+  expect_within_bound(y.detach(), torch::matmul(ad, kd.transpose(-1, -2)),
+                      torch::matmul(ad.abs(), kd.abs().transpose(-1, -2)), 8);
+  expect_within_bound(a.grad(), torch::matmul(g, kd), torch::matmul(g.abs(), kd.abs()), 30);
+  expect_within_bound(key.grad(), torch::matmul(g.transpose(-1, -2), ad),
+                      torch::matmul(g.abs().transpose(-1, -2), ad.abs()), 20);
+}
+
+TEST(DenseProducts, MmAndAddmmOnTransposedAndNarrowedOperands) {
+  torch::manual_seed(19);
+  const auto a = torch::randn({64, 40});  // used as a^T (40 x 64)
+  const auto b = torch::randn({64, 33});
+  const auto exact = torch::mm(a.t().to(torch::kDouble), b.to(torch::kDouble));
+  const auto magnitude = torch::mm(a.t().abs().to(torch::kDouble), b.abs().to(torch::kDouble));
+  expect_within_bound(dense_mm(a.t(), b), exact, magnitude, 64);
+  // Accumulated into rows 10..49 of a larger buffer: the rest untouched.
+  auto buffer = torch::ones({60, 33});
+  dense_addmm_(buffer.narrow(0, 10, 40), a.t(), b);
+  expect_within_bound(buffer.narrow(0, 10, 40), exact + 1.0, magnitude + 1.0, 65);
+  EXPECT_TRUE(torch::equal(buffer.narrow(0, 0, 10), torch::ones({10, 33})));
+  EXPECT_TRUE(torch::equal(buffer.narrow(0, 50, 10), torch::ones({10, 33})));
+  // A (1, N) bias row broadcast over the rows, as the loss's final_logits_bias.
+  const auto bias = torch::randn({1, 33});
+  expect_within_bound(dense_addmm(bias, a.t(), b), exact + bias.to(torch::kDouble),
+                      magnitude + bias.abs().to(torch::kDouble), 65);
 }
 
 }  // namespace

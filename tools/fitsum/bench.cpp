@@ -3,12 +3,14 @@
 //   fitsum bench train   training steps of a PEGASUS shape with random init and random tokens, through the same
 //                        library calls as `fitsum train` (model/micro_step.h and optim/optimizer_step.h): median step
 //                        time, tokens/s, peak resident memory (VmHWM) and the exact peak of tensor bytes.
-//   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product), the denominator of MFU.
+//   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product) with the products fitsum's
+//                        model runs, the denominator of MFU, and with LibTorch's at::mm.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <optional>
@@ -34,6 +36,7 @@
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/fit.h"
 #include "fitsum/model/micro_step.h"
+#include "fitsum/model/onednn_linear.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
@@ -381,17 +384,24 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
   auto a = torch::randn({o.size, o.size}, generator).to(device);
   auto b = torch::randn({o.size, o.size}, generator).to(device);
-  auto c = torch::empty({o.size, o.size}, a.options());
-  for (int i = 0; i < 3; ++i) torch::mm_out(c, a, b);  // warm the BLAS threads and caches
-  synchronize(device);
-  std::vector<double> times;
-  const auto begin = Clock::now();
-  while (times.size() < 5 || seconds_since(begin) < o.seconds) {
-    const auto start = Clock::now();
-    torch::mm_out(c, a, b);
+  // The median time of one product, after three to warm the threads and caches.
+  const auto time_product = [&](const std::function<void()>& product) {
+    for (int i = 0; i < 3; ++i) product();
     synchronize(device);
-    times.push_back(seconds_since(start));
-  }
+    std::vector<double> times;
+    const auto begin = Clock::now();
+    while (times.size() < 5 || seconds_since(begin) < o.seconds) {
+      const auto start = Clock::now();
+      product();
+      synchronize(device);
+      times.push_back(seconds_since(start));
+    }
+    return std::make_pair(median(times), times.size());
+  };
+  auto c = torch::empty({o.size, o.size}, a.options());
+  const auto [libtorch_seconds, libtorch_repeats] = time_product([&] { torch::mm_out(c, a, b); });
+  // The products fitsum's model runs (oneDNN's where available, model/onednn_linear.h; else LibTorch's).
+  const auto [seconds, repeats] = time_product([&] { c = model::dense_mm(a, b); });
   const double n = static_cast<double>(o.size);
   nlohmann::ordered_json out;
   out["impl"] = "fitsum";
@@ -402,8 +412,11 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   out["blas"] = util::blas_description();
   out["host_allocator"] = util::host_allocator_description();
   out["device"] = device.str();
-  out["repeats"] = times.size();
-  out["gflops"] = 2.0 * n * n * n / median(times) / 1e9;
+  out["products"] = model::onednn_available() && device.is_cpu() ? "oneDNN" : "LibTorch";
+  out["repeats"] = repeats;
+  out["gflops"] = 2.0 * n * n * n / seconds / 1e9;  // the denominator of MFU
+  out["libtorch_repeats"] = libtorch_repeats;
+  out["libtorch_gflops"] = 2.0 * n * n * n / libtorch_seconds / 1e9;
   std::cout << out.dump() << std::endl;
 }
 

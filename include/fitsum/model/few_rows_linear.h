@@ -33,15 +33,16 @@ inline constexpr std::int64_t few_rows_limit = 32;
 bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // torch::nn::functional::linear(x, weight, bias): x (..., K), weight (N, K), bias (N) or undefined -> (..., N).
-// The kernel above where few_rows_kernel_applies and the calling module is in evaluation mode (`training` false),
-// else that function (torch::nn::Linear's forward: in LibTorch's C++ frontend a product and an in-place bias
-// addition, not at::linear). Training keeps LibTorch's products even where no graph is recorded: a checkpointed
-// segment's forward runs without one, and its recomputation in backward must compute the same values.
+// In evaluation mode (`training` false) the kernel above where few_rows_kernel_applies, else oneDNN's product where
+// onednn_linear_applies, else that function (torch::nn::Linear's forward: in LibTorch's C++ frontend a product and an
+// in-place bias addition, not at::linear). In training onednn_linear.h's dense_linear, whether or not a graph is
+// recorded: a checkpointed segment's forward runs without one, and its recomputation in backward must compute the
+// same values.
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training);
 
-// torch::matmul(a, b) for a (..., M, K) and b (..., K, N), attention's products over many query rows (the encoder's):
-// where the calling module is in evaluation mode and onednn_linear.h's onednn_matmul applies, that (on as many
-// threads as linear() uses), else torch::matmul.
+// torch::matmul(a, b) for a (..., M, K) and b (..., K, N), attention's products over many query rows: in evaluation
+// mode onednn_linear.h's onednn_matmul where it applies (on as many threads as linear() uses), else torch::matmul;
+// in training dense_matmul.
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training);
 
 // layer->forward(x) through linear() above, in the layer's mode.
