@@ -209,8 +209,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
   if (training) return dense_linear(x, weight, bias);
   if (!few_rows_kernel_applies(x, weight, bias)) {
     if (!onednn_linear_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
-    const auto k = std::max<std::int64_t>(weight.size(1), 1);
-    return onednn_linear(x, weight, bias, product_threads(x.numel() / k * weight.size(0) * k));
+    return onednn_linear(x, weight, bias);
   }
   // Named in LibTorch's profiler (fitsum bench --profile) beside the aten:: operations.
   RECORD_FUNCTION("fitsum::few_rows_linear", std::vector<c10::IValue>{});

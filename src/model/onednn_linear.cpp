@@ -30,6 +30,13 @@ bool is_cpu_float(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == at::kStrided && t.scalar_type() == at::kFloat;
 }
 
+// The rows of x (..., K) as a matrix: the product of its leading sizes (not numel / K, which fails for K = 0).
+std::int64_t rows_of(const at::Tensor& x) {
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
 #ifdef FITSUM_WITH_ONEDNN
 // oneDNN's own reading of the processor (with ONEDNN_MAX_CPU_ISA applied), once; FITSUM_ONEDNN=0 in the
 // environment turns fitsum's oneDNN products off (LibTorch's everywhere, as on a processor without AVX-512).
@@ -164,37 +171,17 @@ bool onednn_linear_applies(const at::Tensor& x, const at::Tensor& weight, const 
 #endif
 }
 
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int threads) {
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!onednn_linear_applies(x, weight, bias)) {
     throw std::invalid_argument("onednn_linear: inputs it does not apply to (see onednn_linear_applies)");
   }
-#ifdef FITSUM_WITH_ONEDNN
   RECORD_FUNCTION("fitsum::onednn_linear", std::vector<c10::IValue>{});
-  const auto k = weight.size(1);
-  const auto n = weight.size(0);
-  const auto input = x.contiguous();
-  auto sizes = input.sizes().vec();
-  sizes.back() = n;
-  std::int64_t m = 1;
-  for (std::size_t d = 0; d + 1 < sizes.size(); ++d) m *= sizes[d];
-  // As LibTorch's addmm: the bias broadcast into the output, then the product added to it (beta 1).
-  auto y = bias.defined() ? bias.expand(sizes).contiguous() : at::empty(sizes, input.options());
-  if (m == 0 || n == 0) return y;
-  if (k == 0) return bias.defined() ? y : y.zero_();
-  OmpThreads scope(std::max(threads, 1));
-  // Row-major: y (m, n) = x (m, k) weight^T + beta y.
-  const auto status = dnnl_sgemm('N', 'T', m, n, k, 1.0f, input.data_ptr<float>(), k, weight.data_ptr<float>(), k,
-                                 bias.defined() ? 1.0f : 0.0f, y.data_ptr<float>(), n);
-  if (status != dnnl_success) {
-    throw std::runtime_error("onednn_linear: oneDNN's sgemm failed (status " + std::to_string(status) + ") for (" +
-                             std::to_string(m) + " x " + std::to_string(k) + ") x (" + std::to_string(k) + " x " +
-                             std::to_string(n) + ")");
-  }
-  return y;
-#else
-  (void)threads;
-  return at::Tensor();
-#endif
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  // As LibTorch's addmm: the bias broadcast into the output, then the product added to it.
+  const auto x2 = x.reshape({rows_of(x), weight.size(1)});
+  const auto y = bias.defined() ? dense_addmm(bias, x2, weight.t()) : dense_mm(x2, weight.t());
+  return y.view(sizes);
 }
 
 namespace {
@@ -321,7 +308,7 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
     const auto k = weight.size(1);
     auto sizes = x.sizes().vec();
     sizes.back() = weight.size(0);
-    const auto x2 = x.reshape({-1, k});
+    const auto x2 = x.reshape({rows_of(x), k});
     auto y = has_bias ? dense_addmm(bias, x2, weight.t()) : dense_mm(x2, weight.t());
     return y.view(sizes);
   }
@@ -332,10 +319,10 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
     const auto& weight = saved[1];
     const auto n = weight.size(0);
     const auto k = weight.size(1);
-    const auto grad = grad_outputs[0].reshape({-1, n});
+    const auto grad = grad_outputs[0].reshape({rows_of(x), n});
     at::Tensor grad_x, grad_weight, grad_bias;
     if (ctx->needs_input_grad(0)) grad_x = dense_mm(grad, weight).view(x.sizes());
-    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({-1, k}));
+    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({rows_of(x), k}));
     if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) grad_bias = grad.sum(0);
     return {grad_x, grad_weight, grad_bias};
   }

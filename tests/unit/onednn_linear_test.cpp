@@ -70,7 +70,7 @@ TEST(OneDnnLinear, EveryOutputInItsPlace) {
   const auto x = torch::eye(k).repeat({2, 1}).narrow(0, 0, m).contiguous().view({7, 10, k});
   const auto w = torch::arange(n * k, torch::kFloat).reshape({n, k});
   const auto b = torch::arange(n, torch::kFloat) * 10000;
-  const auto y = onednn_linear(x, w, b, 2).view({m, n});
+  const auto y = onednn_linear(x, w, b).view({m, n});
   const auto expected = w.t().repeat({2, 1}).narrow(0, 0, m) + b;
   EXPECT_TRUE(torch::equal(y, expected));
 }
@@ -88,8 +88,8 @@ TEST(OneDnnLinear, StridedInputAndLeadingDimensions) {
   ASSERT_FALSE(strided.is_contiguous());
   expect_linear_within_bound(linear(strided, w, b, false), strided, w, b);
   // Empty inputs: shapes only, and a bias alone where the inner dimension is empty.
-  EXPECT_EQ(onednn_linear(torch::randn({0, 64}), w, b, 2).sizes(), (std::vector<std::int64_t>{0, 37}));
-  EXPECT_TRUE(torch::equal(onednn_linear(torch::randn({40, 0}), torch::randn({37, 0}), b, 2), b.expand({40, 37})));
+  EXPECT_EQ(onednn_linear(torch::randn({0, 64}), w, b).sizes(), (std::vector<std::int64_t>{0, 37}));
+  EXPECT_TRUE(torch::equal(onednn_linear(torch::randn({40, 0}), torch::randn({37, 0}), b), b.expand({40, 37})));
 }
 
 // a (..., M, K) b (..., K, N) in double, and |a| |b|.
@@ -150,7 +150,7 @@ TEST(OneDnnLinear, LeavesOtherInputsToLibTorch) {
   EXPECT_FALSE(onednn_linear_applies(x, w, torch::randn({16, 2}).select(1, 0)));
   EXPECT_FALSE(onednn_matmul_applies(torch::randn({2, 8, 4}), torch::randn({1, 4, 8})));  // broadcast
   EXPECT_FALSE(onednn_matmul_applies(torch::randn({8, 4}), torch::randn({4, 8})));        // no batch
-  EXPECT_THROW(onednn_linear(x.to(torch::kDouble), w.to(torch::kDouble), at::Tensor(), 1), std::invalid_argument);
+  EXPECT_THROW(onednn_linear(x.to(torch::kDouble), w.to(torch::kDouble), at::Tensor()), std::invalid_argument);
   EXPECT_THROW(onednn_matmul(torch::randn({8, 4}), torch::randn({4, 8}), 1), std::invalid_argument);
   // With autograd recording, LibTorch's products: the results have graphs and gradients reach the weight.
   const auto weight = w.clone().requires_grad_(true);

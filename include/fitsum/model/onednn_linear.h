@@ -61,8 +61,9 @@ bool graph_free_float_linear(const at::Tensor& x, const at::Tensor& weight, cons
 // its kernels use beyond OpenBLAS's (AVX-512), and inputs graph_free_float_linear takes.
 bool onednn_linear_applies(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
-// x (..., K) W^T + bias -> (..., N), with `threads` OpenMP threads, for inputs onednn_linear_applies to (else throws).
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, int threads);
+// x (..., K) W^T + bias -> (..., N) on product_threads' OpenMP threads, for inputs onednn_linear_applies to (else
+// throws).
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
 // Whether onednn_matmul can compute at::matmul(a, b) for a (..., M, K) and b (..., K, N) with the same leading
 // dimensions (at least one, none broadcast), dense float32 on the CPU; no autograd graph to record and no CPU
