@@ -188,8 +188,7 @@ bool cpu_has_avx512() {
 // util/threads.h), each with at least ~half a million multiply-adds, below which starting a thread costs more than
 // it saves, and no more than there are pieces. OpenMP directly: ATen's parallel_for runs on at::get_num_threads().
 std::int64_t team_size(std::int64_t pieces, std::int64_t fmas_per_piece) {
-  const std::int64_t wanted = std::max({1, at::get_num_threads(), util::blas_threads()});
-  return std::min({wanted, pieces, std::max<std::int64_t>(1, (pieces * fmas_per_piece) >> 19)});
+  return std::min<std::int64_t>(product_threads(pieces * fmas_per_piece), pieces);
 }
 #endif
 
@@ -251,8 +250,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training) {
   if (training) return dense_matmul(a, b);
   if (!onednn_matmul_applies(a, b)) return torch::matmul(a, b);
-  return onednn_matmul(a, b,
-                       product_threads(a.numel() / std::max<std::int64_t>(a.size(-1), 1) * b.size(-1) * a.size(-1)));
+  return onednn_matmul(a, b);
 }
 
 namespace {

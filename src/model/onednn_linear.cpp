@@ -137,8 +137,7 @@ at::Tensor dense_mm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 void dense_addmm_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
-  if (onednn_available() && onednn_gemm(c, a, b, 1.0f)) return;
-  c.addmm_(a, b);
+  if (!onednn_gemm(c, a, b, 1.0f)) c.addmm_(a, b);
 }
 
 at::Tensor dense_addmm(const at::Tensor& bias, const at::Tensor& a, const at::Tensor& b) {
@@ -149,14 +148,41 @@ at::Tensor dense_addmm(const at::Tensor& bias, const at::Tensor& a, const at::Te
   return at::addmm(bias, a, b);
 }
 
-bool graph_free_float_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+namespace {
+
+// x (..., K), weight (N, K) contiguous, bias (N) contiguous or undefined, all dense float32 on the CPU, outside CPU
+// autocast: what every product path of this file and few_rows_linear.h's kernel takes, graph or not.
+bool float_linear_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
   if (x.size(-1) != weight.size(1) || !weight.is_contiguous()) return false;
   if (bias.defined() &&
       (!is_cpu_float(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0) || !bias.is_contiguous())) {
     return false;
   }
-  if (util::autocast_enabled(c10::DeviceType::CPU)) return false;
+  return !util::autocast_enabled(c10::DeviceType::CPU);
+}
+
+// a (..., M, K) and b (..., K, N) dense float32 on the CPU with the same leading dimensions (at least one, none
+// broadcast), outside CPU autocast.
+bool float_batched_operands(const at::Tensor& a, const at::Tensor& b) {
+  if (!is_cpu_float(a) || !is_cpu_float(b) || a.dim() < 3 || b.dim() != a.dim()) return false;
+  if (!std::equal(a.sizes().begin(), a.sizes().end() - 2, b.sizes().begin()) || a.size(-1) != b.size(-2)) return false;
+  return !util::autocast_enabled(c10::DeviceType::CPU);
+}
+
+// x W^T + b as one matrix product (the bias broadcast into the output first, as LibTorch's addmm) -> (..., N).
+at::Tensor linear_product(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  const auto x2 = x.reshape({rows_of(x), weight.size(1)});
+  const auto y = bias.defined() ? dense_addmm(bias, x2, weight.t()) : dense_mm(x2, weight.t());
+  return y.view(sizes);
+}
+
+}  // namespace
+
+bool graph_free_float_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!float_linear_operands(x, weight, bias)) return false;
   const bool records = at::GradMode::is_enabled() &&
                        (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   return !records;
@@ -176,12 +202,7 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at
     throw std::invalid_argument("onednn_linear: inputs it does not apply to (see onednn_linear_applies)");
   }
   RECORD_FUNCTION("fitsum::onednn_linear", std::vector<c10::IValue>{});
-  auto sizes = x.sizes().vec();
-  sizes.back() = weight.size(0);
-  // As LibTorch's addmm: the bias broadcast into the output, then the product added to it.
-  const auto x2 = x.reshape({rows_of(x), weight.size(1)});
-  const auto y = bias.defined() ? dense_addmm(bias, x2, weight.t()) : dense_mm(x2, weight.t());
-  return y.view(sizes);
+  return linear_product(x, weight, bias);
 }
 
 namespace {
@@ -232,13 +253,7 @@ struct MatrixOperand {
 
 bool onednn_matmul_applies(const at::Tensor& a, const at::Tensor& b) {
 #ifdef FITSUM_WITH_ONEDNN
-  if (!uses_avx512()) return false;
-  if (!is_cpu_float(a) || !is_cpu_float(b) || a.dim() < 3 || b.dim() != a.dim()) return false;
-  for (std::int64_t d = 0; d + 2 < a.dim(); ++d) {
-    if (a.size(d) != b.size(d)) return false;
-  }
-  if (a.size(-1) != b.size(-2)) return false;
-  if (util::autocast_enabled(c10::DeviceType::CPU)) return false;
+  if (!uses_avx512() || !float_batched_operands(a, b)) return false;
   return !(at::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad()));
 #else
   (void)a, (void)b;
@@ -246,7 +261,7 @@ bool onednn_matmul_applies(const at::Tensor& a, const at::Tensor& b) {
 #endif
 }
 
-at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) {
+at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b) {
   if (!onednn_matmul_applies(a, b)) {
     throw std::invalid_argument("onednn_matmul: inputs it does not apply to (see onednn_matmul_applies)");
   }
@@ -266,8 +281,7 @@ at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) 
   const auto left = MatrixOperand::of(a);
   const auto right = MatrixOperand::of(b);
   float* yp = y.data_ptr<float>();
-  const auto team = static_cast<int>(
-      std::min<std::int64_t>({std::max(threads, 1), items, std::max<std::int64_t>(1, (items * m * n * k) >> 19)}));
+  const auto team = static_cast<int>(std::min<std::int64_t>(product_threads(items * m * n * k), items));
   dnnl_status_t failed = dnnl_success;
   // Nested in the region, each sgemm runs on its own thread (oneDNN runs serially inside a parallel region).
 #pragma omp parallel for num_threads(team) schedule(static)
@@ -286,7 +300,6 @@ at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads) 
   }
   return y;
 #else
-  (void)threads;
   return at::Tensor();
 #endif
 }
@@ -305,12 +318,7 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
     ctx->save_for_backward({x, weight});
     const bool has_bias = bias.numel() > 0;
     ctx->saved_data["bias"] = has_bias;
-    const auto k = weight.size(1);
-    auto sizes = x.sizes().vec();
-    sizes.back() = weight.size(0);
-    const auto x2 = x.reshape({rows_of(x), k});
-    auto y = has_bias ? dense_addmm(bias, x2, weight.t()) : dense_mm(x2, weight.t());
-    return y.view(sizes);
+    return linear_product(x, weight, has_bias ? bias : at::Tensor());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -333,7 +341,7 @@ class DenseMatmulFunction : public torch::autograd::Function<DenseMatmulFunction
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
-    return onednn_matmul(a, b, product_threads(a.numel() * b.size(-1)));
+    return onednn_matmul(a, b);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -342,34 +350,23 @@ class DenseMatmulFunction : public torch::autograd::Function<DenseMatmulFunction
     const auto& b = saved[1];
     const auto& grad = grad_outputs[0];
     at::Tensor grad_a, grad_b;
-    if (ctx->needs_input_grad(0))
-      grad_a = onednn_matmul(grad, b.transpose(-1, -2), product_threads(grad.numel() * a.size(-1)));
-    if (ctx->needs_input_grad(1))
-      grad_b = onednn_matmul(a.transpose(-1, -2), grad, product_threads(a.numel() * b.size(-1)));
+    if (ctx->needs_input_grad(0)) grad_a = onednn_matmul(grad, b.transpose(-1, -2));
+    if (ctx->needs_input_grad(1)) grad_b = onednn_matmul(a.transpose(-1, -2), grad);
     return {grad_a, grad_b};
   }
 };
 
-bool dense_float_operands(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!onednn_available() || util::autocast_enabled(c10::DeviceType::CPU)) return false;
-  if (!is_cpu_float(x) || !is_cpu_float(weight) || x.dim() < 1 || weight.dim() != 2) return false;
-  if (x.size(-1) != weight.size(1) || !weight.is_contiguous()) return false;
-  return !bias.defined() ||
-         (is_cpu_float(bias) && bias.dim() == 1 && bias.size(0) == weight.size(0) && bias.is_contiguous());
-}
-
 }  // namespace
 
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  if (!dense_float_operands(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);
+  if (!onednn_available() || !float_linear_operands(x, weight, bias)) {
+    return torch::nn::functional::linear(x, weight, bias);
+  }
   return DenseLinearFunction::apply(x, weight, bias.defined() ? bias : at::empty({0}, weight.options()));
 }
 
 at::Tensor dense_matmul(const at::Tensor& a, const at::Tensor& b) {
-  const bool fits = onednn_available() && !util::autocast_enabled(c10::DeviceType::CPU) && is_cpu_float(a) &&
-                    is_cpu_float(b) && a.dim() >= 3 && b.dim() == a.dim() && a.size(-1) == b.size(-2) &&
-                    std::equal(a.sizes().begin(), a.sizes().end() - 2, b.sizes().begin());
-  if (!fits) return torch::matmul(a, b);
+  if (!onednn_available() || !float_batched_operands(a, b)) return torch::matmul(a, b);
   return DenseMatmulFunction::apply(a, b);
 }
 

@@ -118,8 +118,8 @@ TEST(OneDnnMatmul, AttentionsProductsWithinTheSummationBound) {
   // Contiguous operands, and the transpose of a contiguous tensor as the right one.
   const auto a = torch::randn({2, 5, 33, 40});
   const auto c = torch::randn({2, 5, 17, 40});
-  expect_matmul_within_bound(onednn_matmul(a, c.transpose(-1, -2), 2), a, c.transpose(-1, -2));
-  expect_matmul_within_bound(onednn_matmul(a, c.transpose(-1, -2).contiguous(), 2), a, c.transpose(-1, -2));
+  expect_matmul_within_bound(onednn_matmul(a, c.transpose(-1, -2)), a, c.transpose(-1, -2));
+  expect_matmul_within_bound(onednn_matmul(a, c.transpose(-1, -2).contiguous()), a, c.transpose(-1, -2));
 }
 
 TEST(OneDnnMatmul, EveryOutputInItsPlaceAndTheSameBitsForEveryThreadCount) {
@@ -128,15 +128,23 @@ TEST(OneDnnMatmul, EveryOutputInItsPlaceAndTheSameBitsForEveryThreadCount) {
   const std::int64_t items = 6, m = 24, n = 19;
   const auto left = torch::eye(m).expand({items, m, m}).contiguous();
   const auto right = torch::arange(items * m * n, torch::kFloat).reshape({items, n, m}).transpose(1, 2);
-  EXPECT_TRUE(torch::equal(onednn_matmul(left, right, 2), right));
-  EXPECT_TRUE(torch::equal(onednn_matmul(left, right.contiguous(), 3), right));
+  EXPECT_TRUE(torch::equal(onednn_matmul(left, right), right));
+  EXPECT_TRUE(torch::equal(onednn_matmul(left, right.contiguous()), right));
   // Each product on one thread: the same bits for any count.
   torch::manual_seed(4);
   const auto a = torch::randn({8, 64, 96});
   const auto b = torch::randn({8, 96, 80});
-  const auto one = onednn_matmul(a, b, 1);
-  EXPECT_TRUE(torch::equal(one, onednn_matmul(a, b, 2)));
-  EXPECT_TRUE(torch::equal(one, onednn_matmul(a, b, 3)));
+  // The products run on as many threads as the BLAS (or the intra-op pool, if wider): set both.
+  const util::ThreadSettings before{at::get_num_threads(), util::blas_threads(), 0};
+  util::apply_thread_settings({1, 1, 0});
+  const auto one = onednn_matmul(a, b);
+  util::apply_thread_settings({2, 2, 0});
+  const auto two = onednn_matmul(a, b);
+  util::apply_thread_settings({3, 3, 0});
+  const auto three = onednn_matmul(a, b);
+  util::apply_thread_settings(before);
+  EXPECT_TRUE(torch::equal(one, two));
+  EXPECT_TRUE(torch::equal(one, three));
 }
 
 TEST(OneDnnLinear, LeavesOtherInputsToLibTorch) {
@@ -151,7 +159,7 @@ TEST(OneDnnLinear, LeavesOtherInputsToLibTorch) {
   EXPECT_FALSE(onednn_matmul_applies(torch::randn({2, 8, 4}), torch::randn({1, 4, 8})));  // broadcast
   EXPECT_FALSE(onednn_matmul_applies(torch::randn({8, 4}), torch::randn({4, 8})));        // no batch
   EXPECT_THROW(onednn_linear(x.to(torch::kDouble), w.to(torch::kDouble), at::Tensor()), std::invalid_argument);
-  EXPECT_THROW(onednn_matmul(torch::randn({8, 4}), torch::randn({4, 8}), 1), std::invalid_argument);
+  EXPECT_THROW(onednn_matmul(torch::randn({8, 4}), torch::randn({4, 8})), std::invalid_argument);
   // With autograd recording, LibTorch's products: the results have graphs and gradients reach the weight.
   const auto weight = w.clone().requires_grad_(true);
   EXPECT_FALSE(onednn_linear_applies(x, weight, b));

@@ -71,8 +71,8 @@ at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& weight, const at
 bool onednn_matmul_applies(const at::Tensor& a, const at::Tensor& b);
 
 // at::matmul(a, b) for inputs onednn_matmul_applies to (else throws): one sgemm per matrix of the leading
-// dimensions, the matrices shared between up to `threads` OpenMP threads (each product on one thread, so results do
-// not depend on the thread count).
-at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b, int threads);
+// dimensions, the matrices shared between up to product_threads' OpenMP threads (each product on one thread, so
+// results do not depend on the thread count).
+at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b);
 
 }  // namespace fitsum::model
