@@ -1,16 +1,22 @@
 // Implements tools/fitsum/progress.h.
 #include "progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace fitsum::cli {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The line drawn last on the terminal, the one a newline or an erase acts on: every line redraws over the previous
+// one (the training bar and an evaluation's share the terminal's last row).
+ProgressLine* g_on_terminal = nullptr;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -20,6 +26,45 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
 
 ProgressLine::ProgressLine(bool enabled, std::FILE* out)
     : enabled_(enabled), terminal_(::isatty(::fileno(out)) != 0), out_(out), start_(Clock::now()) {}
+
+ProgressLine::~ProgressLine() {
+  if (g_on_terminal != this) return;
+  g_on_terminal = nullptr;
+  std::fputc('\n', out_);
+  std::fflush(out_);
+}
+
+std::size_t ProgressLine::terminal_columns() const {
+  struct winsize size {};
+  if (::ioctl(::fileno(out_), TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* columns = std::getenv("COLUMNS"); columns != nullptr) {
+    char* end = nullptr;
+    const long value = std::strtol(columns, &end, 10);
+    if (end != columns && *end == '\0' && value > 0 && value < 100000) return static_cast<std::size_t>(value);
+  }
+  return 80;
+}
+
+std::string ProgressLine::fit_line(const std::string& label, double fraction, bool with_bar, const std::string& counts,
+                                   const std::string& times, std::size_t columns) {
+  const std::string tail = counts + " " + times;
+  if (with_bar) {
+    char percent[8];
+    std::snprintf(percent, sizeof percent, "%3d%%", static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 100));
+    const std::string head = label + " " + percent;
+    for (int width = 20; width >= 1; --width) {
+      const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * width);
+      std::string line = head + "|" + std::string(filled, '#') + std::string(width - filled, ' ') + "| " + tail;
+      if (columns == 0 || line.size() <= columns) return line;
+    }
+    std::string line = head + " " + tail;
+    if (line.size() > columns) line.resize(columns);
+    return line;
+  }
+  std::string line = label + " " + tail;
+  if (columns != 0 && line.size() > columns) line.resize(columns);
+  return line;
+}
 
 void ProgressLine::start(const std::string& label, std::int64_t total) {
   label_ = label;
@@ -59,35 +104,35 @@ void ProgressLine::show(std::int64_t done, const std::string& detail, bool force
   const double since_draw = seconds_between(last_draw_, now);
   const bool finished = total_ > 0 && done >= total_;
   if (!force && !finished && since_draw < (terminal_ ? 0.2 : 30.0)) return;
-  const std::string counts = label_ + " " + std::to_string(done) + " " + detail;
-  if (!terminal_ && counts == last_counts_) return;
-  last_counts_ = counts;
+  const std::string state = label_ + " " + std::to_string(done) + " " + detail;
+  if (!terminal_ && state == last_counts_) return;
+  last_counts_ = state;
   last_draw_ = now;
   const double elapsed = seconds_between(start_, now);
   const double rate = elapsed > 0 ? static_cast<double>(done - first_done_) / elapsed : 0.0;
   const std::string eta = rate > 0 && total_ > 0 ? clock_text(static_cast<double>(total_ - done) / rate) : "?";
-  std::string bar;
-  if (total_ > 0) {
-    const double fraction = std::clamp(static_cast<double>(done) / static_cast<double>(total_), 0.0, 1.0);
-    const int width = 20;
-    const int filled = static_cast<int>(fraction * width);
-    char percent[8];
-    std::snprintf(percent, sizeof percent, "%3d%%", static_cast<int>(fraction * 100));
-    bar = std::string(percent) + "|" + std::string(filled, '#') + std::string(width - filled, ' ') + "| ";
-  }
   const std::string total = total_ > 0 ? std::to_string(total_) : "?";
-  std::fprintf(out_, "%s%s %s%lld/%s [%s<%s, %s%s%s]%s", terminal_ ? "\r\033[K" : "", label_.c_str(), bar.c_str(),
-               static_cast<long long>(done), total.c_str(), clock_text(elapsed).c_str(), eta.c_str(),
-               rate_text(rate).c_str(), detail.empty() ? "" : ", ", detail.c_str(), terminal_ ? "" : "\n");
+  const std::string counts = std::to_string(done) + "/" + total;
+  const std::string times = "[" + clock_text(elapsed) + "<" + eta + ", " + rate_text(rate) +
+                            (detail.empty() ? "" : ", ") + detail + "]";
+  const double fraction = total_ > 0 ? static_cast<double>(done) / static_cast<double>(total_) : 0.0;
+  // One column short of the terminal's width: a line that reaches the last column wraps on some terminals.
+  const std::size_t columns = terminal_ ? std::max<std::size_t>(terminal_columns(), 2) - 1 : 0;
+  const std::string line = fit_line(label_, fraction, total_ > 0, counts, times, columns);
+  std::fprintf(out_, "%s%s%s", terminal_ ? "\r\033[K" : "", line.c_str(), terminal_ ? "" : "\n");
   std::fflush(out_);
-  drawn_ = terminal_;
+  if (terminal_) g_on_terminal = this;
+}
+
+void clear_progress_line() {
+  if (g_on_terminal != nullptr) g_on_terminal->clear();
 }
 
 void ProgressLine::clear() {
-  if (!drawn_) return;
+  if (g_on_terminal != this) return;
   std::fprintf(out_, "\r\033[K");
   std::fflush(out_);
-  drawn_ = false;
+  g_on_terminal = nullptr;
 }
 
 }  // namespace fitsum::cli

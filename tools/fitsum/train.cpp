@@ -16,6 +16,7 @@
 #include "fitsum/util/threads.h"
 #include "memory_report.h"
 #include "planning.h"
+#include "progress.h"
 #include "runtime_flags.h"
 #include "train_console.h"
 #include "train_flags.h"
@@ -128,6 +129,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
     StopSignals signals;
     result = trainer.train();
   }
+  clear_progress_line();  // a run stopped or ended early leaves its bar drawn
   if (result.interrupted) {
     std::printf("fitsum: stopped by signal %d at step %lld; resume with --resume_from_checkpoint latest\n",
                 result.stop_signal, static_cast<long long>(result.global_step));
