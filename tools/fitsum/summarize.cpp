@@ -1,15 +1,23 @@
 // `fitsum summarize`: one summary per input, from a dataset file (jsonl/json/csv, the text column) or from plain
-// text on stdin, where a blank line separates dialogues. Summaries go to stdout, one per line, in input order.
+// text on stdin, where a blank line separates dialogues. Summaries go to stdout, one per line, in input order, each
+// batch's as soon as it is generated; from stdin a batch is what has arrived (at most per_device_eval_batch_size
+// dialogues), so a dialogue followed by a blank line is summarized while stdin stays open.
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <exception>
 #include <iostream>
-#include <sstream>
+#include <mutex>
+#include <thread>
 
 #include <torch/torch.h>
 
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/io/model_loader.h"
+#include "fitsum/model/seq2seq.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
 #include "generation_flags.h"
@@ -33,32 +41,97 @@ struct SummarizeArgs {
 // dialogue longer than this is read past, not held.
 constexpr std::size_t kMaxDialogueBytes = std::size_t{16} << 20;
 
-// Dialogues on stdin (blocks of lines separated by blank lines), each encoded as soon as it ends: what is held is
-// token ids, at most max_source_length per dialogue, and one dialogue's first kMaxDialogueBytes. Each is encoded with
-// the source prefix before it, as file records are.
-std::vector<data::Example> read_stdin_examples(const tokenizer::Tokenizer& tokenizer,
-                                               const data::DataOptions& options) {
-  const auto max_length = static_cast<std::size_t>(options.max_source_length);
-  std::vector<data::Example> examples;
-  std::string line, current;
-  const auto flush = [&]() {
-    if (current.empty()) return;
-    data::Example e;
-    e.input_ids = tokenizer.encode(options.source_prefix + current, max_length);
-    examples.push_back(std::move(e));
-    current.clear();
-  };
-  while (std::getline(std::cin, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) {
-      flush();
-    } else if (current.size() < kMaxDialogueBytes) {
-      if (!current.empty()) current += '\n';
-      current.append(line, 0, kMaxDialogueBytes - std::min(kMaxDialogueBytes, current.size()));
-    }
+// Dialogues read from stdin on a thread of their own, handed to the summarizing thread as soon as each one ends (at a
+// blank line or the end of input): what is held is token ids, at most max_source_length per dialogue, at most
+// `capacity` dialogues waiting (the reader waits while the model is busy), and one dialogue's first
+// kMaxDialogueBytes of text. Each is encoded with the source prefix before it, as file records are.
+class StdinDialogues {
+ public:
+  StdinDialogues(std::shared_ptr<const tokenizer::Tokenizer> tokenizer, const data::DataOptions& options,
+                 std::size_t capacity)
+      : queue_(std::make_shared<Queue>()) {
+    queue_->capacity = capacity;
+    // Detached: the reader ends only at the end of stdin, and a command that stops early (an error) must not wait
+    // for it. It owns what it uses (the queue, the tokenizer, the options), so it may outlive this object.
+    std::thread([queue = queue_, tokenizer = std::move(tokenizer), options] { read_all(*queue, *tokenizer, options); })
+        .detach();
   }
-  flush();
-  return examples;
+
+  // Waits for at least one dialogue and takes up to `max` of those that have arrived, without waiting for more;
+  // empty at the end of input. Rethrows what stopped the reader.
+  std::vector<data::Example> take(std::size_t max) {
+    std::unique_lock<std::mutex> lock(queue_->mutex);
+    queue_->ready.wait(lock, [this] { return !queue_->waiting.empty() || queue_->ended; });
+    std::vector<data::Example> taken;
+    while (!queue_->waiting.empty() && taken.size() < max) {
+      taken.push_back(std::move(queue_->waiting.front()));
+      queue_->waiting.pop_front();
+    }
+    if (taken.empty() && queue_->error) std::rethrow_exception(queue_->error);
+    queue_->space.notify_all();
+    return taken;
+  }
+
+ private:
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable ready, space;
+    std::deque<data::Example> waiting;
+    std::size_t capacity = 1;
+    bool ended = false;
+    std::exception_ptr error;
+  };
+
+  static void read_all(Queue& queue, const tokenizer::Tokenizer& tokenizer, const data::DataOptions& options) {
+    const auto hand_over = [&](std::string& text) {
+      if (text.empty()) return;
+      data::Example e;
+      e.input_ids = tokenizer.encode(options.source_prefix + text, static_cast<std::size_t>(options.max_source_length));
+      text.clear();
+      std::unique_lock<std::mutex> lock(queue.mutex);
+      queue.space.wait(lock, [&] { return queue.waiting.size() < queue.capacity; });
+      queue.waiting.push_back(std::move(e));
+      queue.ready.notify_all();
+    };
+    try {
+      std::string line, current;
+      while (std::getline(std::cin, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.find_first_not_of(" \t") == std::string::npos) {
+          hand_over(current);
+        } else if (current.size() < kMaxDialogueBytes) {
+          if (!current.empty()) current += '\n';
+          current.append(line, 0, kMaxDialogueBytes - std::min(kMaxDialogueBytes, current.size()));
+        }
+      }
+      hand_over(current);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(queue.mutex);
+      queue.error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    queue.ended = true;
+    queue.ready.notify_all();
+  }
+
+  std::shared_ptr<Queue> queue_;
+};
+
+// Summarizes `examples` and prints one line each, in order, flushed: a reader of stdout sees each batch's summaries
+// as soon as they exist.
+std::size_t print_summaries(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
+                            const tokenizer::Tokenizer& tokenizer, const train::EvaluationOptions& options,
+                            const c10::Device& device) {
+  const auto result = train::evaluate_model(model, examples, &tokenizer, options, device);
+  for (const auto& p : result.predictions) {
+    std::string line = p.summary;
+    for (auto& c : line) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  std::fflush(stdout);
+  return result.predictions.size();
 }
 
 void run_summarize(SummarizeArgs a) {
@@ -73,7 +146,7 @@ void run_summarize(SummarizeArgs a) {
     throw std::invalid_argument("'" + a.model_dir + "' has no " + tokenizer::kTokenizerFiles +
                                 ": pass --tokenizer_name DIR");
   }
-  const auto tokenizer_owner = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_owner = tokenizer::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
@@ -83,13 +156,6 @@ void run_summarize(SummarizeArgs a) {
   }
   a.data.validate();
 
-  std::vector<data::Example> examples;
-  if (!a.input_file.empty()) {
-    examples = data::read_examples(a.input_file, tokenizer, a.data);
-    for (auto& e : examples) e.labels.reset();  // summaries only
-  } else {
-    examples = read_stdin_examples(tokenizer, a.data);
-  }
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = false;
@@ -97,15 +163,27 @@ void run_summarize(SummarizeArgs a) {
   a.generation.apply(options.generation);
   options.generation.validate_for(model.config());
   options.collator.pad_token_id = model.config().pad_token_id;
-  const auto result = train::evaluate_model(model, examples, &tokenizer, options, runtime.device);
-  for (const auto& p : result.predictions) {
-    std::string line = p.summary;
-    for (auto& c : line) {
-      if (c == '\n' || c == '\r') c = ' ';
+  const auto batch = static_cast<std::size_t>(a.batch_size);
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t printed = 0;
+  if (!a.input_file.empty()) {
+    auto examples = data::read_examples(a.input_file, tokenizer, a.data);
+    for (std::size_t first = 0; first < examples.size(); first += batch) {
+      std::vector<data::Example> part;
+      for (std::size_t i = first; i < std::min(examples.size(), first + batch); ++i) {
+        part.push_back(std::move(examples[i]));
+        part.back().labels.reset();  // summaries only
+      }
+      printed += print_summaries(model, part, tokenizer, options, runtime.device);
     }
-    std::printf("%s\n", line.c_str());
+  } else {
+    StdinDialogues dialogues(tokenizer_owner, a.data, 4 * batch);
+    for (auto part = dialogues.take(batch); !part.empty(); part = dialogues.take(batch)) {
+      printed += print_summaries(model, part, tokenizer, options, runtime.device);
+    }
   }
-  std::fprintf(stderr, "fitsum: %zu summaries in %.2f s\n", result.predictions.size(), result.runtime_seconds);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "fitsum: %zu summaries in %.2f s\n", printed, seconds);
 }
 
 }  // namespace
