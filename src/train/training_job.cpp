@@ -122,6 +122,7 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
   job.data.validate();
   if (!m.loaded.tokenizer_dir.empty()) {
     m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
+    job.data.validate_for(*m.tokenizer);  // before the data is read
   }
   return m;
 }
