@@ -58,7 +58,7 @@ def main():
     write("config", "pegasus_with_generation", pegasus + b"\0" + generation)
     write("config", "odd_pegasus", odd)
     write("config", "overrides", "dropout=0.0,attention_dropout=0.0,embedding_padding_idx=none")
-    # records: first byte 0 jsonl, 1 json, 2 csv
+    # records: first byte 0 jsonl, 1 json, 2 csv; plus 3, 4, 5 for the same formats gzip-compressed by the target
     records = samsum("validation", 3)
     write("records", "jsonl", b"\0" + "".join(json.dumps(r) + "\n" for r in records).encode())
     write("records", "json_array", b"\1" + json.dumps(records).encode())
@@ -66,6 +66,8 @@ def main():
     csv = "id,dialogue,summary\r\n" + "".join(
         '%s,"%s","%s"\r\n' % (r["id"], r["dialogue"].replace('"', '""'), r["summary"].replace('"', '""')) for r in records)
     write("records", "csv", b"\2" + csv.encode())
+    write("records", "jsonl_gzip", b"\3" + "".join(json.dumps(r) + "\n" for r in records).encode())
+    write("records", "csv_gzip", b"\5" + csv.encode())
     write("records", "pretokenized", b"\0" + b'{"input_ids": [5, 6, 1], "attention_mask": [1, 1, 1], "labels": [7, -100]}\n'
           b'{"input_ids": "[8, 1]"}\n')
     # tokenizer: 2 bytes of max_length, then text

@@ -12,6 +12,7 @@ packages=(
   libdnnl-dev             # oneDNN's sgemm for evaluation's many-row products (the library Debian's LibTorch links)
   libsentencepiece-dev
   libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer
+  zlib1g-dev              # gzip-compressed data files (x.jsonl.gz), inflated as they are read
   nlohmann-json3-dev
   libcli11-dev
   libgtest-dev

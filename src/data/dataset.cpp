@@ -161,6 +161,25 @@ void DataOptions::validate() const {
   }
 }
 
+void DataOptions::validate_for(const tokenizer::Tokenizer& tokenizer) const {
+  validate();
+  const auto template_ids = tokenizer.encode("");
+  const auto special = static_cast<std::int64_t>(template_ids.size());
+  std::string names;
+  for (const auto id : template_ids) names += (names.empty() ? "" : " ") + tokenizer.id_to_token(id);
+  const auto check = [&](std::int64_t length, const char* flag, const char* what) {
+    if (length >= special) return;
+    const std::string least = std::to_string(special);
+    throw std::invalid_argument(std::string(flag) + " " + std::to_string(length) + " is below the " + least +
+                                " special tokens " + std::string(tokenizer.name()) + " puts around every " + what +
+                                " (" + names + "); Hugging Face's tokenizers then leave it untruncated, so the run " +
+                                "could not honour the flag: use " + flag + " " + least + " or more (" + least +
+                                " keeps " + names + " alone)");
+  };
+  check(max_source_length, "max_source_length", "text");
+  check(max_target_length, "max_target_length", "summary");
+}
+
 std::vector<std::string> clamp_lengths_to_model(DataOptions& options, std::int64_t max_position_embeddings) {
   std::vector<std::string> warnings;
   const auto clamp = [&](std::int64_t& length, const char* flag) {
@@ -230,6 +249,7 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
                                 "max_target_length");
     }
     counts.pretokenized = 1;
+    example.pretokenized = true;
   } else {
     const std::string& text = context.text(options.text_column, "text_column");
     if (tokenizer == nullptr) {
@@ -242,16 +262,19 @@ Example make_example(const Record& record, const fs::path& file, const tokenizer
     example.input_ids =
         tokenizer->encode(options.source_prefix + text, static_cast<std::size_t>(options.max_source_length), &cut);
     check_ids_fit_the_model(context, options.text_column, example.input_ids, *tokenizer, vocab_size);
-    // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix.
-    const bool empty = options.source_prefix.empty() ? tokenizer->is_empty_text(example.input_ids)
+    // Empty is judged on the text itself, as run_summarization.py filters before adding the prefix: a text that
+    // was cut is not empty, though max_source_length 1 leaves it the ids of an empty one.
+    const bool empty = options.source_prefix.empty() ? !cut && tokenizer->is_empty_text(example.input_ids)
                                                      : text.find_first_not_of(" \t\r\n") == std::string::npos;
     counts.empty_text = empty ? 1 : 0;
     counts.truncated_sources = cut ? 1 : 0;
+    example.empty_text_or_summary = empty;
     if (record.fields.contains(options.summary_column)) {
       const std::string& summary = context.text(options.summary_column, "summary_column");
       example.labels = tokenizer->encode(summary, static_cast<std::size_t>(options.max_target_length), &cut);
       check_ids_fit_the_model(context, options.summary_column, *example.labels, *tokenizer, vocab_size);
       counts.truncated_targets = cut ? 1 : 0;
+      example.empty_text_or_summary = empty || (!cut && tokenizer->is_empty_text(*example.labels));
     }
   }
   if (stats != nullptr) {
@@ -270,7 +293,11 @@ ExampleReader::ExampleReader(const fs::path& file, const tokenizer::Tokenizer& t
 ExampleReader::ExampleReader(const fs::path& file, const tokenizer::Tokenizer* tokenizer, std::int64_t vocab_size,
                              const DataOptions& options, std::optional<std::int64_t> max_samples)
     : records_(file), tokenizer_(tokenizer), vocab_size_(vocab_size), options_(options), max_samples_(max_samples) {
-  options_.validate();
+  if (tokenizer_ != nullptr) {
+    options_.validate_for(*tokenizer_);
+  } else {
+    options_.validate();
+  }
 }
 
 bool ExampleReader::next(Example& example) {
@@ -355,6 +382,7 @@ std::size_t drop_empty_examples(std::vector<Example>& examples, const std::vecto
   const std::size_t before = examples.size();
   examples.erase(std::remove_if(examples.begin(), examples.end(),
                                 [&](const Example& example) {
+                                  if (!example.pretokenized) return example.empty_text_or_summary;
                                   return example.input_ids == empty_text_ids ||
                                          (example.labels && *example.labels == empty_text_ids);
                                 }),

@@ -1,12 +1,14 @@
-// Implements include/fitsum/data/records.h: a buffered character stream that counts lines, and three sources on
-// top of it (JSON Lines, a streamed JSON array, RFC 4180 csv). Each reads one record per call.
+// Implements include/fitsum/data/records.h: three sources (JSON Lines, a streamed JSON array, RFC 4180 csv) on top of
+// util::DataFileStream, the file's text (plain or inflated) counting lines. Each reads one record per call.
 #include "fitsum/data/records.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 
+#include "fitsum/util/data_file_stream.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/utf8.h"
 
 namespace fitsum::data {
 
@@ -18,11 +20,15 @@ class RecordReader::Source {
 
 namespace {
 
+// The extension that names the format: x.jsonl.gz is jsonl (compression is recognized by the content).
 std::string lowercase_extension(const fs::path& file) {
-  std::string extension = file.extension().string();
-  std::transform(extension.begin(), extension.end(), extension.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return extension;
+  const auto lower = [](std::string text) {
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return text;
+  };
+  const std::string extension = lower(file.extension().string());
+  return extension == ".gz" ? lower(file.stem().extension().string()) : extension;
 }
 
 std::string where(const fs::path& file, std::size_t line) { return file.string() + ":" + std::to_string(line); }
@@ -38,88 +44,26 @@ std::string too_long(const fs::path& file, std::size_t line) {
          " bytes; split or shorten it (or pass --skip_bad_records)";
 }
 
-// Reads a regular file in 1 MiB blocks and hands out characters and lines, counting lines ('\n').
-class CharStream {
- public:
-  explicit CharStream(const fs::path& file) : file_(file, "the data file"), buffer_(1 << 20) {
-    // A UTF-8 byte order mark (as some Windows tools write) is not part of the data.
-    if (peek() == 0xEF) {
-      const std::size_t saved = position_;
-      if (get() == 0xEF && get() == 0xBB && get() == 0xBF) {
-        return;
-      }
-      position_ = saved;
-    }
-  }
+using util::DataFileStream;
 
-  static constexpr int kEnd = -1;
+// Hugging Face `datasets` decodes every data file as UTF-8 (pandas for csv, pyarrow or Python's json for json) and
+// fails at the first invalid byte. Here that record is a BadRecord naming the line of the byte (`text` starts at
+// `line`) and what holds it (`part`: "field 'x': ", "the header: "), for every format, before any tokenizer sees it.
+std::string invalid_utf8(std::string_view text, const fs::path& file, std::size_t line, const std::string& part) {
+  const std::size_t bad = util::find_invalid_utf8(text);
+  if (bad == std::string_view::npos) return "";
+  const auto lines_before = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n');
+  static const char* hex = "0123456789abcdef";
+  const auto byte = static_cast<unsigned char>(text[bad]);
+  return where(file, line + static_cast<std::size_t>(lines_before)) + ": " + part + "not valid UTF-8 (byte 0x" +
+         hex[byte >> 4] + hex[byte & 15] +
+         "); data files are read as UTF-8 text, as Hugging Face datasets reads them: convert the file (e.g. iconv "
+         "-f latin1 -t utf-8)";
+}
 
-  int peek() {
-    if (position_ == size_ && !fill()) {
-      return kEnd;
-    }
-    return static_cast<unsigned char>(buffer_[position_]);
-  }
-
-  int get() {
-    const int c = peek();
-    if (c != kEnd) {
-      ++position_;
-      if (c == '\n') {
-        ++line_;
-      }
-    }
-    return c;
-  }
-
-  // The rest of the current line without its '\n'; false at the end of the file. A line longer than `max` bytes
-  // is consumed whole but not kept: `overlong` says so.
-  bool read_line(std::string& line, std::size_t max, bool& overlong) {
-    line.clear();
-    overlong = false;
-    if (peek() == kEnd) return false;
-    for (;;) {
-      if (position_ == size_ && !fill()) return true;
-      const char* begin = buffer_.data() + position_;
-      const void* newline = std::memchr(begin, '\n', size_ - position_);
-      const std::size_t length = newline ? static_cast<const char*>(newline) - begin : size_ - position_;
-      if (!overlong && line.size() + length <= max) {
-        line.append(begin, length);
-      } else if (!overlong) {
-        overlong = true;
-        line.clear();
-      }
-      position_ += length;
-      if (newline) {
-        ++position_;
-        ++line_;
-        return true;
-      }
-    }
-  }
-
-  void skip_whitespace() {
-    for (int c = peek(); c == ' ' || c == '\t' || c == '\n' || c == '\r'; c = peek()) {
-      get();
-    }
-  }
-
-  std::size_t line() const { return line_; }
-  const fs::path& file() const { return file_.path(); }
-
- private:
-  bool fill() {
-    size_ = file_.read_some(buffer_.data(), buffer_.size());
-    position_ = 0;
-    return size_ > 0;
-  }
-
-  util::ReadableFile file_;
-  std::vector<char> buffer_;
-  std::size_t position_ = 0;
-  std::size_t size_ = 0;
-  std::size_t line_ = 1;
-};
+void require_utf8(std::string_view text, const fs::path& file, std::size_t line, const std::string& part = "") {
+  if (auto message = invalid_utf8(text, file, line, part); !message.empty()) throw BadRecord(message);
+}
 
 // Parses one record's text; anything but a JSON object is a BadRecord.
 nlohmann::json parse_record(const std::string& text, const fs::path& file, std::size_t line) {
@@ -138,7 +82,7 @@ nlohmann::json parse_record(const std::string& text, const fs::path& file, std::
 
 class JsonLinesSource : public RecordReader::Source {
  public:
-  explicit JsonLinesSource(const fs::path& file) : stream_(file) {}
+  explicit JsonLinesSource(const fs::path& file) : stream_(file, "the data file") {}
 
   bool next(Record& record) override {
     std::string line;
@@ -155,20 +99,21 @@ class JsonLinesSource : public RecordReader::Source {
         continue;
       }
       record.line = number;
+      require_utf8(line, stream_.file(), number);
       record.fields = parse_record(line, stream_.file(), number);
       return true;
     }
   }
 
  private:
-  CharStream stream_;
+  DataFileStream stream_;
 };
 
 // Streams the elements of a top-level JSON array (or of the "data" array of a top-level object): each element's
 // text is cut out by matching brackets outside strings and parsed on its own.
 class JsonArraySource : public RecordReader::Source {
  public:
-  explicit JsonArraySource(const fs::path& file) : stream_(file) {}
+  explicit JsonArraySource(const fs::path& file) : stream_(file, "the data file") {}
 
   // Positions the stream at the first record. False when the file is not an array or a {"data": [...]} object
   // but a sequence of objects, i.e. JSON Lines under a .json name.
@@ -190,7 +135,7 @@ class JsonArraySource : public RecordReader::Source {
       if (stream_.peek() == '}') {
         stream_.get();
         stream_.skip_whitespace();
-        if (stream_.peek() != CharStream::kEnd) {
+        if (stream_.peek() != DataFileStream::kEnd) {
           return false;  // another value follows: JSON Lines
         }
         throw std::runtime_error(stream_.file().string() +
@@ -248,6 +193,7 @@ class JsonArraySource : public RecordReader::Source {
     if (!capture_value(&text, kMaxRecordBytes)) {
       throw BadRecord(too_long(stream_.file(), record.line));
     }
+    require_utf8(text, stream_.file(), record.line);
     record.fields = parse_record(text, stream_.file(), record.line);
     return true;
   }
@@ -275,7 +221,7 @@ class JsonArraySource : public RecordReader::Source {
     };
     for (;;) {
       const int c = stream_.peek();
-      if (c == CharStream::kEnd) {
+      if (c == DataFileStream::kEnd) {
         if (scalar && depth == 0 && length > 0) {
           break;
         }
@@ -290,7 +236,7 @@ class JsonArraySource : public RecordReader::Source {
       if (in_string) {
         if (c == '\\') {
           const int escaped = stream_.get();
-          if (escaped != CharStream::kEnd) {
+          if (escaped != DataFileStream::kEnd) {
             keep(escaped);
           }
         } else if (c == '"') {
@@ -310,7 +256,7 @@ class JsonArraySource : public RecordReader::Source {
     return text == nullptr || length <= limit;
   }
 
-  CharStream stream_;
+  DataFileStream stream_;
   bool after_record_ = false;
   bool done_ = false;
 };
@@ -319,7 +265,7 @@ class JsonArraySource : public RecordReader::Source {
 // doubled quotes. The first record is the header. Blank lines are skipped.
 class CsvSource : public RecordReader::Source {
  public:
-  explicit CsvSource(const fs::path& file) : stream_(file) {
+  explicit CsvSource(const fs::path& file) : stream_(file, "the data file") {
     std::vector<std::string> header;
     std::size_t line = 0;
     std::size_t fields = 0;
@@ -331,6 +277,9 @@ class CsvSource : public RecordReader::Source {
                                " columns (or is longer than " + std::to_string(kMaxRecordBytes) + " bytes)");
     }
     for (std::size_t i = 0; i < header.size(); ++i) {
+      if (auto message = invalid_utf8(header[i], file, line, "the header: "); !message.empty()) {
+        throw std::runtime_error(message);
+      }
       if (std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(i), header[i]) !=
           header.begin() + static_cast<std::ptrdiff_t>(i)) {
         throw std::runtime_error(where(file, line) + ": the header names column '" + header[i] + "' twice");
@@ -353,6 +302,11 @@ class CsvSource : public RecordReader::Source {
                       " fields, the header " + std::to_string(columns_.size()) +
                       " (an unquoted comma or line break inside a field?)");
     }
+    std::size_t line = record.line;  // where each cell starts: quoted cells may hold line breaks
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      require_utf8(cells[i], stream_.file(), line, "field '" + columns_[i] + "': ");
+      line += static_cast<std::size_t>(std::count(cells[i].begin(), cells[i].end(), '\n'));
+    }
     record.fields = nlohmann::json::object();
     for (std::size_t i = 0; i < cells.size(); ++i) {
       record.fields[columns_[i]] = std::move(cells[i]);
@@ -368,7 +322,7 @@ class CsvSource : public RecordReader::Source {
     for (int c = stream_.peek(); c == '\n' || c == '\r'; c = stream_.peek()) {
       stream_.get();
     }
-    if (stream_.peek() == CharStream::kEnd) {
+    if (stream_.peek() == DataFileStream::kEnd) {
       return false;
     }
     line = stream_.line();
@@ -387,7 +341,7 @@ class CsvSource : public RecordReader::Source {
     bool quoted = false;
     for (;;) {
       const int c = stream_.get();
-      if (c == CharStream::kEnd) {
+      if (c == DataFileStream::kEnd) {
         if (quoted) {
           throw BadRecord(where(stream_.file(), line) + ": a quoted field is never closed before the end of the file");
         }
@@ -422,7 +376,7 @@ class CsvSource : public RecordReader::Source {
     }
   }
 
-  CharStream stream_;
+  DataFileStream stream_;
   std::vector<std::string> columns_;
 };
 
@@ -440,7 +394,8 @@ FileFormat format_of(const fs::path& file) {
     return FileFormat::kCsv;
   }
   throw std::invalid_argument("cannot tell the format of '" + file.string() +
-                              "' from its extension: use .jsonl, .json or .csv");
+                              "' from its extension: use .jsonl, .json or .csv (each also gzip-compressed, e.g. "
+                              ".jsonl.gz)");
 }
 
 const char* to_string(FileFormat format) {
@@ -456,7 +411,7 @@ const char* to_string(FileFormat format) {
 }
 
 RecordReader::RecordReader(const fs::path& file) : file_(file), format_(format_of(file)) {
-  util::require_regular_file(file, "the data file");  // also checked on the opened file, by CharStream
+  util::require_regular_file(file, "the data file");  // also checked on the opened file, by DataFileStream
   switch (format_) {
     case FileFormat::kJsonLines:
       source_ = std::make_unique<JsonLinesSource>(file);

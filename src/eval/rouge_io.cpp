@@ -1,9 +1,12 @@
 // Implements include/fitsum/eval/rouge_io.h.
 #include "fitsum/eval/rouge_io.h"
 
+#include <cstdint>
 #include <stdexcept>
 
+#include "fitsum/util/data_file_stream.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/utf8.h"
 
 namespace fitsum::eval {
 
@@ -34,21 +37,32 @@ std::string text_field(const nlohmann::json& record, const std::string& field, c
 }  // namespace
 
 std::vector<SummaryPair> read_summary_pairs(const std::filesystem::path& path, const SummaryFields& fields) {
-  const std::string text = util::read_file(path);
+  util::DataFileStream stream(path, "the file");  // plain or gzip, a line at a time
   std::vector<SummaryPair> pairs;
-  std::size_t line_number = 0;
-  for (std::size_t start = 0; start < text.size();) {
-    std::size_t end = text.find('\n', start);
-    if (end == std::string::npos) {
-      end = text.size();
+  std::string line;
+  bool overlong = false;
+  std::uint64_t text_bytes = 0;  // bounded as a whole-file read is, whether the file is compressed or not
+  for (std::size_t line_number = stream.line(); stream.read_line(line, util::kMaxJsonFileBytes, overlong);
+       line_number = stream.line()) {
+    const std::string where = "'" + path.string() + "' line " + std::to_string(line_number);
+    text_bytes += line.size() + 1;
+    if (text_bytes > util::kMaxReadFileBytes) {
+      throw std::runtime_error("cannot read '" + path.string() + "': its text is longer than the " +
+                               std::to_string(util::kMaxReadFileBytes) +
+                               "-byte limit for this kind of file; check that it is the file you meant");
     }
-    const std::string_view line(text.data() + start, end - start);
-    start = end + 1;
-    ++line_number;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
+    if (overlong) {
+      throw std::runtime_error(where + " is longer than " + std::to_string(util::kMaxJsonFileBytes) +
+                               " bytes; one prediction and reference per line expected");
+    }
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;
     }
-    const std::string where = "'" + path.string() + "' line " + std::to_string(line_number);
+    if (const auto bad = util::find_invalid_utf8(line); bad != std::string::npos) {
+      throw std::runtime_error(where + " is not valid UTF-8 (byte " + std::to_string(bad) +
+                               " of the line); the file is read as UTF-8 text, as Hugging Face datasets reads it: "
+                               "convert it (e.g. iconv -f latin1 -t utf-8)");
+    }
     nlohmann::json record;
     try {
       record = util::parse_json(line, where);

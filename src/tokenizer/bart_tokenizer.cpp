@@ -112,7 +112,8 @@ std::vector<TokenId> BartTokenizer::encode(std::string_view text, std::optional<
                                            bool* truncated) const {
   if (max_length && *max_length < 2) {
     throw std::invalid_argument("a maximum length of " + std::to_string(*max_length) +
-                                " leaves no room for BART's <s> and </s>; use at least 2");
+                                " is below BART's 2 special tokens (<s> </s>), which Hugging Face's tokenizers then "
+                                "leave untruncated; use at least 2 (2 keeps <s> </s> alone)");
   }
   // Checked over the whole text here, not only where words are merged: with max_length the words past the kept ids
   // are never looked at, and a text is refused or not whatever the length asked for.

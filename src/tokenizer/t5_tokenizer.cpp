@@ -58,9 +58,8 @@ T5Tokenizer::T5Tokenizer(const fs::path& spiece_model, int extra_ids) : model_(s
 
 std::vector<TokenId> T5Tokenizer::encode(std::string_view text, std::optional<std::size_t> max_length,
                                          bool* truncated) const {
-  if (max_length && *max_length < 2) {
-    throw std::invalid_argument("a maximum length of " + std::to_string(*max_length) +
-                                " leaves no room for T5's text and </s>; use at least 2");
+  if (max_length && *max_length < 1) {
+    throw std::invalid_argument("a maximum length of 0 leaves no room for </s>; use at least 1");
   }
   std::vector<TokenId> ids;
   for (const auto& chunk : added_.split(text)) {
@@ -70,7 +69,8 @@ std::vector<TokenId> T5Tokenizer::encode(std::string_view text, std::optional<st
       model_.encode(chunk.text, ids);
     }
   }
-  // truncate_sequences counts the one </s> the template adds, then build_inputs adds it unless already last.
+  // truncate_sequences counts the one </s> the template adds, then build_inputs adds it unless already last. With
+  // max_length 1 no text is left, only </s>, as the fast tokenizer's truncation leaves it.
   const bool cut = max_length && ids.size() + 1 > *max_length;
   if (truncated) *truncated = cut;
   if (cut) ids.resize(*max_length - 1);

@@ -2,14 +2,22 @@
 // hosts the store) and ProcessGroupGloo.
 #include "fitsum/train/distributed.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -180,6 +188,170 @@ struct ProcessGroup::State {
 ProcessGroup::ProcessGroup(std::unique_ptr<State> state) : state_(std::move(state)) {}
 ProcessGroup::~ProcessGroup() = default;
 
+namespace {
+
+// c10d reports socket trouble through c10's logger (glog in Debian's LibTorch), straight to stderr ("E1205 ...
+// socket.cpp:860] [c10d] The client socket has timed out ..."), beside the one line fitsum prints about the same
+// trouble. c10's level is raised above errors while the processes connect (c10d's log macros check it), unless
+// TORCH_CPP_LOG_LEVEL asks for c10's log; fitsum's own errors do not go through it.
+class QuietC10Log {
+ public:
+  QuietC10Log() : quiet_(std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) {
+    if (!quiet_) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (active_++ == 0) {  // several ranks may connect at once as threads of one process (the tests)
+      saved_ = FLAGS_caffe2_log_level;
+      FLAGS_caffe2_log_level = kFatal;
+    }
+  }
+  // After a failed rendezvous c10's log stays quiet: a connection still under way may report its end later.
+  void restore() const {
+    if (!quiet_) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (--active_ == 0) FLAGS_caffe2_log_level = saved_;
+  }
+
+ private:
+  static constexpr int kFatal = 3;
+  static inline std::mutex mutex_;
+  static inline int active_ = 0;
+  static inline int saved_ = 0;
+  bool quiet_;
+};
+
+// Where a rendezvous is, shared by the thread that connects and the one that waits for it with the deadline.
+struct Rendezvous {
+  enum class Stage { store, joining, group };
+  std::atomic<Stage> stage{Stage::store};
+  std::atomic<int> joined{0};  // processes that joined the store, once this process joined (0 before)
+  std::promise<c10::intrusive_ptr<Collectives>> result;
+};
+
+// The rendezvous itself took longer than the deadline: names the processes that never arrived.
+class PeersMissing : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+std::string joined_key(int rank) { return "fitsum/joined/" + std::to_string(rank); }
+
+// Up to 8 ranks that have not joined, as "rank 1" or "ranks 1, 2, 5 and more".
+std::string missing_ranks(c10d::Store& store, int world_size) {
+  std::vector<int> missing;
+  for (int r = 0; r < world_size && missing.size() < 8 && r < 4096; ++r) {
+    if (!store.check({joined_key(r)})) missing.push_back(r);
+  }
+  if (missing.empty()) return "no rank";
+  std::string text = missing.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < missing.size(); ++i) text += (i == 0 ? "" : ", ") + std::to_string(missing[i]);
+  return missing.size() == 8 ? text + " and more" : text;
+}
+
+// Every process marks itself joined and waits until all have (c10d's TCPStore waits on rank 0 only, and past its
+// timeout goes on into the process group's own wait): throws PeersMissing at `deadline`.
+void wait_for_every_process(c10d::Store& store, const LaunchEnvironment& env,
+                            std::chrono::steady_clock::time_point deadline, Rendezvous& rendezvous) {
+  store.set(joined_key(env.rank), std::vector<std::uint8_t>{1});
+  auto joined = store.add("fitsum/joined", 1);
+  for (;;) {
+    rendezvous.joined = static_cast<int>(joined);
+    if (joined >= env.world_size) return;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw PeersMissing(missing_ranks(store, env.world_size) + " never arrived (" + std::to_string(joined) + " of " +
+                         std::to_string(env.world_size) + " processes joined)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    joined = store.add("fitsum/joined", 0);
+  }
+}
+
+c10::intrusive_ptr<Collectives> make_group(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnvironment& env,
+                                           const std::string& backend, std::chrono::seconds timeout,
+                                           const c10::Device& device) {
+#ifdef FITSUM_WITH_NCCL
+  if (backend == "nccl") {
+    auto nccl = c10d::ProcessGroupNCCL::Options::create();
+    nccl->timeout = timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, nccl);
+  }
+#endif
+  auto gloo = c10d::ProcessGroupGloo::Options::create();
+  gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  gloo->timeout = timeout;
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo);
+}
+
+// The connecting thread: the store (rank 0 hosts it unless torchrun's agent does), every process joined, the group.
+void rendezvous_thread(const std::shared_ptr<Rendezvous>& rendezvous, const LaunchEnvironment& env,
+                       const std::string& backend, std::chrono::seconds timeout, const c10::Device& device,
+                       std::chrono::steady_clock::time_point deadline) {
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(env.master_port);
+    options.isServer = env.rank == 0 && !env.agent_store;
+    options.numWorkers = env.world_size;
+    options.waitWorkers = false;  // wait_for_every_process waits, within the deadline, and says for whom
+    options.timeout = timeout;
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    if (env.agent_store) {
+      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+    }
+    rendezvous->stage = Rendezvous::Stage::joining;
+    wait_for_every_process(*store, env, deadline, *rendezvous);
+    rendezvous->stage = Rendezvous::Stage::group;
+    rendezvous->result.set_value(make_group(store, env, backend, timeout, device));
+  } catch (...) {
+    rendezvous->result.set_exception(std::current_exception());
+  }
+}
+
+bool port_in_use(const std::string& message) {
+  std::string lower = message;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  return lower.find("address already in use") != std::string::npos || lower.find("eaddrinuse") != std::string::npos;
+}
+
+// The one line for a rendezvous that failed or did not end by its deadline (`error` empty then).
+std::string rendezvous_failure(const LaunchEnvironment& env, const Rendezvous& rendezvous, std::chrono::seconds timeout,
+                               double elapsed, std::string error, bool peers_missing) {
+  while (!error.empty() && (error.back() == '.' || error.back() == ' ')) error.pop_back();  // a clause of ours follows
+  const std::string who = "rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size);
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string seconds = std::to_string(timeout.count()) + " s";
+  const std::string same = "the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE=" + std::to_string(env.world_size);
+  if (port_in_use(error)) {
+    return who + " cannot host the rendezvous at " + where + ": port " + std::to_string(env.master_port) +
+           " is in use (another program, or another job's rank 0, listens there); choose a free port with "
+           "MASTER_PORT, the same for every process (fitsum train --nproc_per_node picks one itself)";
+  }
+  if (peers_missing) {
+    return who + " waited " + seconds + " (ddp_timeout) at the rendezvous " + where + ": " + error +
+           "; start every process of the job with " + same + ", or raise --ddp_timeout";
+  }
+  if (rendezvous.stage == Rendezvous::Stage::store) {
+    return who + " could not reach the rendezvous at " + where + " within " + seconds + " (ddp_timeout): " +
+           (error.empty() ? "nothing accepted a connection there" : error) + "; start rank 0 with " + same +
+           " (rank 0 hosts it), or raise --ddp_timeout";
+  }
+  if (rendezvous.stage == Rendezvous::Stage::joining && rendezvous.joined == 0) {
+    return who + " connected to " + where + ", but nothing answered there as a rendezvous within " + seconds +
+           " (ddp_timeout)" + (error.empty() ? "" : " (" + error + ")") +
+           ": the port belongs to another program, not to rank 0's rendezvous; check MASTER_ADDR and MASTER_PORT";
+  }
+  if (error.empty()) {
+    return who + " joined the rendezvous at " + where + " with the other " + std::to_string(env.world_size - 1) +
+           " processes, but their connections to each other were not made within " + seconds +
+           " (ddp_timeout): a process that stopped, or a firewall between the machines; raise --ddp_timeout or check "
+           "the network";
+  }
+  char after[32];
+  std::snprintf(after, sizeof after, "%.1f", elapsed);
+  return who + " could not join the rendezvous at " + where + " (after " + after + " s, ddp_timeout " + seconds +
+         "): " + error;
+}
+
+}  // namespace
+
 std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env, const std::string& backend,
                                                     std::chrono::seconds timeout, const c10::Device& device) {
   if (backend == "nccl" && !nccl_available()) {
@@ -199,34 +371,26 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const LaunchEnvironment& env
   state->rank = env.rank;
   state->size = env.world_size;
   state->timeout = timeout;
-  try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(env.master_port);
-    options.isServer = env.rank == 0 && !env.agent_store;
-    options.numWorkers = env.world_size;
-    options.timeout = timeout;
-    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
-    if (env.agent_store) {
-      store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
-    }
-    if (backend == "nccl") {
-#ifdef FITSUM_WITH_NCCL
-      auto nccl = c10d::ProcessGroupNCCL::Options::create();
-      nccl->timeout = timeout;
-      state->group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, nccl);
-#endif
-    } else {
-      auto gloo = c10d::ProcessGroupGloo::Options::create();
-      gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      gloo->timeout = timeout;
-      state->group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, gloo);
-    }
-  } catch (const std::exception& e) {
-    throw std::runtime_error("rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                             " could not join the rendezvous at " + env.master_addr + ":" +
-                             std::to_string(env.master_port) + " within " + std::to_string(timeout.count()) +
-                             " s: " + without_backtrace(e));
+  // c10d's own timeouts apply to each of its steps, one after another, and not at all to a store that accepts the
+  // connection and never answers: the rendezvous runs on a thread of its own, and this one gives it ddp_timeout
+  // (and a second for its own error to arrive). A thread that never ends is left behind; the process is failing.
+  const QuietC10Log quiet;
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + timeout;
+  auto rendezvous = std::make_shared<Rendezvous>();
+  auto result = rendezvous->result.get_future();
+  std::thread(rendezvous_thread, rendezvous, env, backend, timeout, device, deadline).detach();
+  if (result.wait_until(deadline + std::chrono::seconds(1)) != std::future_status::ready) {
+    throw std::runtime_error(rendezvous_failure(env, *rendezvous, timeout, 0.0, "", false));
   }
+  try {
+    state->group = result.get();
+  } catch (const std::exception& e) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    throw std::runtime_error(rendezvous_failure(env, *rendezvous, timeout, elapsed, without_backtrace(e),
+                                                dynamic_cast<const PeersMissing*>(&e) != nullptr));
+  }
+  quiet.restore();
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(state)));
 }
 

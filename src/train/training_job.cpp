@@ -39,6 +39,15 @@ void warn(const Report& report, const std::string& line) {
   if (report.warning) report.warning(line);
 }
 
+// A line about this process alone (Report::process).
+void say_for_process(const Report& report, const std::string& line) {
+  if (report.process) {
+    report.process(line);
+  } else {
+    say(report, line);
+  }
+}
+
 bool holds_a_run(const fs::path& dir) {
   if (!fs::exists(dir)) return false;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -122,6 +131,7 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
   job.data.validate();
   if (!m.loaded.tokenizer_dir.empty()) {
     m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
+    job.data.validate_for(*m.tokenizer);  // before the data is read
   }
   return m;
 }
@@ -229,8 +239,8 @@ memory::Calibration share_rank_zero_calibration(
   std::vector<double> numbers(received.size() / sizeof(double));
   std::memcpy(numbers.data(), received.data(), numbers.size() * sizeof(double));
   auto calibration = from_numbers(numbers);
-  say(report, "planning with rank 0's calibration probe (" + std::to_string(calibration.samples.size()) +
-                  " passes) instead of probing here");
+  say_for_process(report, "planning with rank 0's calibration probe (" + std::to_string(calibration.samples.size()) +
+                              " passes) instead of probing here");
   return calibration;
 }
 
@@ -368,8 +378,9 @@ void join_launched_processes(PreparedTraining& p, const Report& report) {
   const auto env = launch_environment();
   if (!env.distributed()) return;
   const auto backend = p.args.ddp_backend.empty() ? default_ddp_backend(p.inputs.device) : p.args.ddp_backend;
-  say(report, "process " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (" + env.launcher +
-                  "), rendezvous " + env.master_addr + ":" + std::to_string(env.master_port) + ", " + backend);
+  say_for_process(report, "process " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) + " (" +
+                              env.launcher + "), rendezvous " + env.master_addr + ":" +
+                              std::to_string(env.master_port) + ", " + backend);
   p.inputs.process_group =
       ProcessGroup::connect(env, backend, std::chrono::seconds(p.args.ddp_timeout), p.inputs.device);
 }
@@ -431,8 +442,8 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
   p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(prediction.peak);
   p.fit->chosen->knobs = chosen;  // what this process prints as its plan's flags
   p.fit->chosen->prediction = prediction;
-  say(report, "taking rank 0's memory plan (" + flags + "; predicted peak here " + util::format_bytes(prediction.peak) +
-                  ") instead of this process's own");
+  say_for_process(report, "taking rank 0's memory plan (" + flags + "; predicted peak here " +
+                              util::format_bytes(prediction.peak) + ") instead of this process's own");
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <fstream>
 
 #include "fitsum/data/dataset.h"
+#include "fitsum/tokenizer/bart_tokenizer.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
+#include "fitsum/tokenizer/t5_tokenizer.h"
 #include "test_support.h"
 
 namespace fitsum::data {
@@ -265,6 +267,64 @@ TEST(Dataset, ValidationExplainsTheProblem) {
   options.max_tokens_per_batch = 4096;
   options.group_by_length = true;
   EXPECT_THROW(options.validate(), std::invalid_argument);
+}
+
+// run_summarization.py truncates with the tokenizer's truncation=True, which keeps the special tokens and cuts the
+// text, down to nothing: with max_source_length 1 a PEGASUS or T5 input is </s> alone, a BART one needs 2 (<s> </s>).
+// Such records are trained on, not taken for empty ones (before: every record "with empty text", then dropped).
+TEST(Dataset, TinyMaxLengthsKeepTheSpecialTokensAsHuggingFacesTruncationDoes) {
+  const tokenizer::T5Tokenizer t5(test::source_dir() / "data" / "pegasus" / "spiece.model");
+  const auto bart = tokenizer::BartTokenizer::from_folder(test::source_dir() / "data" / "gpt2");
+  const fs::path file = write_file("tiny.jsonl",
+                                   "{\"dialogue\": \"" + kEric + "\", \"summary\": \"" + kHannah + "\"}\n"
+                                   "{\"dialogue\": \"\", \"summary\": \"empty text\"}\n"
+                                   "{\"dialogue\": \"no summary\", \"summary\": \"\"}\n");
+  struct Case {
+    const tokenizer::Tokenizer* tokenizer;
+    std::int64_t length;  // the smallest max length: the template alone
+  };
+  for (const Case c : {Case{&pegasus(), 1}, Case{&t5, 1}, Case{&bart, 2}}) {
+    const std::string name(c.tokenizer->name());
+    for (const std::int64_t length : {c.length, c.length + 1}) {
+      DataOptions options;
+      options.max_source_length = length;
+      options.max_target_length = length;
+      ReadStats stats;
+      auto examples = read_examples(file, c.tokenizer, c.tokenizer->vocab_size(), options, std::nullopt, &stats);
+      ASSERT_EQ(examples.size(), 3u) << name;
+      const Ids eric = c.tokenizer->encode(kEric);
+      Ids expected(eric.begin(), eric.begin() + (length - 1));  // BART's <s> and what text fits, then </s>
+      expected.push_back(c.tokenizer->eos_id());
+      EXPECT_EQ(examples[0].input_ids, expected) << name << " " << length;
+      EXPECT_EQ(examples[0].labels->size(), static_cast<std::size_t>(length)) << name;
+      EXPECT_EQ(examples[0].input_ids.size(), static_cast<std::size_t>(length)) << name;
+      EXPECT_EQ(stats.empty_text, 1u) << name << " " << length;  // the empty dialogue only
+      EXPECT_EQ(stats.truncated_sources, 2u) << name << " " << length;
+      EXPECT_EQ(drop_empty_examples(examples, c.tokenizer->encode("")), 2u) << name << " " << length;
+      ASSERT_EQ(examples.size(), 1u) << name;
+      EXPECT_EQ(examples[0].line, 1u) << name;
+    }
+  }
+  // Below BART's template, Hugging Face's tokenizers leave the text untruncated: refused, naming the flag.
+  DataOptions options;
+  options.max_target_length = 1;
+  try {
+    ExampleReader reader(file, bart, options);
+    FAIL() << "expected max_target_length 1 to be refused for BART";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("max_target_length 1 is below the 2 special tokens BartTokenizer puts "
+                                          "around every summary (<s> </s>)",
+                                          0),
+              0u)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("use max_target_length 2 or more"), std::string::npos) << e.what();
+  }
+  options = DataOptions{};
+  options.max_source_length = 1;
+  EXPECT_THROW(options.validate_for(bart), std::invalid_argument);
+  EXPECT_NO_THROW(options.validate_for(pegasus()));
+  EXPECT_NO_THROW(options.validate_for(t5));
+  EXPECT_EQ(t5.encode("hello world", 1), (Ids{1}));
 }
 
 }  // namespace

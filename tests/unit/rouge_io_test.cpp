@@ -1,5 +1,7 @@
 // Reading (prediction, reference) pairs from JSON Lines, with errors that name the file, line and field, and the
 // JSON form of scores.
+#include <zlib.h>
+
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -66,6 +68,27 @@ TEST(RougeIo, RejectsNonStringFieldsAndBadLines) {
   const std::string array = error_of(write_lines("a.jsonl", "\n[1, 2]\n"), SummaryFields{});
   EXPECT_NE(array.find("line 2 is a JSON array"), std::string::npos) << array;
   EXPECT_THROW(read_summary_pairs(test::temp_dir("io") / "absent.jsonl", SummaryFields{}), std::runtime_error);
+}
+
+// A gzip file (whatever its name) is read as its text; text that is not UTF-8 is named by file and line.
+TEST(RougeIo, ReadsGzipFilesAndNamesTextThatIsNotUtf8) {
+  const auto path = test::temp_dir("io") / "pairs.jsonl";
+  const std::string text =
+      "{\"prediction\": \"p1\", \"reference\": \"r1\"}\n\n{\"prediction\": \"p2\", \"reference\": \"r2\"}\n";
+  gzFile out = gzopen(path.c_str(), "wb");
+  ASSERT_NE(out, nullptr);
+  ASSERT_EQ(gzwrite(out, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  ASSERT_EQ(gzclose(out), Z_OK);
+  const auto pairs = read_summary_pairs(path, SummaryFields{});
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[1].prediction, "p2");
+
+  const std::string latin1 = error_of(write_lines("latin1.jsonl",
+                                                  "{\"prediction\": \"p\", \"reference\": \"r\"}\n"
+                                                  "{\"prediction\": \"caf\xe9\", \"reference\": \"r\"}\n"),
+                                      SummaryFields{});
+  EXPECT_NE(latin1.find("latin1.jsonl' line 2 is not valid UTF-8 (byte 19 of the line)"), std::string::npos) << latin1;
+  EXPECT_EQ(latin1.find('\xe9'), std::string::npos) << "the invalid byte itself is not printed";
 }
 
 TEST(RougeIo, ScoresRoundTripThroughJsonInRougeScoreOrder) {

@@ -25,7 +25,14 @@ namespace fitsum::cli {
 
 namespace {
 
-train::Report log_report() {
+// The preparation's report. With several processes rank 0 prints it: the others read the same arguments and data
+// and would print the same lines and warnings again. They print the lines about themselves alone (their place in the
+// job, the plan they took from rank 0) on stderr, as each process of a torchrun job logs its own rank, and errors.
+train::Report log_report(int rank) {
+  if (rank != 0) {
+    return {[](const std::string&) {}, [](const std::string&) {},
+            [rank](const std::string& line) { std::cerr << "fitsum: rank " << rank << ": " << line << "\n"; }};
+  }
   return {[](const std::string& line) { std::printf("  %s\n", line.c_str()); },
           [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};
 }
@@ -87,16 +94,19 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   runtime_options.local_rank = launch.local_rank;             // its device, under a launcher
   runtime_options.local_processes = launch.local_world_size;  // which share the machine's cores
   const auto runtime = start_runtime(runtime_options);
-  std::printf("data\n");
+  // With several processes rank 0 reports; the others print what is theirs alone (log_report) and their errors. The
+  // rank is known from the launcher before the process group is.
+  const bool main_process = launch.rank == 0;
+  if (main_process) std::printf("data\n");
   train::PreparedTraining prepared;
   try {
-    prepared = train::prepare_training(training_job(command, o), runtime, log_report());
+    prepared = train::prepare_training(training_job(command, o), runtime, log_report(launch.rank));
   } catch (const memory::PlanDoesNotFit& e) {
-    if (e.result().calibration)
+    if (e.result().calibration)  // on any process: its own budget is what failed
       std::printf("%s", plan_table(e.result().plan, *e.result().calibration, e.result().budget).c_str());
     throw;
   }
-  if (prepared.fit) {
+  if (prepared.fit && main_process) {
     const auto& fit = *prepared.fit;
     std::printf("memory plan (worst batch %lld source x %lld target tokens, probe %.1f s)\n%s",
                 static_cast<long long>(fit.worst.source), static_cast<long long>(fit.worst.target),
@@ -104,9 +114,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
     std::printf("memory plan: %s\n  flags: %s\n", fit.explanation.c_str(),
                 memory::plan_arguments(fit.chosen->knobs, *fit.calibration).c_str());
   }
-  // With several processes rank 0 reports; the others print their own errors only.
   const auto& group = prepared.inputs.process_group;
-  const bool main_process = !group || group->rank() == 0;
   if (main_process) print_configuration(prepared, runtime);
   auto measured = std::make_shared<std::vector<MeasuredPeak>>();
   const auto args = prepared.args;

@@ -38,6 +38,11 @@ struct DataOptions {
 
   // Throws std::invalid_argument with a sentence for the first inconsistent value.
   void validate() const;
+  // validate(), and the lengths against `tokenizer`'s template: a text is truncated to max_length minus the special
+  // tokens around it, down to the special tokens alone (PEGASUS and T5: max_length 1 is </s>; BART: max_length 2 is
+  // <s> </s>), as Hugging Face's tokenizers truncate. A max length below the template (BART's 1) is refused: those
+  // tokenizers then leave the text untruncated, which is not what the flag asks for.
+  void validate_for(const tokenizer::Tokenizer& tokenizer) const;
 };
 
 // Lowers max_source_length / max_target_length to the model's max_position_embeddings where they exceed it (the
@@ -56,6 +61,10 @@ struct Example {
   std::vector<TokenId> attention_mask;         // empty: every input id is attended (the usual case)
   std::optional<std::vector<TokenId>> labels;  // absent when the record has no summary
   std::size_t line = 0;                        // where the record starts in its file
+  bool pretokenized = false;                   // the record carried input_ids: there is no text to judge
+  // A text record whose text or summary is empty (or blank), judged on the text as run_summarization.py judges it,
+  // not on the ids: max_source_length 1 cuts every text to what an empty one encodes to.
+  bool empty_text_or_summary = false;
 };
 
 // What a pass over a file did, for the log.
@@ -121,10 +130,10 @@ std::vector<Example> read_examples(const fs::path& file, const tokenizer::Tokeni
 // "labels" only with a summary. This is the pre-tokenized record format that make_example reads back.
 void append_json_line(std::string& out, const Example& example);
 
-// Removes the examples whose input or labels are `empty_text_ids`, what the tokenizer makes of an empty or blank
-// text (PEGASUS, T5: </s>; BART: <s> </s>; SAMSum's train split has one empty dialogue). run_summarization.py drops
-// records with an empty text or summary before tokenizing; fitsum leaves the choice to the caller, which should log
-// the count returned.
+// Removes the examples with an empty text or summary (SAMSum's train split has one empty dialogue): text records by
+// Example::empty_text_or_summary, pre-tokenized ones whose input or labels are `empty_text_ids`, what the tokenizer
+// makes of an empty text (PEGASUS, T5: </s>; BART: <s> </s>). run_summarization.py drops records with an empty text
+// or summary before tokenizing; fitsum leaves the choice to the caller, which should log the count returned.
 std::size_t drop_empty_examples(std::vector<Example>& examples, const std::vector<TokenId>& empty_text_ids);
 
 }  // namespace fitsum::data

@@ -4,6 +4,9 @@
 //                     skipped), or JSON Lines saved under a .json name, as `datasets` also accepts;
 //   .csv              RFC 4180 with a header row: comma-separated, fields in double quotes may hold commas,
 //                     doubled quotes and line breaks (as `datasets`/pandas export them). Cells are strings.
+// Any of them may be gzip-compressed, recognized by its content whatever its name (`x.jsonl.gz` is jsonl, and so is
+// a gzip file named `x.jsonl`), and inflated as it is read (util/data_file_stream.h). The text must be UTF-8, as
+// `datasets` requires: a record holding an invalid byte is a BadRecord naming its line.
 // A record is a JSON object plus the line it starts on, so that every later error can name file and line.
 #pragma once
 
@@ -22,7 +25,7 @@ namespace fs = std::filesystem;
 
 enum class FileFormat { kJsonLines, kJson, kCsv };
 
-// The format a file's extension names; throws std::invalid_argument for other extensions.
+// The format a file's extension names (before a trailing .gz); throws std::invalid_argument for other extensions.
 FileFormat format_of(const fs::path& file);
 const char* to_string(FileFormat format);
 
@@ -31,8 +34,8 @@ struct Record {
   std::size_t line = 0;   // 1-based line of the file where the record starts
 };
 
-// One record that cannot be used (not JSON, not an object, a csv row with the wrong number of cells, a field of
-// the wrong type). The message starts with "file:line:". --skip_bad_records skips these and counts them.
+// One record that cannot be used (not UTF-8, not JSON, not an object, a csv row with the wrong number of cells, a
+// field of the wrong type). The message starts with "file:line:". --skip_bad_records skips these and counts them.
 class BadRecord : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -40,7 +43,8 @@ class BadRecord : public std::runtime_error {
 
 class RecordReader {
  public:
-  // Opens `file` in the format its extension names; throws std::runtime_error if it cannot be opened.
+  // Opens `file` in the format its extension names; throws std::runtime_error if it cannot be opened. A broken gzip
+  // stream (corrupt, cut short) is a std::runtime_error naming the file, from here or from next().
   explicit RecordReader(const fs::path& file);
   ~RecordReader();
   RecordReader(RecordReader&&) noexcept;

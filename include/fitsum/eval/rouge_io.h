@@ -24,8 +24,9 @@ struct SummaryFields {
   std::string reference = "reference";
 };
 
-// Reads one JSON object per line (blank lines are skipped). Throws std::runtime_error naming the file, the
-// 1-based line and the field when a line is not a JSON object or a field is missing or not a string.
+// Reads one JSON object per line (blank lines are skipped), from a plain or gzip-compressed file, a line at a time.
+// Throws std::runtime_error naming the file, the 1-based line and the field when a line is not UTF-8, not a JSON
+// object, or a field is missing or not a string, and naming the file when its gzip stream is broken.
 std::vector<SummaryPair> read_summary_pairs(const std::filesystem::path& path, const SummaryFields& fields);
 
 nlohmann::ordered_json rouge_scores_to_json(const RougeScores& scores);

@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "fitsum/util/utf8.h"
+
 namespace fitsum::tokenizer {
 
 // Python's str.isspace() for one code point.
@@ -27,6 +29,6 @@ std::string python_rstrip(std::string_view text);
 std::string decode_utf8_replacing(std::string_view bytes);
 
 // The byte offset of the first invalid UTF-8 sequence, or npos when `text` is valid UTF-8.
-std::size_t find_invalid_utf8(std::string_view text);
+using util::find_invalid_utf8;
 
 }  // namespace fitsum::tokenizer

@@ -43,9 +43,13 @@ struct TrainingJob {
 };
 
 // Where progress lines ("train_file data/train.jsonl: 14732 examples, ...") and warnings go, one line per call.
+// `process` takes the lines about this process alone, which every process of a job has its own of (its place in the
+// job, the memory plan it took from rank 0), where the others are the same on every process; without it they go to
+// `info`.
 struct Report {
   std::function<void(const std::string& line)> info;
   std::function<void(const std::string& line)> warning;
+  std::function<void(const std::string& line)> process;
 };
 
 struct PreparedTraining {
