@@ -154,7 +154,7 @@ void run_summarize(SummarizeArgs a) {
   if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
-  a.data.validate();
+  a.data.validate_for(tokenizer);  // the lengths against the tokenizer's special tokens, for stdin's text too
 
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;
