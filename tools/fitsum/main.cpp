@@ -14,6 +14,7 @@
 #include "fitsum/model/onednn_linear.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/threads.h"
+#include "standard_streams.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -31,6 +32,7 @@ const std::vector<std::string>& command_line() { return stored_command_line(); }
 }  // namespace fitsum::cli
 
 int main(int argc, char** argv) {
+  fitsum::cli::prepare_process();
   fitsum::cli::set_command_line(argc, argv);
   CLI::App app{
       "fitsum: fine-tune PEGASUS-style summarizers so that training fits the memory you have.\n"
@@ -66,5 +68,5 @@ int main(int argc, char** argv) {
   } catch (...) {
     return fitsum::cli::report_exception(std::current_exception(), app);
   }
-  return 0;
+  return fitsum::cli::finish_standard_output();
 }
