@@ -296,7 +296,8 @@ std::string write_failure_hint(int error) {
 
 // Whether `fd` is still the file named `path` (a cleaner may have removed the name between its creation and lock).
 bool still_named(int fd, const fs::path& path) {
-  struct stat open_file {}, named {};
+  struct stat open_file {};
+  struct stat named {};
   return ::fstat(fd, &open_file) == 0 && ::lstat(path.c_str(), &named) == 0 && open_file.st_dev == named.st_dev &&
          open_file.st_ino == named.st_ino;
 }
@@ -355,8 +356,7 @@ void remove_temporary_files_on_signals() {
   }
 }
 
-AtomicFileWriter::AtomicFileWriter(fs::path path, std::chrono::milliseconds fifo_reader_wait)
-    : path_(std::move(path)) {
+AtomicFileWriter::AtomicFileWriter(fs::path path, std::chrono::milliseconds fifo_reader_wait) : path_(std::move(path)) {
   const OutputTarget target = resolve_output(path_, "the output file");
   target_ = target.path;
   if (replaced_atomically(target.kind)) {

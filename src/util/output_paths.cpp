@@ -39,8 +39,7 @@ OutputTarget classify(const fs::path& original, const fs::path& resolved, mode_t
   if (S_ISCHR(mode)) return {resolved, OutputKind::kCharacterDevice};
   if (S_ISDIR(mode)) refuse(what, original, "is a folder; name a file inside it");
   const std::string kind = S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
-  refuse(what, original,
-         "is " + kind + "; fitsum writes regular files, FIFOs and character devices such as /dev/null");
+  refuse(what, original, "is " + kind + "; fitsum writes regular files, FIFOs and character devices such as /dev/null");
 }
 
 // What stat says identifies a file (device and inode); a name that does not exist is identified by its resolved
@@ -115,8 +114,8 @@ void require_writable_output_file(const fs::path& path, std::string_view flag) {
   struct stat st {};
   if (::stat(folder.c_str(), &st) != 0) {
     if (errno == ENOENT) refuse(flag, path, "cannot be written: its folder '" + folder.string() + "' does not exist");
-    refuse(flag, path, "cannot be written: its folder '" + folder.string() + "' cannot be examined (" +
-                           errno_text() + ")");
+    refuse(flag, path,
+           "cannot be written: its folder '" + folder.string() + "' cannot be examined (" + errno_text() + ")");
   }
   if (!S_ISDIR(st.st_mode)) refuse(flag, path, "cannot be written: '" + folder.string() + "' is not a folder");
   // The very name the write goes through: a name the file system takes without the suffix but not with it failed
@@ -132,13 +131,14 @@ void require_writable_output_file(const fs::path& path, std::string_view flag) {
   if (errno == ENAMETOOLONG) {
     const long limit = ::pathconf(folder.c_str(), _PC_NAME_MAX);
     refuse(flag, path,
-           "has a name too long to write: fitsum writes it under the name plus '" +
-               probe.extension().string() + "' first (" + std::to_string(probe.filename().string().size()) +
+           "has a name too long to write: fitsum writes it under the name plus '" + probe.extension().string() +
+               "' first (" + std::to_string(probe.filename().string().size()) +
                " bytes) and the file system takes names of " +
                (limit > 0 ? "at most " + std::to_string(limit) + " bytes" : "fewer bytes") + "; choose a shorter name");
   }
-  refuse(flag, path, "cannot be written: its folder '" + folder.string() + "' takes no new file (" + errno_text() +
-                         "); choose a folder you can write to");
+  refuse(flag, path,
+         "cannot be written: its folder '" + folder.string() + "' takes no new file (" + errno_text() +
+             "); choose a folder you can write to");
 }
 
 void require_output_files(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {

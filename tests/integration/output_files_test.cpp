@@ -148,11 +148,10 @@ TEST(OutputFiles, AnOutputThatIsAnInputIsRefusedBeforeAnyWork) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {eval(data, "--predictions_file " + quoted(data)), "--predictions_file '" + data.string() +
-                                                             "' is the same file as --test_file"},
-      {eval(data, "--metrics_file " + quoted(dir / "alias.jsonl")), "--metrics_file '" +
-                                                                        (dir / "alias.jsonl").string() +
-                                                                        "' is the same file as --test_file"},
+      {eval(data, "--predictions_file " + quoted(data)),
+       "--predictions_file '" + data.string() + "' is the same file as --test_file"},
+      {eval(data, "--metrics_file " + quoted(dir / "alias.jsonl")),
+       "--metrics_file '" + (dir / "alias.jsonl").string() + "' is the same file as --test_file"},
       {eval(data, "--predictions_file " + quoted(dir / "r.json") + " --metrics_file " + quoted(dir / "." / "r.json")),
        "--predictions_file '" + (dir / "r.json").string() + "' and --metrics_file"},
       {tokenize(data, quoted(data)), "--output_file '" + data.string() + "' is the same file as --input_file"},
@@ -171,6 +170,7 @@ TEST(OutputFiles, AnOutputThatIsAnInputIsRefusedBeforeAnyWork) {
     EXPECT_EQ(r.output.find("fitsum eval\n"), std::string::npos) << "the model was loaded first: " << r.output;
     EXPECT_EQ(r.output.find("fitsum tokenize\n"), std::string::npos) << r.output;
     EXPECT_EQ(read_text(data), original) << c.command;
+    write_bytes(data, original);  // so that each command is judged on its own
   }
   EXPECT_FALSE(fs::exists(dir / "r.json"));
   EXPECT_FALSE(fs::exists(dir / "out"));
@@ -187,8 +187,8 @@ TEST(OutputFiles, EveryOutputPathIsCheckedBeforeTheModelLoads) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {eval(data, "--predictions_file " + quoted(dir / "o") + "/"), "--predictions_file '" + (dir / "o").string() +
-                                                                        "/' is a folder"},
+      {eval(data, "--predictions_file " + quoted(dir / "o") + "/"),
+       "--predictions_file '" + (dir / "o").string() + "/' is a folder"},
       {eval(data, "--metrics_file " + quoted(dir / long_name)), "has a name too long to write"},
       {eval(data, "--metrics_file " + quoted(dir / "missing" / "m.json")), "does not exist"},
       {tokenize(data, quoted(dir / "o")), "--output_file '" + (dir / "o").string() + "' is a folder"},
@@ -210,9 +210,9 @@ TEST(OutputFiles, EveryOutputPathIsCheckedBeforeTheModelLoads) {
     fs::create_directories(dir / "locked");
     fs::permissions(dir / "locked", fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                         fs::perms::others_read | fs::perms::others_exec);
-    const auto r = run_command("setpriv --reuid=65534 --regid=65534 --clear-groups " +
-                               fitsum("rouge --input_file " + quoted(data) + " --per_record_file " +
-                                      quoted(dir / "locked" / "r.jsonl")));
+    const auto r = run_command(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups " +
+        fitsum("rouge --input_file " + quoted(data) + " --per_record_file " + quoted(dir / "locked" / "r.jsonl")));
     expect_one_line_error(r, 1, "takes no new file (Permission denied)");
   }
   EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
@@ -231,8 +231,8 @@ fs::path write_long_input(const fs::path& dir) {
 // ignored), sends `signal_number` once its temporary file exists, and returns the wait status; `seen` says whether
 // the temporary file was there to be interrupted.
 int interrupted_tokenize(const fs::path& input, const fs::path& output, int signal_number, bool& seen) {
-  const std::vector<std::string> args = {fitsum_binary().string(), "tokenize",       "--model",
-                                         tiny_model().string(),    "--input_file",   input.string(),
+  const std::vector<std::string> args = {fitsum_binary().string(), "tokenize",     "--model",
+                                         tiny_model().string(),    "--input_file", input.string(),
                                          "--output_file",          output.string()};
   std::vector<char*> argv;
   for (const auto& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
@@ -292,10 +292,35 @@ TEST(OutputFiles, AFileSizeLimitIsAnErrorNotASilentKill) {
   const auto input = shared_dir() / "data" / "samsum" / "test.jsonl";
   // Before: SIGXFSZ killed fitsum (status 153) with nothing on stderr and the temporary file left behind.
   const auto r = run_command("ulimit -f 64; " + tokenize(input, quoted(dir / "ids.jsonl")));
-  expect_one_line_error(r, 1, "File too large; the file would pass the largest size this process may write (ulimit -f)");
+  expect_one_line_error(r, 1,
+                        "File too large; the file would pass the largest size this process may write (ulimit -f)");
   EXPECT_NE(r.output.find("cannot write '" + (dir / "ids.jsonl").string() + "'"), std::string::npos) << r.output;
   EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
   EXPECT_FALSE(fs::exists(dir / "ids.jsonl"));
+}
+
+TEST(OutputFiles, AFileSizeLimitDuringASaveIsAnErrorAndLeavesNoTemporaryFolder) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ulimit-train");
+  const auto data = write_copy_task_records(dir / "copy.jsonl");
+  const auto out = dir / "out";
+  const std::string train = fitsum("train --model_name_or_path " + quoted(shared_dir() / "fixtures" / "tiny-pegasus") +
+                                   " --train_file " + quoted(data) + " --output_dir " + quoted(out) +
+                                   " --optim adafactor --per_device_train_batch_size 4 --max_steps 1 --save_steps 1");
+  // The fixture's weights take 270 KB, more than 64 blocks (of 512 or 1024 bytes, by shell). Before: killed by
+  // SIGXFSZ with nothing said, its .checkpoint-1.tmp-PID folder left behind.
+  auto r = run_command("ulimit -f 64; " + train);
+  expect_one_line_error(r, 1, "model.safetensors': File too large; the file would pass the largest size");
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    const auto name = entry.path().filename().string();
+    if (name.find(".tmp-") != std::string::npos || name.find("checkpoint-") != std::string::npos) left.push_back(name);
+  }
+  EXPECT_EQ(left, std::vector<std::string>{});
+  // trainer_state.json, written when training starts, marks the folder as holding a run, as after a full disk.
+  r = run_command(train + " --overwrite_output_dir");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out / "checkpoint-1" / "model.safetensors")) << r.output;
 }
 
 TEST(OutputFiles, AFailedWriteToStandardOutputIsStatusOneAndOneLine) {
@@ -307,7 +332,8 @@ TEST(OutputFiles, AFailedWriteToStandardOutputIsStatusOneAndOneLine) {
       fitsum("info --model " + quoted(tiny_model())),
       eval(data, ""),
       plan(write_copy_task_records(dir / "copy.jsonl"), ""),
-      fitsum("summarize --model " + quoted(tiny_model()) + " --input_file " + quoted(data) + " --max_length 8 --min_length 0"),
+      fitsum("summarize --model " + quoted(tiny_model()) + " --input_file " + quoted(data) +
+             " --max_length 8 --min_length 0"),
   };
   for (const auto& command : commands) {
     // In a subshell: run_command sends stderr to the captured output after it.

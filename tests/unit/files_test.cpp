@@ -131,7 +131,6 @@ TEST(JsonBounds, SyntaxErrorsNameTheSourceAndByteWithoutNlohmannsPrefix) {
   }
 }
 
-
 // Found by the safetensors fuzzer (fuzz/regressions/safetensors/): a number past a double's range is valid JSON
 // syntax, and nlohmann threw its own out_of_range for it, which escaped every reader as an undocumented exception.
 TEST(JsonBounds, ANumberPastADoublesRangeIsAJsonErrorNamingTheSource) {
@@ -287,7 +286,8 @@ std::pair<int, std::string> in_child(const std::function<void(int)>& body) {
   ::close(pipe_ends[1]);
   std::string text;
   char buffer[512];
-  for (ssize_t n; (n = ::read(pipe_ends[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = ::read(pipe_ends[0], buffer, sizeof buffer)) > 0;)
+    text.append(buffer, static_cast<std::size_t>(n));
   ::close(pipe_ends[0]);
   int status = 0;
   ::waitpid(child, &status, 0);
@@ -313,13 +313,14 @@ TEST(OutputWriter, AFileSizeLimitIsReportedLikeAFullDisk) {
 
 TEST(OutputWriter, ATerminatingSignalRemovesTheOpenTemporaryAndStillEndsTheProcess) {
   const auto dir = temp_dir("signal");
-  const int status = in_child([&](int) {
+  const auto child = in_child([&](int) {
     std::signal(SIGTERM, SIG_DFL);
     util::remove_temporary_files_on_signals();
     util::AtomicFileWriter writer(dir / "out.jsonl");
     writer.write("partial", 7);
     ::raise(SIGTERM);
-  }).first;
+  });
+  const int status = child.first;
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
   EXPECT_EQ(temporaries_in(dir), std::vector<std::string>{});
   EXPECT_FALSE(fs::exists(dir / "out.jsonl"));

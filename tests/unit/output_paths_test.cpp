@@ -47,7 +47,8 @@ TEST(OutputPaths, FoldersBlockDevicesTrailingSlashesAndLinkLoopsAreRefusedByFlag
   fs::create_directories(dir / "o");
   const auto folder = error_of([&] { util::require_writable_output_file(dir / "o", "--predictions_file"); });
   EXPECT_NE(folder.find("--predictions_file '" + (dir / "o").string() + "' is a folder"), std::string::npos) << folder;
-  const auto slash = error_of([&] { util::require_writable_output_file((dir / "p").string() + "/", "--metrics_file"); });
+  const auto slash =
+      error_of([&] { util::require_writable_output_file((dir / "p").string() + "/", "--metrics_file"); });
   EXPECT_NE(slash.find("--metrics_file"), std::string::npos) << slash;
   EXPECT_NE(slash.find("ends with '/'"), std::string::npos) << slash;
   fs::create_symlink("b", dir / "a");
@@ -102,8 +103,7 @@ TEST(OutputPaths, AnOutputThatIsAnInputIsAUsageErrorThroughAnyName) {
   fs::create_hard_link(data, dir / "hard.jsonl");
   for (const fs::path& output : {data, dir / "link.jsonl", dir / "hard.jsonl", dir / "." / "test.jsonl"}) {
     const auto error = check({{"--predictions_file", output}}, {{"--test_file", data}});
-    EXPECT_EQ(error.rfind("usage: --predictions_file '" + output.string() + "' is the same file as --test_file", 0),
-              0u)
+    EXPECT_EQ(error.rfind("usage: --predictions_file '" + output.string() + "' is the same file as --test_file", 0), 0u)
         << error;
   }
   EXPECT_EQ(check({{"--predictions_file", dir / "p.jsonl"}}, {{"--test_file", data}}), "");

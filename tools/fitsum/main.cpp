@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
     app.parse(args);
   } catch (...) {
-    return fitsum::cli::report_exception(std::current_exception(), app);
+    const int status = fitsum::cli::report_exception(std::current_exception(), app);
+    return status != 0 ? status : fitsum::cli::finish_standard_output();  // --help, --version
   }
   return fitsum::cli::finish_standard_output();
 }

@@ -233,11 +233,11 @@ void append_json_value(std::vector<std::string>& out, const std::string& flag, c
 
 void require_training_output_files(const TrainCommandOptions& o) {
   const auto& job = o.job;
-  util::require_output_files({{"--memory_report", o.memory_report}},
-                             {{"--train_file", job.train_file},
-                              {"--validation_file", job.validation_file},
-                              {"--test_file", job.test_file},
-                              {"--config_name", job.model.config_name}});
+  const std::vector<util::NamedPath> inputs = {{"--train_file", job.train_file},
+                                               {"--validation_file", job.validation_file},
+                                               {"--test_file", job.test_file},
+                                               {"--config_name", job.model.config_name}};
+  util::require_output_files({{"--memory_report", o.memory_report}}, inputs);
 }
 
 void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {

@@ -3,9 +3,9 @@
 // atomic writes (temporary name, fsync, rename) so that a crash never leaves a file that looks complete but is
 // not, and the locks that tell a live writer's temporary files from a dead one's.
 //
-// Names read may be symbolic links (Hugging Face's cache links snapshots/<rev>/model.safetensors to ../../blobs/<hash>),
-// but what they resolve to must be a regular file: a FIFO would block forever, a device (/dev/zero) never ends, and
-// a folder reads as an obscure error. Each is refused by name before anything is read.
+// Names read may be symbolic links (Hugging Face's cache links snapshots/<rev>/model.safetensors to
+// ../../blobs/<hash>), but what they resolve to must be a regular file: a FIFO would block forever, a device
+// (/dev/zero) never ends, and a folder reads as an obscure error. Each is refused by name before anything is read.
 #pragma once
 
 #include <chrono>
