@@ -1,17 +1,25 @@
 // Implements include/fitsum/util/files.h with POSIX calls where it matters: stat before open and fstat after it
-// (the file type), O_NONBLOCK (a FIFO never blocks the open), fsync and rename (durability).
+// (the file type), O_NONBLOCK (a FIFO never blocks the open), fsync and rename (durability), flock (whether a
+// temporary file's writer still runs).
 #include "fitsum/util/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -213,23 +221,199 @@ void fsync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-AtomicFileWriter::AtomicFileWriter(fs::path path) : path_(std::move(path)) {
-  temp_path_ = path_;
-  temp_path_ += ".tmp-" + std::to_string(::getpid());
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+FileLock::FileLock(const fs::path& path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  held_ = fd_ >= 0 && ::flock(fd_, LOCK_EX | LOCK_NB) == 0;
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+bool held_by_live_writer(const fs::path& path) {
+  const FileLock lock(path);
+  return lock.opened() && !lock.held();
+}
+
+namespace {
+
+// The temporary files of open writers, for the signal handler: fixed storage, so that reading it allocates nothing
+// and takes no lock (async-signal-safe). A writer that finds no free slot is cleaned at the next write instead.
+struct TemporarySlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled, 2 holds a path
+  char path[PATH_MAX] = {};
+};
+TemporarySlot g_temporaries[16];
+
+int remember_temporary(const fs::path& path) {
+  if (path.native().size() >= PATH_MAX) return -1;
+  for (int i = 0; i < static_cast<int>(std::size(g_temporaries)); ++i) {
+    int free = 0;
+    if (g_temporaries[i].state.compare_exchange_strong(free, 1)) {
+      std::memcpy(g_temporaries[i].path, path.c_str(), path.native().size() + 1);
+      g_temporaries[i].state.store(2);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void forget_temporary(int slot) {
+  if (slot >= 0) g_temporaries[slot].state.store(0);
+}
+
+extern "C" void remove_temporaries_and_end(int signal_number) {
+  for (auto& slot : g_temporaries) {
+    if (slot.state.load() == 2) ::unlink(slot.path);
+  }
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);  // delivered once the handler returns: the process ends as it would have
+}
+
+// The hint that goes with a failed write, create or flush.
+std::string write_failure_hint(int error) {
+  switch (error) {
+    case ENOSPC:
+      return "the disk is full; free space or write elsewhere";
+    case EDQUOT:
+      return "the disk quota is used up; free space or write elsewhere";
+    case EFBIG:
+      return "the file would pass the largest size this process may write (ulimit -f) or the file system takes; "
+             "raise the limit or write elsewhere";
+    case EPIPE:
+      return "the process reading it has stopped";
+    case EROFS:
+      return "the file system is read-only; write elsewhere";
+    default:
+      return "check the disk (full, read-only or failing)";
+  }
+}
+
+[[noreturn]] void throw_write_failure(const std::string& what, const fs::path& path, int error) {
+  throw std::runtime_error(what + " '" + path.string() + "': " + std::strerror(error) + "; " +
+                           write_failure_hint(error));
+}
+
+// Whether `fd` is still the file named `path` (a cleaner may have removed the name between its creation and lock).
+bool still_named(int fd, const fs::path& path) {
+  struct stat open_file {};
+  struct stat named {};
+  return ::fstat(fd, &open_file) == 0 && ::lstat(path.c_str(), &named) == 0 && open_file.st_dev == named.st_dev &&
+         open_file.st_ino == named.st_ino;
+}
+
+// Removes the `<target>.tmp-<digits>` files beside `target` that no writer holds: their writers were killed.
+void remove_dead_writers_temporaries(const fs::path& target) {
+  const std::string prefix = target.filename().string() + ".tmp-";
+  std::error_code error;
+  fs::directory_iterator entries(target.has_parent_path() ? target.parent_path() : fs::path("."), error);
+  for (; !error && entries != fs::directory_iterator(); entries.increment(error)) {
+    const fs::path file = entries->path();
+    const std::string name = file.filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0 ||
+        name.find_first_not_of("0123456789", prefix.size()) != std::string::npos) {
+      continue;
+    }
+    const FileLock lock(file);
+    struct stat st {};
+    if (lock.held() && ::fstat(lock.descriptor(), &st) == 0 && S_ISREG(st.st_mode) &&
+        still_named(lock.descriptor(), file)) {
+      ::unlink(file.c_str());
+    }
+  }
+}
+
+int open_fifo_for_writing(const fs::path& path, std::chrono::milliseconds reader_wait) {
+  const auto deadline = std::chrono::steady_clock::now() + reader_wait;
+  for (;;) {
+    // O_NONBLOCK: the open fails with ENXIO while no reader has the FIFO open, instead of waiting for ever.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);  // writes wait for the reader to take the bytes
+      return fd;
+    }
+    if (errno != ENXIO) throw_write_failure("cannot open", path, errno);
+    if (std::chrono::steady_clock::now() >= deadline) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", static_cast<double>(reader_wait.count()) / 1000.0);
+      throw std::runtime_error("cannot write '" + path.string() + "': no process opened this FIFO for reading within " +
+                               seconds + " s; start its reader first");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+}  // namespace
+
+void remove_temporary_files_on_signals() {
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    if (::sigaction(signal_number, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_and_end;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(signal_number, &action, nullptr);
+  }
+}
+
+AtomicFileWriter::AtomicFileWriter(fs::path path, std::chrono::milliseconds fifo_reader_wait) : path_(std::move(path)) {
+  const OutputTarget target = resolve_output(path_, "the output file");
+  target_ = target.path;
+  if (replaced_atomically(target.kind)) {
+    open_temporary();
+  } else {
+    open_through(target.kind, fifo_reader_wait);
+  }
+}
+
+void AtomicFileWriter::open_temporary() {
+  remove_dead_writers_temporaries(target_);
+  const fs::path temporary = temporary_file_name(target_);
+  for (int attempt = 0; attempt < 50 && fd_ < 0; ++attempt) {
+    fd_ = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) throw_write_failure("cannot create", temporary, errno);
+    // Locked before the first byte; a cleaner that took the new file's lock first is about to remove it: again.
+    if (fd_ >= 0 && (::flock(fd_, LOCK_EX | LOCK_NB) != 0 || !still_named(fd_, temporary))) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    if (fd_ < 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   if (fd_ < 0) {
-    throw std::runtime_error("cannot create '" + temp_path_.string() + "': " + errno_text());
+    throw std::runtime_error("cannot create '" + temporary.string() +
+                             "': another writer of this process holds it; write each file once at a time");
+  }
+  temp_path_ = temporary;
+  signal_slot_ = remember_temporary(temp_path_);
+  struct stat replaced {};
+  if (::stat(target_.c_str(), &replaced) == 0 && S_ISREG(replaced.st_mode)) {
+    ::fchmod(fd_, replaced.st_mode & 07777);  // the new version keeps the permissions of the one it replaces
+  }
+}
+
+void AtomicFileWriter::open_through(OutputKind kind, std::chrono::milliseconds fifo_reader_wait) {
+  if (kind == OutputKind::kFifo) {
+    fd_ = open_fifo_for_writing(target_, fifo_reader_wait);
+  } else {
+    // Never O_TRUNC or O_CREAT: a device is not a file to empty, and a descriptor's file (/dev/stdout redirected
+    // with >>) is appended to, as the shell's own writes are.
+    const int append = kind == OutputKind::kDescriptor ? O_APPEND : 0;
+    fd_ = ::open(target_.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | append);
+    if (fd_ < 0) throw_write_failure("cannot open", path_, errno);
+  }
+  struct stat st {};
+  if (kind != OutputKind::kDescriptor &&
+      (::fstat(fd_, &st) != 0 || (kind == OutputKind::kFifo ? !S_ISFIFO(st.st_mode) : !S_ISCHR(st.st_mode)))) {
+    ::close(fd_);
+    fd_ = -1;
+    throw std::runtime_error("cannot write '" + path_.string() + "': it was replaced while it was opened");
   }
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-  }
-  if (!committed_) {
-    std::error_code ignored;
-    fs::remove(temp_path_, ignored);
-  }
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
+  forget_temporary(signal_slot_);
 }
 
 void AtomicFileWriter::write(const void* data, std::size_t size) {
@@ -237,11 +421,8 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd_, bytes, size);
     if (n < 0) {
-      if (errno == EINTR) {
-        continue;
-      }
-      throw std::runtime_error("cannot write '" + temp_path_.string() + "': " + errno_text() +
-                               "; check the disk (full, read-only or failing)");
+      if (errno == EINTR) continue;
+      throw_write_failure("cannot write", path_, errno);
     }
     bytes += n;
     size -= static_cast<std::size_t>(n);
@@ -249,18 +430,26 @@ void AtomicFileWriter::write(const void* data, std::size_t size) {
 }
 
 void AtomicFileWriter::commit() {
-  if (::fsync(fd_) != 0) {
-    throw std::runtime_error("cannot flush '" + temp_path_.string() + "' to disk: " + errno_text() +
-                             "; check the disk (full or failing)");
+  if (writes_through()) {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR) throw_write_failure("cannot write", path_, errno);
+    committed_ = true;
+    return;
   }
-  ::close(fd_);
-  fd_ = -1;
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    throw std::runtime_error("cannot rename '" + temp_path_.string() + "' to '" + path_.string() +
+  if (::fsync(fd_) != 0) throw_write_failure("cannot flush to disk", temp_path_, errno);
+  // Renamed while the lock is held: another writer of the same target would take an unlocked temporary for a dead
+  // writer's and remove it.
+  if (::rename(temp_path_.c_str(), target_.c_str()) != 0) {
+    throw std::runtime_error("cannot rename '" + temp_path_.string() + "' to '" + target_.string() +
                              "': " + errno_text());
   }
   committed_ = true;
-  fsync_directory(path_.has_parent_path() ? path_.parent_path() : fs::path("."));
+  ::close(fd_);
+  fd_ = -1;
+  forget_temporary(signal_slot_);
+  signal_slot_ = -1;
+  fsync_directory(target_.has_parent_path() ? target_.parent_path() : fs::path("."));
 }
 
 void write_file_atomic(const fs::path& path, std::string_view data) {

@@ -16,6 +16,7 @@
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/output_paths.h"
 #include "generation_flags.h"
 #include "progress.h"
 #include "runtime_flags.h"
@@ -46,11 +47,8 @@ struct EvalArgs {
 void run_eval(EvalArgs a) {
   if (a.batch_size < 1) throw std::invalid_argument("--per_device_eval_batch_size must be at least 1");
   // Where the results go must take them, checked before the model loads and the evaluation runs.
-  for (const auto& file : {a.predictions_file, a.metrics_file}) {
-    if (file.empty()) continue;
-    const auto folder = std::filesystem::path(file).parent_path();
-    util::require_writable_folder(folder.empty() ? std::filesystem::path(".") : folder, "the folder of " + file, /*create=*/false);
-  }
+  util::require_output_files({{"--predictions_file", a.predictions_file}, {"--metrics_file", a.metrics_file}},
+                             {{"--test_file", a.test_file}});
   const auto runtime = start_runtime(a.runtime);
   io::ModelSource source;
   source.model_name_or_path = a.model_dir;

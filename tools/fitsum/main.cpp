@@ -14,6 +14,7 @@
 #include "fitsum/model/onednn_linear.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/threads.h"
+#include "standard_streams.h"
 #include "train_flags.h"
 
 namespace fitsum::cli {
@@ -31,6 +32,7 @@ const std::vector<std::string>& command_line() { return stored_command_line(); }
 }  // namespace fitsum::cli
 
 int main(int argc, char** argv) {
+  fitsum::cli::prepare_process();
   fitsum::cli::set_command_line(argc, argv);
   CLI::App app{
       "fitsum: fine-tune PEGASUS-style summarizers so that training fits the memory you have.\n"
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last-first
     app.parse(args);
   } catch (...) {
-    return fitsum::cli::report_exception(std::current_exception(), app);
+    const int status = fitsum::cli::report_exception(std::current_exception(), app);
+    return status != 0 ? status : fitsum::cli::finish_standard_output();  // --help, --version
   }
-  return 0;
+  return fitsum::cli::finish_standard_output();
 }

@@ -23,6 +23,7 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   if (p.format != "table" && p.format != "json") {
     throw std::invalid_argument("--format '" + p.format + "' is not one of table, json");
   }
+  require_training_output_files(p.train);
   const auto runtime = start_runtime(p.train.runtime);
   const train::Report report{[](const std::string& line) { std::cerr << "fitsum: " << line << "\n"; },
                              [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};

@@ -17,6 +17,7 @@
 #include "fitsum/eval/rouge_aggregate.h"
 #include "fitsum/eval/rouge_io.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/output_paths.h"
 
 namespace fitsum::cli {
 
@@ -88,6 +89,7 @@ std::string bootstrap_table(const eval::RougeInterval& interval) {
 }
 
 void run_rouge(const RougeCommandOptions& options) {
+  util::require_output_files({{"--per_record_file", options.per_record_file}}, {{"--input_file", options.input_file}});
   const std::vector<eval::SummaryPair> pairs = eval::read_summary_pairs(options.input_file, options.fields);
   if (pairs.empty()) {
     throw std::runtime_error("'" + options.input_file + "' holds no records (one JSON object per line expected)");

@@ -14,6 +14,7 @@
 #include "fitsum/data/dataset.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/output_paths.h"
 
 namespace fitsum::cli {
 
@@ -39,6 +40,7 @@ void run_tokenize(TokenizeArgs args) {
   if (args.max_samples && *args.max_samples < 1) {
     throw std::invalid_argument("--max_samples must be at least 1");
   }
+  util::require_output_files({{"--output_file", args.output_file}}, {{"--input_file", args.input_file}});
   if (!args.model.empty()) {
     clamp_lengths_to_model_config(args.data, args.model);
   }

@@ -88,6 +88,7 @@ bool launch_workers(const TrainCommandOptions& o) {
 void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   // A closed stdout (fitsum train ... | head) fails the log writes with EPIPE instead of killing the run.
   std::signal(SIGPIPE, SIG_IGN);
+  require_training_output_files(o);
   if (launch_workers(o)) return;
   auto runtime_options = o.runtime;
   const auto launch = train::launch_environment();

@@ -9,6 +9,7 @@
 #include "argument_text.h"
 #include "data_flags.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/output_paths.h"
 #include "hf_arguments.h"
 #include "runtime_flags.h"
 
@@ -229,6 +230,15 @@ void append_json_value(std::vector<std::string>& out, const std::string& flag, c
 }
 
 }  // namespace
+
+void require_training_output_files(const TrainCommandOptions& o) {
+  const auto& job = o.job;
+  const std::vector<util::NamedPath> inputs = {{"--train_file", job.train_file},
+                                               {"--validation_file", job.validation_file},
+                                               {"--test_file", job.test_file},
+                                               {"--config_name", job.model.config_name}};
+  util::require_output_files({{"--memory_report", o.memory_report}}, inputs);
+}
 
 void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
   // Flags given twice (a JSON file, then the command line) take the last value; option groups inherit this.

@@ -28,6 +28,9 @@ struct TrainCommandOptions {
 
 void add_training_flags(CLI::App& command, TrainCommandOptions& options);
 
+// Checks --memory_report before anything loads: writable, and none of the files the run reads.
+void require_training_output_files(const TrainCommandOptions& options);
+
 // The job with the knobs the user set on the command line (or in the JSON file) marked as fixed for the planner.
 train::TrainingJob training_job(const CLI::App& command, const TrainCommandOptions& options);
 

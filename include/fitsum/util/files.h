@@ -1,13 +1,14 @@
 // Small helpers shared by the loaders and writers: opening what a name resolves to only when it is a regular file,
 // whole-file reads with a size bound, JSON files with a nesting bound and the parse position, read-only mappings,
-// and atomic writes (temporary name, fsync, rename) so that a crash never leaves a file that looks complete but is
-// not.
+// atomic writes (temporary name, fsync, rename) so that a crash never leaves a file that looks complete but is
+// not, and the locks that tell a live writer's temporary files from a dead one's.
 //
-// Names may be symbolic links (Hugging Face's cache links snapshots/<rev>/model.safetensors to ../../blobs/<hash>),
-// but what they resolve to must be a regular file: a FIFO would block forever, a device (/dev/zero) never ends, and
-// a folder reads as an obscure error. Each is refused by name before anything is read.
+// Names read may be symbolic links (Hugging Face's cache links snapshots/<rev>/model.safetensors to
+// ../../blobs/<hash>), but what they resolve to must be a regular file: a FIFO would block forever, a device
+// (/dev/zero) never ends, and a folder reads as an obscure error. Each is refused by name before anything is read.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -17,6 +18,8 @@
 #include <string_view>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "fitsum/util/output_paths.h"
 
 namespace fitsum::util {
 
@@ -101,7 +104,8 @@ nlohmann::json parse_json(std::string_view text, const std::string& source, int 
 // Parses a JSON file with the bounds above.
 nlohmann::json read_json_file(const fs::path& path, std::uint64_t max_bytes = kMaxJsonFileBytes);
 
-// Writes `data` to `path` atomically: a temporary file beside it, fsync, rename over `path`, fsync of the folder.
+// Writes `data` to `path` with an AtomicFileWriter (below): atomically where `path` is (or resolves to) a regular
+// file or names a new one, through it where it is a FIFO or a device.
 void write_file_atomic(const fs::path& path, std::string_view data);
 
 // Serialises JSON with a 2-space indent and a trailing newline, as Hugging Face writes config files.
@@ -119,11 +123,54 @@ std::optional<std::uint64_t> free_disk_bytes(const fs::path& dir);
 // Flushes a folder's entries (after renames inside it) to stable storage.
 void fsync_directory(const fs::path& dir);
 
-// A writer for large files: writes to `<path>.tmp-<pid>`, and `commit()` fsyncs and renames it over `path`.
-// Destroying an uncommitted writer removes the temporary file, so a failed save leaves `path` untouched.
+// An exclusive advisory lock (flock) on a file or a folder, taken without waiting and released with the object. A
+// flock belongs to the open file and vanishes with the process that took it, however that process ends (kill -9
+// too): it tells whether the writer of a temporary file or folder still runs, where the pid in its name may by now
+// belong to any other process.
+class FileLock {
+ public:
+  // Opens `path` (not following a final symbolic link, never blocking on a FIFO) and tries to lock it.
+  explicit FileLock(const fs::path& path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+  bool opened() const { return fd_ >= 0; }  // false: `path` could not be opened (it is gone, say)
+  bool held() const { return held_; }       // false: another open file holds the lock, or nothing was opened
+  int descriptor() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+};
+
+// Whether a live process holds the lock on `path`, a temporary file or folder whose writer takes a FileLock on it
+// for its whole life (AtomicFileWriter does). False when nobody holds it, because its writer died or never locked
+// it: the caller may remove it, best while holding a FileLock of its own on it so that nobody takes it meanwhile.
+bool held_by_live_writer(const fs::path& path);
+
+// Makes SIGINT, SIGTERM and SIGHUP remove the temporary files of the AtomicFileWriters still open before they end
+// the process as they would have (their default action, so the exit status is unchanged). Signals whose action is
+// not the default when this is called are left alone; a handler installed later (training's stop request) takes
+// precedence while it is installed.
+void remove_temporary_files_on_signals();
+
+// How long a writer waits for a process to open a FIFO for reading before it gives up.
+constexpr std::chrono::milliseconds kFifoReaderWait{60000};
+
+// The writer of every file fitsum produces. What the name resolves to decides how (util/output_paths.h):
+// - a regular file, or a name that does not exist yet: the bytes go to `<target>.tmp-<pid>` beside it, and
+//   `commit()` fsyncs it and renames it over the target, so that a reader never sees a partial file; through a
+//   symbolic link, the link's target is replaced and the link stays. Destroying an uncommitted writer removes the
+//   temporary file. The writer holds a FileLock on its temporary file for its whole life, and removes the
+//   temporaries of the same target that nobody holds (left by a writer that was killed) when it starts.
+// - a FIFO, a character device (/dev/null) or an open descriptor (/dev/stdout): written through, never replaced;
+//   opened without truncation or creation (a descriptor in append mode), closed by `commit()`. A FIFO's open waits
+//   at most `fifo_reader_wait` for a reader.
+// Failed writes name the file and the cause (a full disk, the size limit of `ulimit -f`) in a std::runtime_error.
 class AtomicFileWriter {
  public:
-  explicit AtomicFileWriter(fs::path path);
+  explicit AtomicFileWriter(fs::path path, std::chrono::milliseconds fifo_reader_wait = kFifoReaderWait);
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
@@ -131,11 +178,18 @@ class AtomicFileWriter {
   void write(const void* data, std::size_t size);
   void commit();
   const fs::path& path() const { return path_; }
+  // True for a FIFO, a device or a descriptor, which are written through rather than replaced.
+  bool writes_through() const { return temp_path_.empty(); }
 
  private:
-  fs::path path_;
-  fs::path temp_path_;
+  void open_temporary();
+  void open_through(OutputKind kind, std::chrono::milliseconds fifo_reader_wait);
+
+  fs::path path_;       // as given
+  fs::path target_;     // its symbolic links resolved: what the rename replaces, or what is written through
+  fs::path temp_path_;  // empty when written through
   int fd_ = -1;
+  int signal_slot_ = -1;  // where remove_temporary_files_on_signals finds the temporary file
   bool committed_ = false;
 };
 
