@@ -12,6 +12,8 @@ packages=(
   libdnnl-dev             # oneDNN's sgemm for evaluation's many-row products (the library Debian's LibTorch links)
   libsentencepiece-dev
   libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer
+  libcurl4-openssl-dev    # HTTP(S) for models named by Hub id, downloaded into the Hugging Face cache
+  libssl-dev              # the test Hub server's SHA-1 / SHA-256 ETags (tests/support/hub_server.cpp)
   nlohmann-json3-dev
   libcli11-dev
   libgtest-dev
