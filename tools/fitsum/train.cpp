@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "hub_flags.h"
 #include "fitsum/model/onednn_linear.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/local_launch.h"
@@ -25,9 +26,10 @@ namespace fitsum::cli {
 
 namespace {
 
-train::Report log_report() {
+train::Report log_report(bool progress) {
   return {[](const std::string& line) { std::printf("  %s\n", line.c_str()); },
-          [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};
+          [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; },
+          progress ? download_progress() : io::HubProgressFn{}};
 }
 
 void print_configuration(const train::PreparedTraining& p, const util::Runtime& runtime) {
@@ -90,7 +92,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   std::printf("data\n");
   train::PreparedTraining prepared;
   try {
-    prepared = train::prepare_training(training_job(command, o), runtime, log_report());
+    prepared = train::prepare_training(training_job(command, o), runtime, log_report(!o.disable_tqdm));
   } catch (const memory::PlanDoesNotFit& e) {
     if (e.result().calibration)
       std::printf("%s", plan_table(e.result().plan, *e.result().calibration, e.result().budget).c_str());
