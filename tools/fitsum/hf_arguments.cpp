@@ -24,7 +24,7 @@ struct HfArgument {
 };
 
 constexpr const char* no_hub =
-    "fitsum uploads nothing: it writes a local folder (upload output_dir with `huggingface-cli upload`)";
+    "fitsum uploads nothing: it writes local folders (copy output_dir, or upload it with `huggingface-cli upload`)";
 constexpr const char* one_process = "fitsum trains data-parallel only (torchrun / mpirun / srun with gloo)";
 constexpr const char* planner = "the memory planner does this: --max_memory";
 
