@@ -13,6 +13,8 @@ packages=(
   libsentencepiece-dev
   libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer
   zlib1g-dev              # gzip-compressed data files (x.jsonl.gz), inflated as they are read
+  libcurl4-openssl-dev    # HTTP(S) for models named by Hub id, downloaded into the Hugging Face cache
+  libssl-dev              # the test Hub server's SHA-1 / SHA-256 ETags (tests/support/hub_server.cpp)
   nlohmann-json3-dev
   libcli11-dev
   libgtest-dev

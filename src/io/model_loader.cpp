@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "fitsum/io/hf_config.h"
+#include "fitsum/io/hub.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/files.h"
 
@@ -21,16 +22,26 @@ struct ResolvedSource {
   nlohmann::json config_json;  // after overrides
   model::ModelConfig config;
   fs::path tokenizer_dir;  // empty when no tokenizer files were found
+  std::string model_from;  // the pretrained model's name, and its folder when that differs (a Hub id's snapshot)
 };
 
-ResolvedSource resolve_source(const ModelSource& source) {
+// "google/pegasus-cnn_dailymail (<snapshot folder>)" for a Hub id's folder in the cache, the folder alone otherwise.
+std::string where(const std::string& requested, const std::string& folder) {
+  if (requested != folder) return requested + " (" + folder + ")";
+  const auto id = repo_id_of_snapshot(folder);
+  return id ? *id + " (" + folder + ")" : folder;
+}
+
+ResolvedSource resolve_source(const ModelSource& requested) {
   ResolvedSource r;
-  r.pretrained = !source.model_name_or_path.empty();
-  if (r.pretrained == !source.config_name.empty()) {
+  r.pretrained = !requested.model_name_or_path.empty();
+  if (r.pretrained == !requested.config_name.empty()) {
     throw std::invalid_argument(
         "give either model_name_or_path DIR (a Hugging Face model folder) or config_name config.json (random "
         "initialisation, with tokenizer_name DIR)");
   }
+  const ModelSource source = resolve_model_source(requested);  // Hub ids to cache folders, once the usage is right
+  r.model_from = where(requested.model_name_or_path, source.model_name_or_path);
   if (r.pretrained) {
     r.folder = open_model_folder(source.model_name_or_path);
     if (!r.folder.has_weights()) {
@@ -54,7 +65,8 @@ ResolvedSource resolve_source(const ModelSource& source) {
                                                                 : r.config_file.parent_path();
   const bool has_tokenizer = tokenizer::has_tokenizer(tokenizer_dir);
   if (!source.tokenizer_name.empty() && !has_tokenizer) {
-    throw std::runtime_error("tokenizer_name '" + source.tokenizer_name + "' has no " + tokenizer::kTokenizerFiles);
+    throw std::runtime_error("tokenizer_name '" + where(requested.tokenizer_name, source.tokenizer_name) + "' has no " +
+                             tokenizer::kTokenizerFiles);
   }
   if (has_tokenizer) r.tokenizer_dir = tokenizer_dir;
   return r;
@@ -72,7 +84,7 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
     resolved.folder.config = resolved.config;
     loaded.report = load_weights(*loaded.model, resolved.folder);
     loaded.description =
-        "pretrained weights from " + source.model_name_or_path + " (" + resolved.folder.describe_weights() + ")";
+        "pretrained weights from " + resolved.model_from + " (" + resolved.folder.describe_weights() + ")";
   } else {
     model::init_weights(*loaded.model, init_seed);
     loaded.random_init = true;
@@ -84,7 +96,7 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
 
 ModelPreview preview_model(const ModelSource& source) {
   auto resolved = resolve_source(source);
-  const auto from = resolved.pretrained ? source.model_name_or_path : resolved.config_file.string();
+  const auto from = resolved.pretrained ? resolved.model_from : resolved.config_file.string();
   return {std::move(resolved.config), std::move(resolved.config_json), std::move(resolved.tokenizer_dir),
           "the config of " + from + " (no weights read: planning needs the config only)"};
 }

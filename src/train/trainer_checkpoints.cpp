@@ -155,7 +155,7 @@ void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tens
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;
-  save.generation_config = source_generation_config(in_.model_name_or_path);
+  save.generation_config = source_generation_config(in_.model_dir.string());
   io::save_model_folder(*in_.model, temp_dir, save);
   write_optimizer_state(temp_dir);
   io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
@@ -327,7 +327,7 @@ void Trainer::save_final_model() {
   io::SaveOptions save;
   save.config_json = in_.config_json;
   save.copy_tokenizer_from = in_.tokenizer_dir;
-  save.generation_config = source_generation_config(in_.model_name_or_path);
+  save.generation_config = source_generation_config(in_.model_dir.string());
   io::save_model_folder(*in_.model, args_.output_dir, save);
   write_trainer_state();
   util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");

@@ -15,6 +15,7 @@
 
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/io/hub.h"
 #include "fitsum/memory/calibration.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
@@ -173,6 +174,14 @@ void read_evaluation_splits(const TrainingJob& job, const ModelAndTokenizer& m, 
   if (job.args.do_predict) {
     in.test_examples = read_split(job.test_file, m, job.data, job.data.max_predict_samples, false, "test_file", report);
   }
+}
+
+// Hub ids among the model's names become their folders in the Hugging Face cache, downloaded where missing; what
+// the user named stays the model card's base model.
+std::string resolve_hub_names(TrainingJob& job, const Report& report) {
+  const std::string named = job.model.model_name_or_path.empty() ? job.model.config_name : job.model.model_name_or_path;
+  job.model = io::resolve_model_source(job.model, report.download);
+  return named;
 }
 
 // The model folder's decoding defaults (generation_config.json, else config.json), as HF's generate() starts.
@@ -450,6 +459,7 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
 
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
   check_job(job);
+  const std::string base_model = resolve_hub_names(job, report);
   check_free_disk(job, report);
   PreparedTraining p;
   if (!job.max_memory.empty()) {
@@ -465,7 +475,8 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   in.train_examples = read_split(job.train_file, m, job.data, job.data.max_train_samples, !job.keep_empty_examples,
                                  "train_file", report);
   read_evaluation_splits(job, m, in, report);
-  in.model_name_or_path = job.model.model_name_or_path.empty() ? job.model.config_name : job.model.model_name_or_path;
+  in.model_name_or_path = base_model;
+  in.model_dir = job.model.model_name_or_path;
   in.train_file = job.train_file;
   in.validation_file = job.validation_file;
   in.test_file = job.test_file;
@@ -493,6 +504,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
 memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
   if (job.args.output_dir.empty()) job.args.output_dir = ".";  // nothing is written
   job.args.validate();
+  resolve_hub_names(job, report);
   memory::start_tracking(runtime.device);
   const auto budget = resolve_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device, report);
   if (auto refused = refusal_before_loading(job, budget)) return *refused;

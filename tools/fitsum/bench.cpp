@@ -44,6 +44,7 @@
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/runtime.h"
 #include "fitsum/util/threads.h"
+#include "hub_flags.h"
 
 namespace fitsum::cli {
 
@@ -129,6 +130,7 @@ void synchronize(const torch::Device& device) {
 struct BenchTrainOptions {
   std::string shape = "small";
   std::string config_name;
+  io::ModelSource hub;  // --revision, --cache_dir, --token of a Hub id given as --config_name
   std::string config_overrides;
   std::int64_t batch = 2;
   std::int64_t src_len = 256;
@@ -172,7 +174,9 @@ void check_bench_options(const BenchTrainOptions& o) {
 }
 
 model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& device) {
-  auto config = o.config_name.empty() ? model::pegasus_shape(o.shape) : io::read_model_config(o.config_name);
+  auto config = o.config_name.empty()
+                    ? model::pegasus_shape(o.shape)
+                    : io::read_model_config(io::resolve_model_folder(o.config_name, {}, hub_options(o.hub)));
   if (!o.config_overrides.empty()) {
     auto j = io::model_config_to_hf(config);
     io::apply_config_overrides(j, o.config_overrides);
@@ -430,7 +434,8 @@ void add_bench_command(CLI::App& app) {
   auto* t = bench->add_subcommand(
       "train", "Time training steps of a PEGASUS shape (random init, random tokens); prints one JSON line");
   t->add_option("--shape", train->shape, "tiny, small, base or large (pegasus-large)")->capture_default_str();
-  t->add_option("--config_name", train->config_name, "a config.json instead of --shape");
+  t->add_option("--config_name", train->config_name, "a config.json (or a Hub id's) instead of --shape");
+  add_hub_flags(*t, train->hub);
   t->add_option("--config_overrides", train->config_overrides, "e.g. \"dropout=0.0,attention_dropout=0.0\"");
   t->add_option("--batch", train->batch, "sequences per step")->capture_default_str();
   t->add_option("--src_len", train->src_len, "source tokens per sequence")->capture_default_str();

@@ -28,5 +28,6 @@ void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_summarize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_download_command(CLI::App& app);
 
 }  // namespace fitsum::cli

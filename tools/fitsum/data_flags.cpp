@@ -11,8 +11,8 @@ namespace fitsum::cli {
 
 void add_tokenizer_name_flag(CLI::App& command, std::string& tokenizer_name) {
   command.add_option("--tokenizer_name", tokenizer_name,
-                     "folder with the tokenizer files (spiece.model, tokenizer.json or vocab.json + merges.txt; "
-                     "default: the model's)");
+                     "folder with the tokenizer files (spiece.model, tokenizer.json or vocab.json + merges.txt), "
+                     "or Hub id (default: the model's)");
 }
 
 void add_tokenization_flags(CLI::App& command, data::DataOptions& options) {

@@ -18,6 +18,7 @@
 #include "fitsum/util/files.h"
 #include "fitsum/util/output_paths.h"
 #include "generation_flags.h"
+#include "hub_flags.h"
 #include "progress.h"
 #include "runtime_flags.h"
 
@@ -30,6 +31,7 @@ namespace fs = std::filesystem;
 struct EvalArgs {
   std::string model_dir;
   std::string tokenizer_name;
+  io::ModelSource hub;  // --revision, --cache_dir, --token of a Hub id
   std::string test_file;
   std::string predictions_file;
   std::string metrics_file;
@@ -50,9 +52,11 @@ void run_eval(EvalArgs a) {
   util::require_output_files({{"--predictions_file", a.predictions_file}, {"--metrics_file", a.metrics_file}},
                              {{"--test_file", a.test_file}});
   const auto runtime = start_runtime(a.runtime);
-  io::ModelSource source;
+  io::ModelSource source = a.hub;
   source.model_name_or_path = a.model_dir;
   source.tokenizer_name = a.tokenizer_name;
+  source = io::resolve_model_source(source, download_progress());  // a Hub id's files, from the cache or the Hub
+  a.model_dir = source.model_name_or_path;
   auto loaded = io::load_model(source, 0);
   auto& model = *loaded.model;
   model.to(runtime.device);
@@ -119,7 +123,9 @@ void run_eval(EvalArgs a) {
 void add_eval_command(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   auto* cmd = app.add_subcommand("eval", "Evaluate a model on a dataset: loss, generated summaries, ROUGE");
-  cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder, or Hub id (org/name)")
+      ->required();
+  add_hub_flags(*cmd, a->hub);
   add_tokenizer_name_flag(*cmd, a->tokenizer_name);
   cmd->add_option("--test_file", a->test_file, "jsonl, json or csv; text or pre-tokenized")->required();
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")->capture_default_str();

@@ -23,17 +23,15 @@ struct HfArgument {
   const char* hint;  // why it is not supported and the fitsum way; "" when there is nothing to add
 };
 
-constexpr const char* no_hub = "no model hub here: fitsum reads and writes local folders (copy output_dir)";
+constexpr const char* no_hub =
+    "fitsum uploads nothing: it writes local folders (copy output_dir, or upload it with `huggingface-cli upload`)";
 constexpr const char* one_process = "fitsum trains data-parallel only (torchrun / mpirun / srun with gloo)";
 constexpr const char* planner = "the memory planner does this: --max_memory";
 
 // clang-format off
 const HfArgument table[] = {
     // run_summarization.py: ModelArguments
-    {"cache_dir", Kind::value, "*", ""},
     {"use_fast_tokenizer", Kind::boolean, "*", ""},  // fitsum's tokenizer equals the slow (SentencePiece) one
-    {"model_revision", Kind::value, "main", no_hub},
-    {"token", Kind::value, "*", ""},
     {"trust_remote_code", Kind::boolean, "false", "fitsum runs no code from a model folder"},
     {"resize_position_embeddings", Kind::boolean, "null|false", "max_source_length is lowered to the model's limit"},
     // DataTrainingArguments

@@ -15,6 +15,7 @@
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/runtime.h"
+#include "hub_flags.h"
 
 namespace fitsum::cli {
 
@@ -25,6 +26,7 @@ struct InfoOptions {
   bool json = false;
   bool forward = false;
   std::string device = "cpu";  // where --forward runs
+  io::ModelSource hub;           // --revision, --cache_dir, --token of a Hub id
 };
 
 nlohmann::ordered_json architecture_json(const model::ModelConfig& c) {
@@ -150,7 +152,10 @@ void print_info(const nlohmann::ordered_json& out, const model::ParameterCounts&
 
 void run_info(const InfoOptions& options) {
   const auto device = util::resolve_device(options.device);  // before any work
-  const auto folder = io::open_model_folder(options.model_dir);
+  // A Hub id's config and weights, from the cache or the Hub; the report still names the model as given.
+  const io::HubFileSet files{true, false, true, false};
+  const auto folder =
+      io::open_model_folder(io::resolve_model_folder(options.model_dir, files, hub_options(options.hub)));
   const auto& c = folder.config;
   auto counts = model::count_parameters(c);
 
@@ -210,8 +215,10 @@ void add_info_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("info",
                                  "Describe a Hugging Face model folder: architecture, parameter counts and "
                                  "the memory training needs; loads and validates the weights when present");
-  cmd->add_option("--model,--model_name_or_path", options->model_dir, "model folder (config.json [+ weights])")
+  cmd->add_option("--model,--model_name_or_path", options->model_dir,
+                  "model folder (config.json [+ weights]), or Hub id (org/name)")
       ->required();
+  add_hub_flags(*cmd, options->hub);
   cmd->add_flag("--json", options->json, "print JSON instead of a table");
   cmd->add_flag("--forward", options->forward,
                 "also run one forward pass on a dummy batch (random init when the folder has no weights)");

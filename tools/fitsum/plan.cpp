@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "hub_flags.h"
 #include "memory_report.h"
 #include "planning.h"
 #include "runtime_flags.h"
@@ -26,7 +27,8 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   require_training_output_files(p.train);
   const auto runtime = start_runtime(p.train.runtime);
   const train::Report report{[](const std::string& line) { std::cerr << "fitsum: " << line << "\n"; },
-                             [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};
+                             [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; },
+                             nullptr, download_progress()};
   auto job = training_job(command, p.train);
   job.world_size = p.world_size;
   const auto fit = train::plan_training(std::move(job), runtime, report);

@@ -21,6 +21,7 @@
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
 #include "generation_flags.h"
+#include "hub_flags.h"
 #include "runtime_flags.h"
 
 namespace fitsum::cli {
@@ -30,6 +31,7 @@ namespace {
 struct SummarizeArgs {
   std::string model_dir;
   std::string tokenizer_name;
+  io::ModelSource hub;  // --revision, --cache_dir, --token of a Hub id
   std::string input_file;
   std::int64_t batch_size = 8;
   data::DataOptions data;
@@ -136,9 +138,11 @@ std::size_t print_summaries(model::Seq2SeqLMImpl& model, const std::vector<data:
 
 void run_summarize(SummarizeArgs a) {
   const auto runtime = start_runtime(a.runtime);
-  io::ModelSource source;
+  io::ModelSource source = a.hub;
   source.model_name_or_path = a.model_dir;
   source.tokenizer_name = a.tokenizer_name;
+  source = io::resolve_model_source(source, download_progress());  // a Hub id's files, from the cache or the Hub
+  a.model_dir = source.model_name_or_path;
   auto loaded = io::load_model(source, 0);
   auto& model = *loaded.model;
   model.to(runtime.device);
@@ -193,7 +197,9 @@ void add_summarize_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("summarize",
                                  "Print one summary per input: a dataset file, or dialogues on stdin separated by "
                                  "blank lines");
-  cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder")->required();
+  cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder, or Hub id (org/name)")
+      ->required();
+  add_hub_flags(*cmd, a->hub);
   add_tokenizer_name_flag(*cmd, a->tokenizer_name);
   cmd->add_option("--input_file", a->input_file, "jsonl, json or csv (default: plain text on stdin)");
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per batch")->capture_default_str();

@@ -15,6 +15,7 @@
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/output_paths.h"
+#include "hub_flags.h"
 
 namespace fitsum::cli {
 
@@ -29,6 +30,7 @@ struct TokenizeArgs {
   fs::path output_file;
   std::optional<std::int64_t> max_samples;
   data::DataOptions data;
+  io::ModelSource hub;  // --revision, --cache_dir, --token of a Hub id
 };
 
 void run_tokenize(TokenizeArgs args) {
@@ -41,6 +43,11 @@ void run_tokenize(TokenizeArgs args) {
     throw std::invalid_argument("--max_samples must be at least 1");
   }
   util::require_output_files({{"--output_file", args.output_file}}, {{"--input_file", args.input_file}});
+  // Hub ids: the tokenizer files (and the model's config.json), from the cache or the Hub.
+  const auto options = hub_options(args.hub);
+  args.model = io::resolve_model_folder(args.model.string(), {true, false, false, true}, options);
+  args.tokenizer_name =
+      io::resolve_model_folder(args.tokenizer_name.string(), io::HubFileSet::tokenizer_only(), options);
   if (!args.model.empty()) {
     clamp_lengths_to_model_config(args.data, args.model);
   }
@@ -111,12 +118,21 @@ void add_tokenize_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("tokenize", "Tokenize a dataset file (jsonl, json, csv) and write token ids as JSON Lines");
   auto args = std::make_shared<TokenizeArgs>();
-  command->add_option("--model", args->model, "Hugging Face model folder; its tokenizer files and config.json are read")
-      ->check(CLI::ExistingDirectory);
+  // A folder, or a Hub id (org/name) looked up in the Hugging Face cache.
+  const CLI::Validator folder_or_hub_id(
+      [](std::string& name) {
+        return std::filesystem::is_directory(name) || io::is_repo_id(name) ? "" : "Directory does not exist: " + name;
+      },
+      "DIR|ORG/NAME");
+  command
+      ->add_option("--model", args->model,
+                   "Hugging Face model folder, or Hub id; its tokenizer files and config.json are read")
+      ->check(folder_or_hub_id);
   command
       ->add_option("--tokenizer_name", args->tokenizer_name,
-                   "Folder with the tokenizer files to use instead of --model's")
-      ->check(CLI::ExistingDirectory);
+                   "Folder (or Hub id) with the tokenizer files to use instead of --model's")
+      ->check(folder_or_hub_id);
+  add_hub_flags(*command, args->hub);
   command->add_option("--input_file", args->input_file, "Dataset file: .jsonl, .json or .csv")
       ->required()
       ->check(CLI::ExistingFile);

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "hub_flags.h"
 #include "fitsum/model/onednn_linear.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/local_launch.h"
@@ -28,13 +29,16 @@ namespace {
 // The preparation's report. With several processes rank 0 prints it: the others read the same arguments and data
 // and would print the same lines and warnings again. They print the lines about themselves alone (their place in the
 // job, the plan they took from rank 0) on stderr, as each process of a torchrun job logs its own rank, and errors.
-train::Report log_report(int rank) {
+// A model named by Hub id shows its download's progress on rank 0's stderr (`progress`).
+train::Report log_report(int rank, bool progress) {
   if (rank != 0) {
     return {[](const std::string&) {}, [](const std::string&) {},
-            [rank](const std::string& line) { std::cerr << "fitsum: rank " << rank << ": " << line << "\n"; }};
+            [rank](const std::string& line) { std::cerr << "fitsum: rank " << rank << ": " << line << "\n"; },
+            io::HubProgressFn{}};
   }
   return {[](const std::string& line) { std::printf("  %s\n", line.c_str()); },
-          [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }};
+          [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }, nullptr,
+          progress ? download_progress() : io::HubProgressFn{}};
 }
 
 void print_configuration(const train::PreparedTraining& p, const util::Runtime& runtime) {
@@ -101,7 +105,7 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   if (main_process) std::printf("data\n");
   train::PreparedTraining prepared;
   try {
-    prepared = train::prepare_training(training_job(command, o), runtime, log_report(launch.rank));
+    prepared = train::prepare_training(training_job(command, o), runtime, log_report(launch.rank, !o.disable_tqdm));
   } catch (const memory::PlanDoesNotFit& e) {
     if (e.result().calibration)  // on any process: its own budget is what failed
       std::printf("%s", plan_table(e.result().plan, *e.result().calibration, e.result().budget).c_str());

@@ -11,6 +11,7 @@
 #include "fitsum/util/files.h"
 #include "fitsum/util/output_paths.h"
 #include "hf_arguments.h"
+#include "hub_flags.h"
 #include "runtime_flags.h"
 
 namespace fitsum::cli {
@@ -28,11 +29,13 @@ CLI::Option* add_parsed(CLI::App& group, const std::string& name, T& field, Pars
 }
 
 void add_model_flags(CLI::App& g, io::ModelSource& model) {
-  g.add_option("--model_name_or_path", model.model_name_or_path, "Hugging Face model folder to fine-tune");
-  g.add_option("--config_name", model.config_name, "config.json for training from random weights");
+  g.add_option("--model_name_or_path", model.model_name_or_path,
+               "Hugging Face model folder, or Hub id (org/name), to fine-tune");
+  g.add_option("--config_name", model.config_name, "config.json (or Hub id) for training from random weights");
   add_tokenizer_name_flag(g, model.tokenizer_name);
   g.add_option("--config_overrides", model.config_overrides,
                "change config fields at load, e.g. \"dropout=0.0,attention_dropout=0.0\"");
+  add_hub_flags(g, model);
 }
 
 void add_data_flags(CLI::App& g, train::TrainingJob& job) {

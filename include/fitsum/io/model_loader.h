@@ -15,11 +15,16 @@
 
 namespace fitsum::io {
 
+// Each name may also be a Hub id ("org/name"), resolved in the Hugging Face cache (io/hub.h): load_model and
+// preview_model resolve it themselves; callers that report downloads resolve first (resolve_model_source).
 struct ModelSource {
   std::string model_name_or_path;  // an HF model folder (config.json + weights)
   std::string config_name;         // a config.json (or a folder holding one) for random initialisation
   std::string tokenizer_name;      // a folder with spiece.model or tokenizer.json; defaults to the model's folder
   std::string config_overrides;    // "dropout=0.0,attention_dropout=0.0"
+  std::string revision;            // of Hub ids: a branch, tag or commit (empty: main)
+  std::string cache_dir;           // of Hub ids: the cache (empty: HF_HUB_CACHE and its kin)
+  std::string token;               // of Hub ids: the token (empty: HF_TOKEN or the token file)
 };
 
 struct LoadedModel {

@@ -68,6 +68,7 @@ struct TrainerInputs {
   std::vector<data::Example> test_examples;  // do_predict's test_file
   // What the model card in output_dir names: the model fine-tuned and the data files.
   std::string model_name_or_path;
+  fs::path model_dir;  // the folder it resolved to (a Hub id's cache snapshot): its generation_config.json is saved
   std::string train_file;
   std::string validation_file;
   std::string test_file;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fitsum/data/dataset.h"
+#include "fitsum/io/hub_download.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/memory/fit.h"
 #include "fitsum/train/trainer.h"
@@ -50,6 +51,7 @@ struct Report {
   std::function<void(const std::string& line)> info;
   std::function<void(const std::string& line)> warning;
   std::function<void(const std::string& line)> process;
+  io::HubProgressFn download;  // a model named by Hub id being downloaded into the cache (io/hub.h)
 };
 
 struct PreparedTraining {
