@@ -83,9 +83,8 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   join_process_group();
   optimizer_ = optim::make_optimizer(model, settings, owned_parameter_names());
 
-  const auto examples = static_cast<std::int64_t>(in_.train_examples.size());
-  const auto per_step = examples_per_step();
-  steps_per_epoch_ = (examples + per_step - 1) / per_step;
+  sampler_ = sampler_options();
+  steps_per_epoch_ = static_cast<std::int64_t>(data::steps_per_epoch(in_.train_examples.size(), sampler_));
   max_steps_ = args_.max_steps > 0 ? args_.max_steps
                                    : static_cast<std::int64_t>(std::ceil(args_.num_train_epochs * steps_per_epoch_));
   num_epochs_ = (max_steps_ + steps_per_epoch_ - 1) / steps_per_epoch_;
@@ -401,14 +400,11 @@ bool Trainer::evaluate_and_record(double epoch_value) {
 
 // One epoch from step_in_epoch_ on, until its end or max_steps. False when a stop request ended it (a checkpoint
 // of the last completed step is saved).
-bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::SamplerOptions& sampler) {
-  const auto order = data::epoch_order(lengths, sampler, static_cast<std::uint64_t>(epoch_));
-  // Each step holds every process's examples (accumulation x world size micro-batches); run_step takes this one's.
-  const auto plan = [&] {
-    return data::plan_steps(order, static_cast<std::size_t>(args_.per_device_train_batch_size),
-                            static_cast<std::size_t>(args_.gradient_accumulation_steps * world_size_));
-  };
-  auto steps = plan();
+bool Trainer::run_epoch(const std::vector<std::size_t>& lengths) {
+  // Each step holds every process's examples; run_step takes this one's, in micro-batches of the current size (a
+  // re-plan after out-of-memory errors changes the micro-batches, never a step's examples).
+  const auto steps =
+      data::plan_epoch(data::epoch_order(lengths, sampler_, static_cast<std::uint64_t>(epoch_)), sampler_);
   while (step_in_epoch_ < static_cast<std::int64_t>(steps.size()) && global_step_ < max_steps_) {
     if (stop_requested()) {  // a stop request between steps (during evaluation or a save)
       if (saved_step_ != global_step_) save_checkpoint(util::random_state(in_.device));
@@ -427,10 +423,7 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths, const data::Sam
       stop_on_non_finite(global_step_ + 1, outcome.loss, outcome.grad_norm, *in_.model);
     }
     record_step(outcome);
-    if (oom_steps_in_a_row_ >= 2 && replan_after_repeated_oom()) {
-      // The epoch order does not depend on the micro-batch size, so the remaining steps keep their examples.
-      steps = plan();
-    }
+    if (oom_steps_in_a_row_ >= 2) replan_after_repeated_oom();
     const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
     const double epoch_value =
         static_cast<double>(epoch_) + static_cast<double>(step_in_epoch_) / static_cast<double>(steps.size());
@@ -468,14 +461,10 @@ TrainResult Trainer::finish_run() {
 TrainResult Trainer::train() {
   begin_run();
   const auto lengths = data::input_lengths(in_.train_examples);
-  data::SamplerOptions sampler;
-  sampler.seed = static_cast<std::uint64_t>(args_.data_seed.value_or(args_.seed));
-  sampler.group_by_length = args_.group_by_length;
-  sampler.examples_per_step = static_cast<std::size_t>(examples_per_step());
   const auto run_start = Clock::now();
   try {
     while (global_step_ < max_steps_ && !stop_early_) {
-      if (!run_epoch(lengths, sampler)) {
+      if (!run_epoch(lengths)) {
         train_seconds_ += seconds_since(run_start);
         TrainResult result;
         result.interrupted = true;

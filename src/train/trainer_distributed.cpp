@@ -182,10 +182,23 @@ std::int64_t Trainer::examples_per_step() const {
   return args_.per_device_train_batch_size * args_.gradient_accumulation_steps * world_size_;
 }
 
+data::SamplerOptions Trainer::sampler_options() const {
+  data::SamplerOptions options;
+  options.group_by_length = args_.group_by_length;
+  options.seed = static_cast<std::uint64_t>(args_.seed);
+  options.data_seed = static_cast<std::uint64_t>(args_.data_seed.value_or(args_.seed));
+  const auto batch = args_.data_batch_size.value_or(args_.per_device_train_batch_size);
+  options.batch_size = static_cast<std::size_t>(batch);
+  options.accumulation_steps =
+      static_cast<std::size_t>(std::max<std::int64_t>(1, examples_per_step() / world_size_ / batch));
+  options.processes = static_cast<std::size_t>(world_size_);
+  options.drop_last = args_.dataloader_drop_last;
+  return options;
+}
+
 std::vector<std::vector<std::size_t>> Trainer::own_micro_batches(
     const std::vector<std::vector<std::size_t>>& step) const {
-  if (world_size_ == 1) return step;
-  return micro_batches_of(step, group_->rank(), args_.per_device_train_batch_size);
+  return micro_batches_of(step, world_size_ == 1 ? 0 : group_->rank(), args_.per_device_train_batch_size);
 }
 
 std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vector<std::vector<std::size_t>>& step,

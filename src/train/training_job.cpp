@@ -342,6 +342,7 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
 }
 
 void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config) {
+  if (!args.data_batch_size) args.data_batch_size = args.per_device_train_batch_size;  // the data order's batch
   args.per_device_train_batch_size = knobs.micro_batch;
   args.gradient_accumulation_steps = knobs.accumulation;
   const auto all = std::numeric_limits<std::int64_t>::max();

@@ -361,5 +361,28 @@ TEST(Train, RefusesWhatItCannotDoWithAReason) {
   EXPECT_NE(r.output.find("overwrite_output_dir"), std::string::npos) << r.output;
 }
 
+// HF's dataloader_drop_last: 8 examples in batches of 3 make 3 steps an epoch, or 2 with the short batch left out;
+// a batch larger than the data leaves nothing to train on, which is refused before any step.
+TEST(Train, DataloaderDropLastLeavesOutTheIncompleteBatch) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("drop-last");
+  const auto data = write_eight_records(dir);
+  const std::string common = "--num_train_epochs 2 --per_device_train_batch_size 3 --save_strategy no ";
+  auto r = run_command(base_args(data, dir / "kept") + common);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(util::read_json_file(dir / "kept" / "trainer_state.json")["global_step"], 6);
+  r = run_command(base_args(data, dir / "dropped") + common + "--dataloader_drop_last");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto state = util::read_json_file(dir / "dropped" / "trainer_state.json");
+  EXPECT_EQ(state["global_step"], 4);
+  EXPECT_EQ(util::read_json_file(dir / "dropped" / "training_args.json")["dataloader_drop_last"], true);
+  r = run_command(base_args(data, dir / "none") + "--per_device_train_batch_size 9 --dataloader_drop_last true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("8 training examples make no batch of per_device_train_batch_size 9 with "
+                          "dataloader_drop_last"),
+            std::string::npos)
+      << r.output;
+}
+
 }  // namespace
 }  // namespace fitsum::test

@@ -3,6 +3,7 @@
 // during the backward that finishes them; through the Trainer, ZeRO stages 0, 1 and 2 train the weights of one
 // process (and, under stage 2, no process holds a gradient between steps); an out-of-memory error in the middle of
 // one process's backward, after some buckets were summed, is redone by that process alone and changes nothing.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,12 +36,14 @@ struct RunSetup {
   int zero_stage = 2;
   double bucket_mb = 0.0625;  // 64 KiB: the d128 model's 128 x 128 matrices alone, biases and norms together
   std::int64_t steps = 3;
-  std::int64_t failing_steps = 0;     // an out-of-memory error in the backward of steps 2 .. failing_steps + 1
-  std::int64_t failing_backward = 0;  // ... in the step's first backward (0), or a later one
+  std::int64_t failing_steps = 0;  // an out-of-memory error in the backward of steps 2 .. failing_steps + 1
+  std::vector<std::int64_t> failing_backwards = {0};  // ... in these backwards of the step (0: its first, redos count)
 };
 
-// Steps of 8 examples (micro-batch 2) over 13 examples: every second step has 5, so with two processes one of them
-// has a micro-batch fewer than the other. `group` null: one process with twice the accumulation.
+// Steps of 8 examples (micro-batch 2) over 12 examples: every second step has 4, one micro-batch on each of two
+// processes. `group` null: one process with twice the accumulation, whose steps hold the same examples (the batches
+// of an epoch are dealt to two processes without a remainder, so accelerate's completion of the last round, which
+// one process does not have, adds none: data/sampler.h).
 Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup>& group, const std::string& name) {
   Run run;
   auto grid = grid_model_small();
@@ -62,7 +65,7 @@ Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup
   args.ddp_bucket_cap_mb = setup.bucket_mb;
   train::TrainerInputs inputs;
   inputs.model = model;
-  inputs.train_examples = fixed_length_examples(13, 48, 16, model->config().vocab_size);
+  inputs.train_examples = fixed_length_examples(12, 48, 16, model->config().vocab_size);
   inputs.process_group = group;
   train::TrainerCallbacks callbacks;
   callbacks.on_log = [&](const nlohmann::ordered_json& entry) {
@@ -76,9 +79,9 @@ Run train_steps(const RunSetup& setup, const std::shared_ptr<train::ProcessGroup
   auto backwards = std::make_shared<std::int64_t>(0);  // in the step
   if (setup.failing_steps > 0) {
     model->named_parameters()["model.encoder.layers.0.fc1.weight"].register_hook(
-        [armed, backwards, at = setup.failing_backward](const torch::Tensor& grad) {
-          if (*armed && (*backwards)++ == at) {
-            *armed = false;
+        [armed, backwards, at = setup.failing_backwards](const torch::Tensor& grad) {
+          if (*armed && std::find(at.begin(), at.end(), (*backwards)++) != at.end()) {
+            *armed = *backwards <= at.back();
             TORCH_CHECK_WITH(OutOfMemoryError, false, "injected: out of memory during backward");
           }
           return grad;
@@ -107,6 +110,12 @@ std::vector<Run> train_two_processes(const RunSetup& setup, const std::vector<Ru
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
   return runs;
 }
+
+// The weights of two processes against one: process 0 accumulates batches 0 and 2 of a step and process 1 batches 1
+// and 3 (accelerate's deal, data/sampler.h), so the gradient sums the same micro-batches grouped otherwise than one
+// process's running sum; the rounding, carried by the optimizer, puts one relu unit's fc1 bias (a tensor whose largest
+// entry is 2e-3) 6e-5 of that entry away. Losses and gradient norms stay within 1e-5.
+constexpr double kRegrouped = 1e-4;
 
 void expect_same_training(const Run& reference, const Run& run, double weights_relative) {
   ASSERT_EQ(run.losses.size(), reference.losses.size());
@@ -143,7 +152,7 @@ TEST(ZeroStageTwo, TwoProcessesTrainTheWeightsOfOneAndHoldNoGradientBetweenSteps
   RunSetup setup;
   const auto one = train_steps(setup, nullptr, "one");
   const auto ranks = train_two_processes(setup);
-  expect_same_training(one, ranks[0], 1e-5);
+  expect_same_training(one, ranks[0], kRegrouped);
   for (const auto& r : ranks) EXPECT_EQ(r.parameters_with_gradients, 0u);
   expect_one_model(ranks);
 }
@@ -159,7 +168,7 @@ TEST(ZeroStageTwo, OutOfMemoryMidBackwardRedoesOneProcesssMicroBatchAlone) {
                      "redoing the micro-batch"),
             std::string::npos)
       << log;
-  expect_same_training(one, ranks[0], 1e-5);
+  expect_same_training(one, ranks[0], kRegrouped);
   expect_one_model(ranks);
 }
 
@@ -177,26 +186,27 @@ TEST(ZeroStageTwo, OneProcessReplansAloneAfterRepeatedOutOfMemory) {
   EXPECT_NE(log.find("re-planned with gradient checkpointing of all layers"), std::string::npos) << log;
   EXPECT_NE(log.find("re-planned with per_device_train_batch_size 1 gradient_accumulation_steps 4"), std::string::npos)
       << log;
-  expect_same_training(one, ranks[0], 1e-5);
+  expect_same_training(one, ranks[0], kRegrouped);
   expect_one_model(ranks);
 }
 
 class ZeroStagesZeroAndOne : public ::testing::TestWithParam<int> {};
 
 // Every process keeps every gradient, summed in 64 KiB buckets during the backward of each process's last
-// micro-batch of a step (every second step one process has one micro-batch, the other two).
+// micro-batch of a step (every second step one micro-batch each).
 TEST_P(ZeroStagesZeroAndOne, TwoProcessesTrainTheWeightsOfOne) {
   RunSetup setup;
   setup.zero_stage = GetParam();
   const auto one = train_steps(setup, nullptr, "one");
   const auto ranks = train_two_processes(setup);
-  expect_same_training(one, ranks[0], 1e-5);
+  expect_same_training(one, ranks[0], kRegrouped);
   expect_one_model(ranks);
 }
 
-// Out of memory in the bottom encoder layer's backward of each process's last micro-batch of step 2, after the
-// decoder's buckets were summed: rank 0 (one micro-batch of 2) splits it, rank 1 (micro-batches of 2 and 1) turns on
-// full checkpointing; each redoes its step alone, dropping what the redo computes for the buckets already summed.
+// Out of memory in the bottom encoder layer's backward of each process's micro-batch of step 2 (one of 2 examples),
+// after the decoder's buckets were summed: rank 0 splits it; rank 1 too, and runs out of memory again in the redo's
+// first backward, of one example, so it turns on full checkpointing; each redoes its step alone, dropping what the
+// redo computes for the buckets already summed.
 // The weights are compared right after that step: PEGASUS's relu makes the gradient jump where a pre-activation
 // crosses zero, so a split's rounding may flip a unit and change the gradient of a later step beyond rounding.
 TEST_P(ZeroStagesZeroAndOne, OutOfMemoryInTheLastBackwardRedoesTheStepOfOneProcessAlone) {
@@ -207,7 +217,7 @@ TEST_P(ZeroStagesZeroAndOne, OutOfMemoryInTheLastBackwardRedoesTheStepOfOneProce
   auto split = setup;
   split.failing_steps = 1;
   auto checkpoint = split;
-  checkpoint.failing_backward = 1;
+  checkpoint.failing_backwards = {0, 1};
   const auto ranks = train_two_processes(setup, {split, checkpoint});
   const auto log0 = messages_of(ranks[0]);
   EXPECT_NE(log0.find("out of memory in the backward of a micro-batch of 2 examples at step 2: split into 1 + 1, "
@@ -219,7 +229,7 @@ TEST_P(ZeroStagesZeroAndOne, OutOfMemoryInTheLastBackwardRedoesTheStepOfOneProce
                       "split; retrying with gradient checkpointing of all layers"),
             std::string::npos)
       << log1;
-  expect_same_training(one, ranks[0], 1e-5);
+  expect_same_training(one, ranks[0], kRegrouped);
   expect_one_model(ranks);
 }
 

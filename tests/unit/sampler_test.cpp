@@ -1,11 +1,16 @@
-// Seeded example orders: pinned values (so that an order is the same on every platform and compiler), HF's
-// length grouping, the micro-batch-independent step plan and the token-budget batcher.
+// HF's training order: torch.randperm, transformers' LengthGroupedSampler and accelerate's BatchSamplerShard as
+// their own code computes them (tests/data/hf_data_order.json, written by tests/data/make_sampler_fixture.py with
+// the venv of make test-hf), the step plan, and the token-budget batcher.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 
+#include <nlohmann/json.hpp>
+
 #include "fitsum/data/sampler.h"
+#include "fitsum/util/files.h"
+#include "test_support.h"
 
 namespace fitsum::data {
 namespace {
@@ -30,75 +35,150 @@ Order flatten(const StepBatches& step) {
   return all;
 }
 
+Order identity(std::size_t count) {
+  Order order(count);
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  return order;
+}
+
 // Lengths with ties, to exercise the stable sorts.
 const std::vector<std::size_t> kLengths = {5, 17, 3, 9, 9, 12, 1, 30, 7, 7, 22, 4, 9, 16, 2, 8, 30, 11, 6, 10};
 
-TEST(Sampler, SplitMix64MatchesTheReferenceSequence) {
-  SplitMix64 generator(0);  // the published first outputs of splitmix64 seeded with 0
-  EXPECT_EQ(generator.next(), 0xE220A8397B1DCDAFULL);
-  EXPECT_EQ(generator.next(), 0x6E789E6AA1B965F4ULL);
-  EXPECT_EQ(generator.next(), 0x06C45D188009454FULL);
-  SplitMix64 bounded(1);
-  for (int i = 0; i < 1000; ++i) {
-    EXPECT_LT(bounded.below(7), 7u);
+const nlohmann::json& hf_orders() {
+  static const nlohmann::json file =
+      util::read_json_file(test::source_dir() / "tests" / "data" / "hf_data_order.json");
+  return file;
+}
+
+TEST(Sampler, RandpermIsPythonTorchsForTheSameSeed) {
+  for (const auto& c : hf_orders()["randperm"]) {
+    const auto count = c["count"].get<std::size_t>();
+    const auto seed = c["seed"].get<std::uint64_t>();
+    EXPECT_EQ(torch_randperm(count, seed), c["order"].get<Order>()) << "count " << count << ", seed " << seed;
   }
+  EXPECT_TRUE(torch_randperm(0, 3).empty());
 }
 
-TEST(Sampler, ShuffledOrderDependsOnlyOnSeedAndEpoch) {
-  // Pinned: computed by a separate Python transcription of splitmix64 + Fisher-Yates.
-  EXPECT_EQ(shuffled_order(10, 42, 0), (Order{6, 1, 8, 7, 5, 4, 0, 2, 9, 3}));
-  EXPECT_EQ(shuffled_order(10, 42, 1), (Order{0, 2, 7, 5, 9, 3, 1, 8, 4, 6}));
-  EXPECT_EQ(shuffled_order(10, 7, 0), (Order{9, 1, 7, 8, 0, 4, 2, 5, 3, 6}));
-  EXPECT_EQ(shuffled_order(1000, 3, 5), shuffled_order(1000, 3, 5));
-  EXPECT_NE(shuffled_order(1000, 3, 5), shuffled_order(1000, 3, 6));
-  EXPECT_TRUE(is_permutation_of_range(shuffled_order(1000, 3, 5)));
-  EXPECT_TRUE(shuffled_order(0, 1, 1).empty());
+TEST(Sampler, ShufflingIsAcceleratesSeedableSamplerAtDataSeedPlusEpoch) {
+  SamplerOptions options;
+  options.seed = 5;        // set_seed's: no part in the shuffle
+  options.data_seed = 42;  // --data_seed, or --seed when it is not given
+  const std::vector<std::size_t> lengths(16, 3);
+  for (const auto& c : hf_orders()["randperm"]) {
+    if (c["count"] != 16 || (c["seed"] != 42 && c["seed"] != 43)) continue;
+    const std::uint64_t epoch = c["seed"].get<std::uint64_t>() - 42;  // SeedableRandomSampler: seed + epoch
+    EXPECT_EQ(epoch_order(lengths, options, epoch), c["order"].get<Order>()) << "epoch " << epoch;
+  }
+  options.seed = 6;
+  EXPECT_EQ(epoch_order(lengths, options, 1), torch_randperm(16, 43));
 }
 
-TEST(Sampler, LengthGroupingFollowsHuggingFace) {
-  // Expected: HF's get_length_grouped_indices (Python sorted(..., reverse=True) per mega-batch, argmax swap)
-  // applied to the shuffled_order permutation in place of torch.randperm. Batch 2: mega-batches of 4.
-  EXPECT_EQ(length_grouped_order(kLengths, 2, 42, 0),
-            (Order{16, 1, 8, 0, 13, 18, 11, 2, 7, 10, 15, 9, 5, 17, 4, 12, 19, 3, 14, 6}));
-  EXPECT_EQ(length_grouped_order(kLengths, 2, 42, 3),
-            (Order{16, 1, 12, 8, 3, 15, 0, 11, 10, 13, 4, 9, 7, 17, 14, 6, 5, 19, 18, 2}));
-  const Order order = length_grouped_order(kLengths, 3, 11, 2);
-  EXPECT_TRUE(is_permutation_of_range(order));
-  EXPECT_EQ(kLengths[order[0]], 30u);  // the longest example first
-}
-
-TEST(Sampler, StepsSeeTheSameExamplesWhateverTheMicroBatchSize) {
-  for (const bool group_by_length : {false, true}) {
+TEST(Sampler, GroupByLengthIsTransformersOverTheReplayedGlobalGenerator) {
+  const auto lengths = hf_orders()["lengths"].get<std::vector<std::size_t>>();
+  for (const auto& c : hf_orders()["group_by_length"]) {
     SamplerOptions options;
-    options.seed = 1234;
-    options.group_by_length = group_by_length;
-    options.examples_per_step = 4;  // 4 x 1 and 1 x 4 alike
-    const Order order = epoch_order(kLengths, options, 7);
-    const std::vector<StepBatches> big_micro_batches = plan_steps(order, 4, 1);
-    const std::vector<StepBatches> accumulated = plan_steps(order, 1, 4);
-    const std::vector<StepBatches> mixed = plan_steps(order, 2, 2);
-    ASSERT_EQ(big_micro_batches.size(), 5u);
-    ASSERT_EQ(accumulated.size(), 5u);
-    ASSERT_EQ(mixed.size(), 5u);
-    for (std::size_t step = 0; step < 5; ++step) {
-      EXPECT_EQ(big_micro_batches[step].size(), 1u);
-      EXPECT_EQ(accumulated[step].size(), 4u);
-      EXPECT_EQ(flatten(accumulated[step]), flatten(big_micro_batches[step])) << "step " << step;
-      EXPECT_EQ(flatten(mixed[step]), flatten(big_micro_batches[step])) << "step " << step;
+    options.group_by_length = true;
+    options.seed = c["seed"].get<std::uint64_t>();
+    options.data_seed = options.seed + 1000;  // transformers' LengthGroupedSampler ignores data_seed
+    options.batch_size = c["batch_size"].get<std::size_t>();
+    const auto epoch = c["epoch"].get<std::uint64_t>();
+    const auto want = c["order"].get<Order>();
+    EXPECT_EQ(epoch_order(lengths, options, epoch), want)
+        << "seed " << options.seed << ", batch " << options.batch_size << ", epoch " << epoch;
+    // transformers groups by train_batch_size x gradient_accumulation_steps (per process): 1 x 2 is 2 x 1.
+    if (options.batch_size == 2) {
+      options.batch_size = 1;
+      options.accumulation_steps = 2;
+      options.processes = 3;
+      EXPECT_EQ(epoch_order(lengths, options, epoch), want) << "batch 1 x accumulation 2, epoch " << epoch;
     }
   }
 }
 
-TEST(Sampler, TheLastStepHoldsWhatIsLeft) {
-  const Order order = shuffled_order(10, 5, 0);
-  const std::vector<StepBatches> steps = plan_steps(order, 2, 2);
+TEST(Sampler, LengthGroupingSortsMegaBatchesAndPutsTheLongestFirst) {
+  // Batch 2: mega-batches of min(20 / (4 x 2), 50) = 2 batches, each sorted longest first (ties in order); the first
+  // mega-batch holding the longest (30: examples 7 and 16) gives its first example to the front.
+  const Order grouped = group_by_length(identity(20), kLengths, 2);
+  EXPECT_EQ(grouped, (Order{7, 3, 0, 2, 1, 5, 4, 6, 10, 8, 9, 11, 13, 12, 15, 14, 16, 17, 19, 18}));
+  EXPECT_TRUE(is_permutation_of_range(group_by_length(torch_randperm(20, 9), kLengths, 3)));
+  EXPECT_THROW(group_by_length(identity(20), kLengths, 0), std::invalid_argument);
+}
+
+TEST(Sampler, ShardsAreAcceleratesBatchSamplerShard) {
+  for (const auto& c : hf_orders()["shards"]) {
+    SamplerOptions options;
+    options.batch_size = c["batch_size"].get<std::size_t>();
+    options.processes = c["processes"].get<std::size_t>();
+    options.drop_last = c["drop_last"].get<bool>();
+    const auto count = c["count"].get<std::size_t>();
+    const auto steps = plan_epoch(identity(count), options);
+    const auto& shards = c["batches"];
+    const std::string what = "count " + std::to_string(count) + ", batch " + std::to_string(options.batch_size) +
+                             ", processes " + std::to_string(options.processes) +
+                             (options.drop_last ? ", drop_last" : "");
+    ASSERT_EQ(steps.size(), shards[0].size()) << what;
+    EXPECT_EQ(steps_per_epoch(count, options), steps.size()) << what;
+    for (std::size_t k = 0; k < steps.size(); ++k) {
+      ASSERT_EQ(steps[k].size(), options.processes) << what;
+      for (std::size_t p = 0; p < options.processes; ++p) {
+        EXPECT_EQ(steps[k][p], shards[p][k].get<Order>()) << what << ": batch " << k << " of process " << p;
+      }
+    }
+  }
+}
+
+TEST(Sampler, EachProcessAccumulatesItsOwnBatches) {
+  // 2 processes x accumulation 2, batch 2, 18 examples: 9 batches dealt 0,2,4,6,8 / 1,3,5,7 + one from the start;
+  // process 0 accumulates its batches 0 and 2 in step 1, process 1 its batches 1 and 3.
+  SamplerOptions options;
+  options.batch_size = 2;
+  options.accumulation_steps = 2;
+  options.processes = 2;
+  const auto steps = plan_epoch(identity(18), options);
   ASSERT_EQ(steps.size(), 3u);
-  ASSERT_EQ(steps[2].size(), 1u);
-  EXPECT_EQ(steps[2][0], (Order{order[8], order[9]}));
-  const std::vector<StepBatches> uneven = plan_steps(order, 3, 1);
-  ASSERT_EQ(uneven.size(), 4u);
-  EXPECT_EQ(uneven[3][0], (Order{order[9]}));
-  EXPECT_THROW(plan_steps(order, 0, 1), std::invalid_argument);
+  EXPECT_EQ(steps[0], (StepBatches{{0, 1}, {4, 5}, {2, 3}, {6, 7}}));
+  EXPECT_EQ(steps[1], (StepBatches{{8, 9}, {12, 13}, {10, 11}, {14, 15}}));
+  EXPECT_EQ(steps[2], (StepBatches{{16, 17}, {0, 1}}));  // the last round completed from the start
+  EXPECT_EQ(steps_per_epoch(18, options), 3u);
+}
+
+TEST(Sampler, TheLastStepHoldsWhatIsLeftOrTheIncompleteBatchIsDropped) {
+  const Order order = torch_randperm(10, 5);
+  SamplerOptions options;
+  options.batch_size = 2;
+  options.accumulation_steps = 2;
+  auto steps = plan_epoch(order, options);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(steps[2], (StepBatches{{order[8], order[9]}}));
+  options.batch_size = 3;
+  options.accumulation_steps = 1;
+  steps = plan_epoch(order, options);
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[3], (StepBatches{{order[9]}}));
+  options.drop_last = true;
+  steps = plan_epoch(order, options);
+  ASSERT_EQ(steps.size(), 3u);
+  EXPECT_EQ(flatten(steps[2]), (Order{order[6], order[7], order[8]}));
+  EXPECT_EQ(steps_per_epoch(10, options), 3u);
+  options.batch_size = 11;  // no complete batch at all
+  EXPECT_THROW(plan_epoch(order, options), std::invalid_argument);
+  options.batch_size = 0;
+  EXPECT_THROW(plan_epoch(order, options), std::invalid_argument);
+}
+
+TEST(Sampler, AnEpochsOrderIsTheSameWhenComputedAgainForAResume) {
+  // A resume in the middle of epoch 2 recomputes the epoch's order and continues at its next step.
+  for (const bool group_by_length : {false, true}) {
+    SamplerOptions options;
+    options.group_by_length = group_by_length;
+    options.seed = 1234;
+    options.data_seed = 77;
+    options.batch_size = 2;
+    const auto order = epoch_order(kLengths, options, 2);
+    EXPECT_EQ(epoch_order(kLengths, options, 2), order);
+    EXPECT_NE(epoch_order(kLengths, options, 1), order);
+    EXPECT_TRUE(is_permutation_of_range(order));
+  }
 }
 
 TEST(Sampler, TokenBudgetBatchesStayWithinTheBudget) {

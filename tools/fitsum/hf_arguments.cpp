@@ -75,7 +75,6 @@ const HfArgument table[] = {
     {"tpu_num_cores", Kind::value, "null", "fitsum runs on cpu or cuda"},
     {"tpu_metrics_debug", Kind::boolean, "false", "fitsum runs on cpu or cuda"},
     {"debug", Kind::list, "null|", ""},
-    {"dataloader_drop_last", Kind::boolean, "false", "the last partial batch is always trained on"},
     {"dataloader_num_workers", Kind::value, "*", ""},  // data is tokenized up front
     {"dataloader_prefetch_factor", Kind::value, "*", ""},
     {"past_index", Kind::value, "-1", ""},

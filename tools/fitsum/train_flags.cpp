@@ -80,7 +80,9 @@ void add_optimization_flags(CLI::App& g, train::TrainingArguments& t) {
   g.add_option("--label_smoothing_factor", t.label_smoothing_factor, "label smoothing epsilon")->capture_default_str();
   g.add_option("--seed", t.seed, "seed of data order, dropout and random init")->capture_default_str();
   g.add_option_function<std::int64_t>(
-      "--data_seed", [&t](const std::int64_t& n) { t.data_seed = n; }, "seed of the data order alone (default: seed)");
+      "--data_seed", [&t](const std::int64_t& n) { t.data_seed = n; },
+      "seed of the shuffle alone (default: seed; --group_by_length orders by --seed, as HF does)");
+  g.add_flag("--dataloader_drop_last", t.dataloader_drop_last, "leave out each epoch's last incomplete batch");
   g.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
 }
 

@@ -4,8 +4,8 @@
 //  - Gradient accumulation is exact: an optimizer step's loss is the sum of the per-token losses of all its
 //    micro-batches divided by the label tokens of the whole accumulated batch, so micro-batch 4 x 1, 2 x 2 and
 //    1 x 4 give the same update. The logged `loss` is that step loss (averaged over the steps since the last log).
-//  - The example order depends only on (seed, epoch) (data/sampler.h), so re-splitting a step into micro-batches
-//    never changes which examples it sees.
+//  - The example order is transformers' (data/sampler.h): it depends on the seeds, the epoch and the batch size the
+//    user asked for, never on the micro-batches run, so re-splitting a step never changes which examples it sees.
 //  - Checkpoints (output_dir/checkpoint-N) hold the model, name-keyed optimizer state, RNG state, data position
 //    and trainer_state.json, written to a temporary folder and renamed into place: a crash never leaves one that
 //    looks complete but is not. Resuming continues exactly (same data order, same random numbers, same result).
@@ -170,7 +170,7 @@ class Trainer {
   // The loop, top-down: begin_run, then run_epoch until max_steps (each step: run_step, record_step, after_step),
   // then finish_run.
   void begin_run();
-  bool run_epoch(const std::vector<std::size_t>& lengths, const data::SamplerOptions& sampler);
+  bool run_epoch(const std::vector<std::size_t>& lengths);
   void record_step(const StepOutcome& outcome);
   void after_step(bool end_of_epoch, double epoch_value);
   bool due(IntervalStrategy strategy, std::int64_t every, bool end_of_epoch) const;
@@ -200,6 +200,9 @@ class Trainer {
   // processes gives the single process's gradient.
   void join_process_group();
   std::int64_t examples_per_step() const;
+  // HF's data order for this run (data/sampler.h): the user's batch per process (data_batch_size), the accumulation
+  // that makes examples_per_step() with it, the processes, the seeds and drop_last.
+  data::SamplerOptions sampler_options() const;
   std::vector<std::vector<std::size_t>> own_micro_batches(const std::vector<std::vector<std::size_t>>& step) const;
   // Process `rank`'s share of a step in micro-batches of `micro_batch` examples.
   std::vector<std::vector<std::size_t>> micro_batches_of(const std::vector<std::vector<std::size_t>>& step, int rank,
@@ -243,6 +246,7 @@ class Trainer {
   std::vector<torch::Tensor> parameter_list_;
   LrSchedule schedule_;
 
+  data::SamplerOptions sampler_;
   std::int64_t steps_per_epoch_ = 0;
   std::int64_t max_steps_ = 0;
   std::int64_t num_epochs_ = 0;

@@ -80,6 +80,11 @@ struct TrainingArguments {
   std::optional<std::int64_t> data_seed;  // the data order's seed; defaults to seed (HF's data_seed)
   std::string resume_from_checkpoint;     // a checkpoint folder, or "latest"
   bool group_by_length = false;
+  bool dataloader_drop_last = false;  // HF's: each process's last incomplete batch of an epoch is not trained on
+  // The per-process batch HF's DataLoader cuts the epoch order into: the user's per_device_train_batch_size, kept
+  // here by apply_plan when the memory planner runs it as smaller micro-batches, so that every optimizer step holds
+  // the examples transformers' Trainer would give it (data/sampler.h). Empty: per_device_train_batch_size.
+  std::optional<std::int64_t> data_batch_size;
   // Seq2SeqTrainingArguments: generate at evaluation and report ROUGE next to eval_loss.
   bool predict_with_generate = false;
   std::optional<std::int64_t> generation_num_beams;
