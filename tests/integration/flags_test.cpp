@@ -95,6 +95,76 @@ TEST(Flags, NumbersPythonRefusesAreUsageErrorsInEveryCommand) {
   }
 }
 
+TEST(Flags, NumbersOutOfRangeAreUsageErrorsBeforeAnythingIsRead) {
+  const auto dir = temp_dir("flags-range");
+  // Nothing named here exists: the number's error must come first.
+  const std::string none = " '" + (dir / "missing").string() + "'";
+  const std::string train = "train --model_name_or_path" + none + " --train_file" + none + " --output_dir" + none;
+  const std::string eval = "eval --model" + none + " --test_file" + none;
+  const std::string tokenize =
+      "tokenize --tokenizer_name '" + dir.string() + "' --input_file /dev/null --output_file" + none;
+  struct Case {
+    std::string command, says;
+  };
+  for (const auto& c : {
+           Case{train + " --adam_beta1 1.5", "adam_beta1 must be in [0, 1), got 1.5"},
+           Case{train + " --adam_epsilon -1", "adam_epsilon must be a finite number, not negative"},
+           Case{train + " --weight_decay inf", "weight_decay must be a finite number"},
+           Case{train + " --max_grad_norm -1", "max_grad_norm must not be negative"},
+           Case{train + " --learning_rate nan", "learning_rate must be a finite number"},
+           Case{train + " --warmup_ratio 1.5", "warmup_ratio must be in [0, 1]"},
+           Case{train + " --label_smoothing_factor 1", "label_smoothing_factor must be in [0, 1)"},
+           Case{train + " --num_train_epochs inf", "num_train_epochs must be in (0, 1e6]"},
+           Case{train + " --max_steps 10000000000000000", "max_steps is 10000000000000000"},
+           Case{train + " --logging_steps 2.5", "logging_steps must be a whole number of steps"},
+           Case{train + " --seed 4294967296", "seed must be in [0, 4294967295]"},
+           Case{train + " --ddp_timeout 9999999999", "ddp_timeout must be in [1, 2147483647]"},
+           Case{train + " --early_stopping_threshold nan", "early_stopping_threshold must be a finite number"},
+           Case{train + " --max_target_length 99999999999", "max_target_length is 99999999999, more than"},
+           Case{train + " --pad_to_multiple_of 99999999999", "pad_to_multiple_of must be in [1, 16777216]"},
+           Case{train + " --per_device_train_batch_size 99999999999", "per_device_train_batch_size is 99999999999"},
+           Case{eval + " --num_beams 0", "num_beams (0) must be at least 1"},
+           Case{eval + " --length_penalty nan", "length_penalty (nan) must be a finite number"},
+           Case{eval + " --per_device_eval_batch_size 0", "--per_device_eval_batch_size must be in [1, 16777216]"},
+           Case{eval + " --max_source_length -1", "max_source_length is -1"},
+           Case{"summarize --model" + none + " --max_length 99999999999", "max_length (99999999999) must be at most"},
+           Case{tokenize + " --max_source_length 0", "max_source_length is 0"},
+           Case{"bench matmul --size -5", "--size must be in [1, 65536], got -5"},
+           Case{"bench matmul --seconds 1e300", "--seconds must be in [0, 86400], got 1e+300"},
+           Case{"bench matmul --seconds nan", "--seconds must be in [0, 86400], got nan"},
+           Case{"bench matmul --seconds -1", "--seconds must be in [0, 86400], got -1"},
+           Case{"bench train --learning_rate nan", "--learning_rate must be a finite number"},
+           Case{"bench train --batch -1", "--batch must be in [1, 16777216]"},
+           Case{"bench train --profile" + none + "/trace.json", "--profile"},
+           Case{"bench bogus", "unknown command 'bench bogus'; fitsum bench runs one of: train, matmul"},
+       }) {
+    const auto r = run_command("timeout 60 " + fitsum() + " " + c.command);
+    EXPECT_EQ(r.exit_code, 2) << c.command << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, c.says)) << c.command << ": " << r.output;
+    EXPECT_EQ(error_lines(r.output), 1) << c.command << ": " << r.output;
+    EXPECT_FALSE(contains(r.output, "LibTorch")) << c.command << ": " << r.output;
+    EXPECT_FALSE(contains(r.output, "\"impl\"")) << c.command << ": " << r.output;  // no benchmark ran
+    EXPECT_FALSE(fs::exists(dir / "missing")) << c.command;
+  }
+}
+
+TEST(Flags, BenchProfileWritesTheProfileIntoAFolder) {
+  const auto dir = temp_dir("flags-profile");
+  const auto r = run_command(fitsum() +
+                             " bench train --shape tiny --batch 1 --src_len 8 --tgt_len 4 --steps 1 --warmup 0 "
+                             "--num_threads 1 --profile '" +
+                             dir.string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "frame #")) << r.output;
+  const auto profile = dir / "fitsum_bench_train.json";
+  ASSERT_TRUE(fs::exists(profile)) << r.output;
+  EXPECT_TRUE(contains(r.output, "wrote the profile of one step to " + profile.string())) << r.output;
+  std::ifstream in(profile);
+  const auto events = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(events.is_array()) << "not a chrome://tracing list";
+  EXPECT_FALSE(events.empty());
+}
+
 TEST(Flags, MistypedFlagsGetTheLikelyName) {
   const auto dir = temp_dir("flags-typos");
   struct Case {

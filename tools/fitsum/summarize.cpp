@@ -62,6 +62,7 @@ std::vector<data::Example> read_stdin_examples(const tokenizer::Tokenizer& token
 }
 
 void run_summarize(SummarizeArgs a) {
+  validate_evaluation_flags(a.batch_size, a.data, a.generation);
   const auto runtime = start_runtime(a.runtime);
   io::ModelSource source;
   source.model_name_or_path = a.model_dir;

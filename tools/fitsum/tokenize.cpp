@@ -39,6 +39,7 @@ void run_tokenize(TokenizeArgs args) {
   if (args.max_samples && *args.max_samples < 1) {
     throw std::invalid_argument("--max_samples must be at least 1");
   }
+  args.data.validate_values();  // before config.json may lower the lengths
   if (!args.model.empty()) {
     clamp_lengths_to_model_config(args.data, args.model);
   }
