@@ -86,7 +86,7 @@ TEST(Flags, NumbersPythonRefusesAreUsageErrorsInEveryCommand) {
         Case{"rouge --input_file" + none, "--seed 0x10", "decimal integer"},
         Case{"bench train", "--batch 0x10", "decimal integer"}, Case{"bench train", "--seed -1", "negative"},
         Case{"bench matmul", "--size 0x10", "decimal integer"}}) {
-    const auto r = run_command(fitsum() + " " + c.command + " " + c.flag);
+    const auto r = run_command("timeout 60 " + fitsum() + " " + c.command + " " + c.flag + " </dev/null");
     const auto flag = c.flag.substr(0, c.flag.find(' '));
     EXPECT_EQ(r.exit_code, 2) << c.command << " " << c.flag << ": " << r.output;
     EXPECT_TRUE(contains(r.output, flag + ": '")) << c.flag << ": " << r.output;
@@ -172,6 +172,7 @@ TEST(Flags, MistypedFlagsGetTheLikelyName) {
   };
   for (const auto& c : {Case{"train --per_device_batch_size 2", "did you mean --per_device_train_batch_size?"},
                         Case{"train --lr 1e-4", "did you mean --learning_rate?"},
+                        Case{"plan --per_device_batch 2", "did you mean --per_device_train_batch_size?"},
                         Case{"train --epochs 3", "did you mean --num_train_epochs?"},
                         Case{"train --max_len 512", "did you mean --max_source_length?"},
                         Case{"eval --bs 4", "did you mean --per_device_eval_batch_size?"},
