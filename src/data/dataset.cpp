@@ -8,6 +8,7 @@
 #include <charconv>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "fitsum/util/files.h"
 
@@ -30,7 +31,9 @@ class RecordContext {
  public:
   RecordContext(const fs::path& file, const Record& record) : file_(file), record_(record) {}
 
-  BadRecord bad(const std::string& field, const std::string& message) const { return BadRecord(where(field) + message); }
+  BadRecord bad(const std::string& field, const std::string& message) const {
+    return BadRecord(where(field) + message);
+  }
 
   std::string where(const std::string& field) const {
     return file_.string() + ":" + std::to_string(record_.line) + ": field '" + field + "': ";
@@ -119,7 +122,7 @@ void check_ids_fit_the_model(const RecordContext& context, const std::string& fi
 
 }  // namespace
 
-void DataOptions::validate() const {
+void DataOptions::validate_values() const {
   if (text_column.empty() || summary_column.empty()) {
     throw std::invalid_argument("text_column and summary_column must name a column");
   }
@@ -127,26 +130,34 @@ void DataOptions::validate() const {
     throw std::invalid_argument("text_column and summary_column are both '" + text_column +
                                 "'; the summary must come from another column");
   }
-  if (max_source_length < 1) {
-    throw std::invalid_argument("max_source_length is " + std::to_string(max_source_length) +
-                                "; it must be at least 1, the </s> that ends every input");
+  for (const auto& [field, value, ends] : {std::tuple{"max_source_length", max_source_length, "input"},
+                                           std::tuple{"max_target_length", max_target_length, "summary"}}) {
+    if (value < 1) {
+      throw std::invalid_argument(std::string(field) + " is " + std::to_string(value) +
+                                  "; it must be at least 1, the </s> that ends every " + ends);
+    }
+    if (value > kMaxLength) {
+      throw std::invalid_argument(std::string(field) + " is " + std::to_string(value) + ", more than the " +
+                                  std::to_string(kMaxLength) + " tokens fitsum accepts");
+    }
   }
-  if (max_target_length < 1) {
-    throw std::invalid_argument("max_target_length is " + std::to_string(max_target_length) +
-                                "; it must be at least 1, the </s> that ends every summary");
+  for (const auto& [field, value] :
+       {std::pair{"max_train_samples", max_train_samples}, std::pair{"max_eval_samples", max_eval_samples},
+        std::pair{"max_predict_samples", max_predict_samples}}) {
+    if (value && *value < 1) throw std::invalid_argument(std::string(field) + " must be at least 1");
   }
-  if (max_train_samples && *max_train_samples < 1) {
-    throw std::invalid_argument("max_train_samples must be at least 1");
+  if (pad_to_multiple_of && (*pad_to_multiple_of < 1 || *pad_to_multiple_of > kMaxLength)) {
+    throw std::invalid_argument("pad_to_multiple_of must be in [1, " + std::to_string(kMaxLength) + "], got " +
+                                std::to_string(*pad_to_multiple_of));
   }
-  if (max_eval_samples && *max_eval_samples < 1) {
-    throw std::invalid_argument("max_eval_samples must be at least 1");
+  if (max_tokens_per_batch && (*max_tokens_per_batch < 1 || *max_tokens_per_batch > kMaxLength * kMaxLength)) {
+    throw std::invalid_argument("max_tokens_per_batch must be in [1, 2^48], got " +
+                                std::to_string(*max_tokens_per_batch));
   }
-  if (max_predict_samples && *max_predict_samples < 1) {
-    throw std::invalid_argument("max_predict_samples must be at least 1");
-  }
-  if (pad_to_multiple_of && *pad_to_multiple_of < 1) {
-    throw std::invalid_argument("pad_to_multiple_of must be at least 1");
-  }
+}
+
+void DataOptions::validate() const {
+  validate_values();
   if (max_tokens_per_batch) {
     const std::int64_t longest = std::max(max_source_length, max_target_length);
     if (*max_tokens_per_batch < longest) {

@@ -55,19 +55,21 @@ std::string str(double v) {
 
 }  // namespace
 
-void GenerationOptions::validate() const {
+void GenerationOptions::validate_values() const {
   if (max_new_tokens) {
     require(*max_new_tokens >= 1, "max_new_tokens (" + std::to_string(*max_new_tokens) + ") must be at least 1");
+    require(*max_new_tokens < kMaxLength,
+            "max_new_tokens (" + std::to_string(*max_new_tokens) + ") must be below " + std::to_string(kMaxLength));
   } else {
     require(max_length >= 2, "max_length (" + std::to_string(max_length) +
                                  ") must be at least 2: the decoder start token and one generated token");
+    require(max_length <= kMaxLength,
+            "max_length (" + std::to_string(max_length) + ") must be at most " + std::to_string(kMaxLength));
   }
-  const auto max_len = effective_max_length();
   require(min_length >= 0, "min_length (" + std::to_string(min_length) + ") must not be negative");
-  require(min_length <= max_len,
-          "min_length (" + std::to_string(min_length) + ") is greater than max_length (" + std::to_string(max_len) +
-              (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) + ")");
   require(num_beams >= 1, "num_beams (" + std::to_string(num_beams) + ") must be at least 1 (1 means greedy search)");
+  require(num_beams <= kMaxLength,
+          "num_beams (" + std::to_string(num_beams) + ") must be at most " + std::to_string(kMaxLength));
   require(std::isfinite(length_penalty), "length_penalty (" + str(length_penalty) + ") must be a finite number");
   require(no_repeat_ngram_size >= 0,
           "no_repeat_ngram_size (" + std::to_string(no_repeat_ngram_size) + ") must not be negative (0 turns it off)");
@@ -82,6 +84,14 @@ void GenerationOptions::validate() const {
           "forced_bos_token_id (" + std::to_string(forced_bos_token_id) + ") must be a token id, or -1 for none");
 }
 
+void GenerationOptions::validate() const {
+  validate_values();
+  const auto max_len = effective_max_length();
+  require(min_length <= max_len,
+          "min_length (" + std::to_string(min_length) + ") is greater than max_length (" + std::to_string(max_len) +
+              (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) + ")");
+}
+
 void GenerationOptions::validate_for(const model::ModelConfig& config) const {
   validate();
   const auto vocab = config.vocab_size;
@@ -93,7 +103,7 @@ void GenerationOptions::validate_for(const model::ModelConfig& config) const {
     require(id < vocab, std::string(name) + " (" + std::to_string(id) + ") is outside the model's vocabulary of " +
                             std::to_string(vocab) + " tokens");
   }
-  require(2 * num_beams <= vocab, "num_beams (" + std::to_string(num_beams) +
+  require(num_beams <= vocab / 2, "num_beams (" + std::to_string(num_beams) +
                                       ") is too large: beam search ranks 2 * num_beams candidates per step and the "
                                       "vocabulary has " +
                                       std::to_string(vocab) + " tokens");

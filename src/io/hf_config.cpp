@@ -2,13 +2,13 @@
 // config.json that omits a field means what it means to HF.
 #include "fitsum/io/hf_config.h"
 
+#include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "fitsum/util/files.h"
+#include "fitsum/util/python_numbers.h"
 
 namespace fitsum::io {
 
@@ -49,26 +49,6 @@ std::int64_t token_field(const json& j, const char* name, std::int64_t fallback,
     return (*it)[0].get<std::int64_t>();
   }
   return field<std::int64_t>(j, name, fallback, source);
-}
-
-// A whole string as an integer or a finite number; std::invalid_argument with a sentence otherwise (std::stoll's
-// own exceptions say only "stoll").
-long long parse_integer(const std::string& text) {
-  long long value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error == std::errc::result_out_of_range) throw std::invalid_argument("the integer is out of range");
-  if (error != std::errc() || end != text.data() + text.size()) throw std::invalid_argument("expected an integer");
-  return value;
-}
-
-double parse_number(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || std::isspace(static_cast<unsigned char>(text[0]))) {
-    throw std::invalid_argument("expected a number");
-  }
-  if (!std::isfinite(value)) throw std::invalid_argument("the number is not finite");
-  return value;
 }
 
 // Token ids where PegasusConfig and BartConfig differ; every other default is the same in both.
@@ -307,42 +287,186 @@ json model_config_to_hf(const model::ModelConfig& c, const json& original) {
   return j;
 }
 
+namespace {
+
+// PretrainedConfig's own attributes (transformers 4.47), which every config object has whatever its config.json
+// holds. The null ones exist too (update_from_string then refuses to set them).
+constexpr const char* kPretrainedConfigAttributes = R"({
+  "return_dict": true, "output_hidden_states": false, "output_attentions": false, "torchscript": false,
+  "torch_dtype": null, "use_bfloat16": false, "tf_legacy_loss": false, "pruned_heads": {},
+  "tie_word_embeddings": true, "chunk_size_feed_forward": 0, "is_encoder_decoder": false, "is_decoder": false,
+  "cross_attention_hidden_size": null, "add_cross_attention": false, "tie_encoder_decoder": false,
+  "max_length": 20, "min_length": 0, "do_sample": false, "early_stopping": false, "num_beams": 1,
+  "num_beam_groups": 1, "diversity_penalty": 0.0, "temperature": 1.0, "top_k": 50, "top_p": 1.0, "typical_p": 1.0,
+  "repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+  "bad_words_ids": null, "num_return_sequences": 1, "output_scores": false, "return_dict_in_generate": false,
+  "forced_bos_token_id": null, "forced_eos_token_id": null, "remove_invalid_values": false,
+  "exponential_decay_length_penalty": null, "suppress_tokens": null, "begin_suppress_tokens": null,
+  "architectures": null, "finetuning_task": null, "id2label": {"0": "LABEL_0", "1": "LABEL_1"},
+  "label2id": {"LABEL_0": 0, "LABEL_1": 1}, "tokenizer_class": null, "prefix": null, "bos_token_id": null,
+  "pad_token_id": null, "eos_token_id": null, "sep_token_id": null, "decoder_start_token_id": null,
+  "task_specific_params": null, "problem_type": null, "transformers_version": null, "_name_or_path": ""
+})";
+
+// The attributes each family's config class sets in its __init__, with its defaults (transformers 4.47).
+constexpr const char* kPegasusConfigAttributes = R"({
+  "vocab_size": 50265, "max_position_embeddings": 1024, "d_model": 1024, "encoder_ffn_dim": 4096,
+  "encoder_layers": 12, "encoder_attention_heads": 16, "decoder_ffn_dim": 4096, "decoder_layers": 12,
+  "decoder_attention_heads": 16, "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0,
+  "activation_function": "gelu", "init_std": 0.02, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
+  "use_cache": true, "scale_embedding": false, "is_encoder_decoder": true, "pad_token_id": 0, "eos_token_id": 1,
+  "decoder_start_token_id": 0, "forced_eos_token_id": 1
+})";
+constexpr const char* kBartConfigAttributes = R"({
+  "vocab_size": 50265, "max_position_embeddings": 1024, "d_model": 1024, "encoder_ffn_dim": 4096,
+  "encoder_layers": 12, "encoder_attention_heads": 16, "decoder_ffn_dim": 4096, "decoder_layers": 12,
+  "decoder_attention_heads": 16, "dropout": 0.1, "attention_dropout": 0.0, "activation_dropout": 0.0,
+  "activation_function": "gelu", "init_std": 0.02, "encoder_layerdrop": 0.0, "decoder_layerdrop": 0.0,
+  "classifier_dropout": 0.0, "use_cache": true, "scale_embedding": false, "is_encoder_decoder": true,
+  "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2, "forced_eos_token_id": 2,
+  "id2label": {"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"},
+  "label2id": {"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}
+})";
+constexpr const char* kT5ConfigAttributes = R"({
+  "vocab_size": 32128, "d_model": 512, "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8,
+  "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "dropout_rate": 0.1,
+  "classifier_dropout": 0.0, "layer_norm_epsilon": 1e-06, "initializer_factor": 1.0, "feed_forward_proj": "relu",
+  "use_cache": true, "is_encoder_decoder": true, "pad_token_id": 0, "eos_token_id": 1
+})";
+constexpr const char* kMT5ConfigAttributes = R"({
+  "vocab_size": 250112, "d_model": 512, "d_kv": 64, "d_ff": 1024, "num_layers": 8, "num_heads": 6,
+  "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "dropout_rate": 0.1,
+  "classifier_dropout": 0.0, "layer_norm_epsilon": 1e-06, "initializer_factor": 1.0,
+  "feed_forward_proj": "gated-gelu", "use_cache": true, "is_encoder_decoder": true, "tokenizer_class": "T5Tokenizer",
+  "tie_word_embeddings": false, "pad_token_id": 0, "eos_token_id": 1, "decoder_start_token_id": 0
+})";
+
+bool is_t5_family(const std::string& model_type) { return model_type == "t5" || model_type == "mt5"; }
+
+// The attributes a family's __init__ derives from others, as that config object holds them: the values an
+// override of their source must not change (HF updates the source after construction; the derived attribute stays).
+json derived_attributes(const std::string& model_type, const json& attributes) {
+  json derived = json::object();
+  if (is_t5_family(model_type)) {
+    derived["num_decoder_layers"] = attributes.at("num_layers");  // T5Config: None means num_layers
+    const auto& proj = attributes.at("feed_forward_proj");
+    const auto projection = proj.is_string() ? proj.get<std::string>() : std::string();
+    const auto dash = projection.find('-');
+    derived["dense_act_fn"] = projection == "gated-gelu" ? "gelu_new" : projection.substr(dash + 1);
+    derived["is_gated_act"] = projection.rfind("gated-", 0) == 0;
+  } else {
+    derived["num_hidden_layers"] = attributes.at("encoder_layers");  // BartConfig / PegasusConfig
+  }
+  return derived;
+}
+
+// Every attribute of the config object transformers builds from `config_json` (PegasusConfig, BartConfig,
+// T5Config, MT5Config): PretrainedConfig's, the family's defaults, config.json's fields over them (unknown fields
+// become attributes too), then the derived ones config.json does not set. Empty for another model_type.
+json config_object_attributes(const json& config_json) {
+  const auto type = config_json.find("model_type");
+  const std::string model_type = type != config_json.end() && type->is_string() ? type->get<std::string>() : "";
+  const char* family = model_type == "pegasus" ? kPegasusConfigAttributes
+                       : model_type == "bart"  ? kBartConfigAttributes
+                       : model_type == "t5"    ? kT5ConfigAttributes
+                       : model_type == "mt5"   ? kMT5ConfigAttributes
+                                               : nullptr;
+  if (family == nullptr) return json::object();
+  json attributes = json::parse(kPretrainedConfigAttributes);
+  attributes.update(json::parse(family));
+  attributes.update(config_json);
+  const json derived = derived_attributes(model_type, attributes);
+  for (const auto& [key, value] : derived.items()) {
+    if (!config_json.contains(key)) attributes[key] = value;
+  }
+  return attributes;
+}
+
+// attribute_map: names PretrainedConfig reads and writes as another attribute.
+std::string mapped_attribute(const std::string& model_type, const std::string& key) {
+  static const std::pair<const char*, const char*> t5[] = {{"hidden_size", "d_model"},
+                                                           {"num_attention_heads", "num_heads"},
+                                                           {"num_hidden_layers", "num_layers"},
+                                                           {"head_dim", "d_kv"}};
+  static const std::pair<const char*, const char*> bart[] = {{"num_attention_heads", "encoder_attention_heads"},
+                                                             {"hidden_size", "d_model"}};
+  if (is_t5_family(model_type)) {
+    for (const auto& [alias, name] : t5) {
+      if (key == alias) return name;
+    }
+  } else {
+    for (const auto& [alias, name] : bart) {
+      if (key == alias) return name;
+    }
+  }
+  return key;
+}
+
+// update_from_string's parse: the attribute's current type decides.
+json override_value(const json& current, const std::string& value) {
+  if (current.is_boolean()) {
+    std::string word = value;
+    std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (word == "true" || word == "1" || word == "y" || word == "yes") return true;
+    if (word == "false" || word == "0" || word == "n" || word == "no") return false;
+    throw std::invalid_argument("expected true or false (also 1/0, y/n, yes/no)");
+  }
+  if (current.is_number_integer()) return util::parse_python_int(value);
+  if (current.is_number()) {
+    const double number = util::parse_python_float(value);
+    if (!std::isfinite(number)) throw std::invalid_argument("the number is not finite");
+    return number;
+  }
+  if (current.is_string()) return value;
+  throw std::invalid_argument("its value is " + current.dump() +
+                              "; HF's update_from_string updates only int, float, bool or string values");
+}
+
+}  // namespace
+
 void apply_config_overrides(json& config_json, const std::string& overrides) {
+  const json attributes = config_object_attributes(config_json);
+  const std::string model_type = attributes.value("model_type", std::string());
+  // The derived attributes keep the values the config object was built with.
+  const json derived = attributes.empty() ? json::object() : derived_attributes(model_type, attributes);
+  for (const auto& [key, value] : derived.items()) {
+    if (!config_json.contains(key)) config_json[key] = value;
+  }
   std::size_t start = 0;
-  while (start < overrides.size()) {
+  while (start <= overrides.size()) {
     std::size_t end = overrides.find(',', start);
     if (end == std::string::npos) end = overrides.size();
     const std::string item = overrides.substr(start, end - start);
     start = end + 1;
-    if (item.find_first_not_of(" ") == std::string::npos) continue;
     const auto eq = item.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      throw std::invalid_argument("config_overrides: '" + item + "' is not key=value (e.g. dropout=0.0)");
+    if (eq == std::string::npos || eq == 0 || item.find('=', eq + 1) != std::string::npos) {
+      throw std::invalid_argument("config_overrides: '" + item +
+                                  "' is not key=value; write key=value pairs separated by commas (e.g. "
+                                  "dropout=0.0,attention_dropout=0.0)");
     }
-    const std::string key = item.substr(0, eq);
+    const std::string key = mapped_attribute(model_type, item.substr(0, eq));
     const std::string value = item.substr(eq + 1);
-    const auto existing = config_json.find(key);
-    if (existing == config_json.end() && key != "embedding_padding_idx") {
-      throw std::invalid_argument("config_overrides: config.json has no field '" + key + "'");
-    }
     try {
-      if (key == "embedding_padding_idx") {
-        config_json[key] = (value == "none" || value == "null") ? json(-1) : json(parse_integer(value));
-      } else if (value == "none" || value == "null") {
-        *existing = nullptr;
-      } else if (existing->is_boolean()) {
-        if (value != "true" && value != "false") throw std::invalid_argument("expected true or false");
-        *existing = value == "true";
-      } else if (existing->is_number_integer()) {
-        *existing = parse_integer(value);
-      } else if (existing->is_number()) {
-        *existing = parse_number(value);
-      } else {
-        *existing = value;
+      if (key == "embedding_padding_idx") {  // fitsum's own field (see the header)
+        config_json[key] = (value == "none" || value == "null") ? json(-1) : json(util::parse_python_int(value));
+        continue;
       }
+      if (key == "model_type") {
+        throw std::invalid_argument(
+            "the model type is the config class itself; HF's override would not change "
+            "the model built");
+      }
+      const auto in_file = config_json.find(key);
+      const auto in_object = attributes.find(key);
+      if (in_file == config_json.end() && in_object == attributes.end()) {
+        throw std::out_of_range("key " + key + " isn't in the original config dict");
+      }
+      config_json[key] = override_value(in_file != config_json.end() ? *in_file : *in_object, value);
+    } catch (const std::out_of_range& e) {
+      throw std::invalid_argument("config_overrides: " + std::string(e.what()) +
+                                  " (config.json's fields and the attributes of the family's config class)");
     } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument("config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what() +
-                                  "; write key=value pairs separated by commas");
+      throw std::invalid_argument("config_overrides: cannot set '" + key + "' to '" + value + "': " + e.what());
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
@@ -22,6 +23,27 @@ namespace fitsum::memory {
 
 // ---- The budget ----
 
+std::uint64_t mem_available_bytes(const std::string& meminfo) {
+  std::istringstream lines(meminfo);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    std::uint64_t kib = 0;
+    std::string unit;
+    if (!(fields >> kib >> unit) || unit != "kB" || kib > std::numeric_limits<std::uint64_t>::max() / 1024) {
+      throw std::runtime_error("max_memory auto: cannot read '" + line + "' in /proc/meminfo; give a size instead");
+    }
+    if (kib == 0) {
+      throw std::runtime_error(
+          "max_memory auto: the kernel reports no available memory (MemAvailable: 0 kB in /proc/meminfo), so "
+          "there is no budget to plan in; give a size instead, e.g. --max_memory 6GiB");
+    }
+    return kib * 1024;
+  }
+  throw std::runtime_error("max_memory auto: MemAvailable not found in /proc/meminfo; give a size instead");
+}
+
 std::uint64_t available_memory(const c10::Device& device) {
 #ifdef FITSUM_WITH_CUDA
   if (device.is_cuda()) {
@@ -29,17 +51,15 @@ std::uint64_t available_memory(const c10::Device& device) {
     if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
       throw std::runtime_error("max_memory auto: cudaMemGetInfo failed");
     }
+    if (free_bytes == 0) {
+      throw std::runtime_error("max_memory auto: the device reports no free memory; give a size instead");
+    }
     return free_bytes;
   }
 #endif
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  throw std::runtime_error("max_memory auto: MemAvailable not found in /proc/meminfo; give a size instead");
+  std::ifstream file("/proc/meminfo");
+  const std::string meminfo((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return mem_available_bytes(meminfo);
 }
 
 std::uint64_t resolve_memory_budget(const std::string& spec, const c10::Device& device) {
@@ -66,7 +86,6 @@ void apply_memory_budget(const c10::Device& device, std::uint64_t bytes) {
   TrackingCpuAllocator::instance().set_limit(static_cast<std::int64_t>(bytes));
 }
 
-
 // ---- Prediction ----
 
 Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShape& worst) {
@@ -83,9 +102,9 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
   // the kept gradient, with one chunk of logits in the decoder's phases.
   const auto head = loss_head_modes(c.config, shape);
-  const double activations =
-      head.chunked ? c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd, head.chunk - head.kept, -head.kept)
-                   : c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd);
+  const double activations = head.chunked ? c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd,
+                                                               head.chunk - head.kept, -head.kept)
+                                          : c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd);
   p.activations = static_cast<std::uint64_t>(std::llround(activations));
   p.optimizer_transient = c.optimizer(knobs.optimizer).transient_bytes;
   if (knobs.zero_stage >= 1 && knobs.world_size > 1) {  // the broadcast bucket of the updated small tensors
@@ -144,7 +163,8 @@ void add_planned_evaluation(const Calibration& c, const PlanRequest& request, Ca
   if (!request.evaluation) return;
   auto& p = candidate.prediction;
   const auto resident = p.weights + p.gradients + p.optimizer_state;
-  const auto usable = static_cast<std::uint64_t>(std::floor(static_cast<double>(request.budget) / (1.0 + request.margin)));
+  const auto usable =
+      static_cast<std::uint64_t>(std::floor(static_cast<double>(request.budget) / (1.0 + request.margin)));
   auto load = *request.evaluation;
   const auto batch = usable > resident ? largest_evaluation_batch(c.config, load, usable - resident) : 0;
   candidate.knobs.eval_batch = std::max<std::int64_t>(1, batch);
@@ -191,7 +211,7 @@ std::vector<std::int64_t> micro_batch_choices(const PlanRequest& request) {
 
 std::vector<optim::OptimizerType> optimizer_choices(const PlanRequest& request) {
   const auto other = request.optimizer == optim::OptimizerType::adamw_torch ? optim::OptimizerType::adafactor
-                                                                             : optim::OptimizerType::adamw_torch;
+                                                                            : optim::OptimizerType::adamw_torch;
   if (request.optimizer_policy == OptimizerPolicy::fixed) return {request.optimizer};
   return {request.optimizer, other};
 }
@@ -348,7 +368,8 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
         // What the preferred optimizer would need at the least: for the warning.
         for (const auto& k : plan.candidates) {
           if (k.knobs.optimizer != request.optimizer) continue;
-          if (!plan.preferred_optimizer_best || needed_bytes(k, request) < needed_bytes(*plan.preferred_optimizer_best, request)) {
+          if (!plan.preferred_optimizer_best ||
+              needed_bytes(k, request) < needed_bytes(*plan.preferred_optimizer_best, request)) {
             plan.preferred_optimizer_best = k;
           }
         }

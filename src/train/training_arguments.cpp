@@ -24,8 +24,8 @@ bool parse_report_to(const std::vector<std::string>& values) {
     } else if (value != "none" && !value.empty()) {
       throw std::invalid_argument("report_to " + value +
                                   " is not supported by fitsum: it reports to tensorboard (event files under "
-                                  "logging_dir) and always to output_dir/trainer_state.json; use report_to "
-                                  "tensorboard or none");
+                                  "logging_dir) and always to output_dir/trainer_state.json; report_to takes "
+                                  "tensorboard, all or none, as words or as a JSON list of them");
     }
   }
   return tensorboard;
@@ -120,7 +120,9 @@ void TrainingArguments::validate_best_model() const {
           "EarlyStoppingCallback does) and an eval_strategy");
     }
   }
-  if (!(early_stopping_threshold >= 0)) throw std::invalid_argument("early_stopping_threshold must not be negative");
+  if (!(early_stopping_threshold >= 0 && std::isfinite(early_stopping_threshold))) {
+    throw std::invalid_argument("early_stopping_threshold must be a finite number, not negative");
+  }
 }
 
 std::int64_t TrainingArguments::interval_in_steps(double value, std::int64_t max_steps) {
@@ -131,6 +133,108 @@ std::int64_t TrainingArguments::interval_in_steps(double value, std::int64_t max
 std::int64_t TrainingArguments::ddp_bucket_bytes() const {
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::llround(ddp_bucket_cap_mb * 1048576.0)));
 }
+
+namespace {
+
+std::string number_text(double value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+// The optimizer's numbers, with torch.optim.AdamW's rules (which HF's Trainer meets only when it builds the
+// optimizer, after the model has loaded): betas in [0, 1), epsilon and weight decay not negative. Non-finite values
+// are refused too: none of them means anything.
+void validate_optimizer_values(const TrainingArguments& a) {
+  if (!(a.learning_rate >= 0 && std::isfinite(a.learning_rate))) {
+    throw std::invalid_argument("learning_rate must be a finite number, not negative, got " +
+                                number_text(a.learning_rate));
+  }
+  for (const auto& [field, value] : {std::pair{"adam_beta1", a.adam_beta1}, std::pair{"adam_beta2", a.adam_beta2}}) {
+    if (!(value >= 0 && value < 1)) {
+      throw std::invalid_argument(std::string(field) + " must be in [0, 1), got " + number_text(value) +
+                                  " (as torch.optim.AdamW requires)");
+    }
+  }
+  if (!(a.adam_epsilon >= 0 && std::isfinite(a.adam_epsilon))) {
+    throw std::invalid_argument("adam_epsilon must be a finite number, not negative, got " +
+                                number_text(a.adam_epsilon));
+  }
+  if (!(a.weight_decay >= 0 && std::isfinite(a.weight_decay))) {
+    throw std::invalid_argument("weight_decay must be a finite number, not negative, got " +
+                                number_text(a.weight_decay));
+  }
+  // inf is no clipping, as torch.nn.utils.clip_grad_norm_ treats it.
+  if (!(a.max_grad_norm >= 0)) {
+    throw std::invalid_argument("max_grad_norm must not be negative (0 disables clipping), got " +
+                                number_text(a.max_grad_norm));
+  }
+  if (!(a.warmup_ratio >= 0 && a.warmup_ratio <= 1)) {
+    throw std::invalid_argument("warmup_ratio must be in [0, 1], got " + number_text(a.warmup_ratio));
+  }
+  if (!(a.label_smoothing_factor >= 0 && a.label_smoothing_factor < 1)) {
+    throw std::invalid_argument("label_smoothing_factor must be in [0, 1), got " +
+                                number_text(a.label_smoothing_factor));
+  }
+}
+
+// Step counts and intervals. HF reads logging_steps, eval_steps and save_steps as floats: below 1 a fraction of the
+// run, above 1 a whole number of steps ("--logging_steps must be an integer if bigger than 1").
+void validate_step_values(const TrainingArguments& a) {
+  const auto interval = [](double v, const char* field) {
+    if (!(v > 0 && v <= TrainingArguments::kMaxIntervalSteps)) {
+      throw std::invalid_argument(std::string(field) + " must be positive and at most 1e15, got " + number_text(v));
+    }
+    if (v > 1 && v != std::floor(v)) {
+      throw std::invalid_argument(std::string(field) + " must be a whole number of steps when above 1 (below 1 it " +
+                                  "is a fraction of the run, as in HF), got " + number_text(v));
+    }
+  };
+  interval(a.logging_steps, "logging_steps");
+  if (a.eval_steps) interval(*a.eval_steps, "eval_steps");
+  interval(a.save_steps, "save_steps");
+  const auto bounded_steps = static_cast<std::int64_t>(TrainingArguments::kMaxIntervalSteps);
+  if (a.max_steps > bounded_steps) {
+    throw std::invalid_argument("max_steps is " + std::to_string(a.max_steps) + ", more than the 1e15 fitsum accepts");
+  }
+  if (a.warmup_steps < 0 || a.warmup_steps > bounded_steps) {
+    throw std::invalid_argument("warmup_steps must be in [0, 1e15], got " + std::to_string(a.warmup_steps));
+  }
+  if (a.max_steps <= 0 && !(a.num_train_epochs > 0 && a.num_train_epochs <= TrainingArguments::kMaxEpochs)) {
+    throw std::invalid_argument("num_train_epochs must be in (0, 1e6] when max_steps is not set, got " +
+                                number_text(a.num_train_epochs));
+  }
+}
+
+// seed seeds numpy in HF's set_seed, which takes [0, 2^32 - 1] only; ddp_timeout becomes a steady-clock deadline in
+// nanoseconds, which 2^31 - 1 seconds keeps within 64 bits.
+void validate_run_values(const TrainingArguments& a) {
+  if (a.seed < 0 || a.seed > TrainingArguments::kMaxSeed) {
+    throw std::invalid_argument("seed must be in [0, 4294967295] (as HF's set_seed requires), got " +
+                                std::to_string(a.seed));
+  }
+  if (a.ddp_timeout < 1 || a.ddp_timeout > TrainingArguments::kMaxDdpTimeout) {
+    throw std::invalid_argument("ddp_timeout must be in [1, 2147483647] (seconds), got " +
+                                std::to_string(a.ddp_timeout));
+  }
+  if (a.save_total_limit && *a.save_total_limit < 1) {
+    throw std::invalid_argument("save_total_limit must be at least 1");
+  }
+  if (a.zero_stage < 0 || a.zero_stage > 2) {
+    throw std::invalid_argument("zero_stage is " + std::to_string(a.zero_stage) +
+                                ": 0 (no sharding), 1 (optimizer state sharded across the processes) or 2 (gradients "
+                                "sharded too)");
+  }
+  if (!(a.ddp_bucket_cap_mb > 0.0) || a.ddp_bucket_cap_mb > 1048576.0) {
+    throw std::invalid_argument("ddp_bucket_cap_mb must be above 0 and at most 1048576 (MiB), got " +
+                                number_text(a.ddp_bucket_cap_mb));
+  }
+  if (!a.ddp_backend.empty() && a.ddp_backend != "gloo" && a.ddp_backend != "nccl") {
+    throw std::invalid_argument("ddp_backend '" + a.ddp_backend + "' is not one of gloo (CPU processes), nccl (GPUs)");
+  }
+}
+
+}  // namespace
 
 void TrainingArguments::validate() const {
   const auto positive = [](std::int64_t v, const char* field) {
@@ -154,46 +258,9 @@ void TrainingArguments::validate() const {
                                 " examples per optimizer step, more than the " + std::to_string(kMaxBatchSize) +
                                 " fitsum accepts");
   }
-  if (max_steps <= 0 && !(num_train_epochs > 0 && num_train_epochs <= kMaxEpochs)) {
-    std::ostringstream got;
-    got << num_train_epochs;
-    throw std::invalid_argument("num_train_epochs must be in (0, 1e6] when max_steps is not set, got " + got.str());
-  }
-  if (!(learning_rate >= 0 && std::isfinite(learning_rate))) {
-    throw std::invalid_argument("learning_rate must be a finite number, not negative");
-  }
-  if (!(weight_decay >= 0)) throw std::invalid_argument("weight_decay must not be negative");
-  if (!(max_grad_norm >= 0)) throw std::invalid_argument("max_grad_norm must not be negative (0 disables clipping)");
-  if (warmup_steps < 0) throw std::invalid_argument("warmup_steps must not be negative");
-  if (!(warmup_ratio >= 0 && warmup_ratio <= 1)) throw std::invalid_argument("warmup_ratio must be in [0, 1]");
-  if (!(label_smoothing_factor >= 0 && label_smoothing_factor < 1)) {
-    throw std::invalid_argument("label_smoothing_factor must be in [0, 1)");
-  }
-  const auto interval = [](double v, const char* field) {
-    if (!(v > 0 && v <= kMaxIntervalSteps)) {
-      std::ostringstream got;
-      got << v;
-      throw std::invalid_argument(std::string(field) + " must be positive and at most 1e15, got " + got.str());
-    }
-  };
-  interval(logging_steps, "logging_steps");
-  if (eval_steps) interval(*eval_steps, "eval_steps");
-  interval(save_steps, "save_steps");
-  if (save_total_limit && *save_total_limit < 1) throw std::invalid_argument("save_total_limit must be at least 1");
-  if (ddp_timeout < 1) throw std::invalid_argument("ddp_timeout must be at least 1 (seconds)");
-  if (zero_stage < 0 || zero_stage > 2) {
-    throw std::invalid_argument("zero_stage is " + std::to_string(zero_stage) +
-                                ": 0 (no sharding), 1 (optimizer state sharded across the processes) or 2 (gradients "
-                                "sharded too)");
-  }
-  if (!(ddp_bucket_cap_mb > 0.0) || ddp_bucket_cap_mb > 1048576.0) {
-    std::ostringstream got;
-    got << ddp_bucket_cap_mb;
-    throw std::invalid_argument("ddp_bucket_cap_mb must be above 0 and at most 1048576 (MiB), got " + got.str());
-  }
-  if (!ddp_backend.empty() && ddp_backend != "gloo" && ddp_backend != "nccl") {
-    throw std::invalid_argument("ddp_backend '" + ddp_backend + "' is not one of gloo (CPU processes), nccl (GPUs)");
-  }
+  validate_optimizer_values(*this);
+  validate_step_values(*this);
+  validate_run_values(*this);
   for (const auto& [field, value] :
        {std::pair{"gradient_checkpointing_layers", gradient_checkpointing_layers},
         std::pair{"gradient_checkpointing_encoder_layers", gradient_checkpointing_encoder_layers},
@@ -233,12 +300,10 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["gradient_checkpointing"] = gradient_checkpointing;
   j["gradient_checkpointing_layers"] =
       gradient_checkpointing_layers ? nlohmann::ordered_json(*gradient_checkpointing_layers) : nullptr;
-  j["gradient_checkpointing_encoder_layers"] = gradient_checkpointing_encoder_layers
-                                                   ? nlohmann::ordered_json(*gradient_checkpointing_encoder_layers)
-                                                   : nullptr;
-  j["gradient_checkpointing_decoder_layers"] = gradient_checkpointing_decoder_layers
-                                                   ? nlohmann::ordered_json(*gradient_checkpointing_decoder_layers)
-                                                   : nullptr;
+  j["gradient_checkpointing_encoder_layers"] =
+      gradient_checkpointing_encoder_layers ? nlohmann::ordered_json(*gradient_checkpointing_encoder_layers) : nullptr;
+  j["gradient_checkpointing_decoder_layers"] =
+      gradient_checkpointing_decoder_layers ? nlohmann::ordered_json(*gradient_checkpointing_decoder_layers) : nullptr;
   j["freeze_embeds"] = freeze_embeds;
   j["bf16"] = bf16;
   j["fp16"] = fp16;

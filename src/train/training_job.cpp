@@ -66,6 +66,7 @@ void check_job(TrainingJob& job) {
     throw std::invalid_argument("optim auto needs max_memory: the memory planner chooses the optimizer");
   }
   args.validate();
+  job.data.validate_values();
   if (job.train_file.empty()) throw std::invalid_argument("train_file is required");
   if (args.eval_strategy != IntervalStrategy::no && job.validation_file.empty()) {
     throw std::invalid_argument(std::string("eval_strategy ") + to_string(args.eval_strategy) +
@@ -505,6 +506,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
 memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
   if (job.args.output_dir.empty()) job.args.output_dir = ".";  // nothing is written
   job.args.validate();
+  job.data.validate_values();
   resolve_hub_names(job, report);
   memory::start_tracking(runtime.device);
   const auto budget = resolve_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device, report);

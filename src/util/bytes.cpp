@@ -30,6 +30,10 @@ std::uint64_t parse_bytes(const std::string& text) {
     throw std::invalid_argument("cannot read '" + text +
                                 "' as a size: write a number with an optional unit, e.g. 6GiB, 800MiB, 512MB");
   };
+  // Decimal numbers only, as Python reads them; strtod would also read hexadecimal ("0x10GiB").
+  const auto first = text.find_first_not_of(" \t+-");
+  if (first != std::string::npos && text.compare(first, 2, "0x") == 0) return fail();
+  if (first != std::string::npos && text.compare(first, 2, "0X") == 0) return fail();
   std::size_t pos = 0;
   double number = 0.0;
   try {
@@ -65,11 +69,12 @@ std::uint64_t parse_bytes(const std::string& text) {
   } else {
     return fail();
   }
-  const double bytes = number * scale;
-  if (!std::isfinite(bytes) || bytes < 0.0 || bytes > 1.8e19) {
+  const double bytes = std::round(number * scale);
+  // 2^64 and up do not fit (llround would overflow past 2^63).
+  if (!std::isfinite(bytes) || bytes < 0.0 || bytes >= 18446744073709551616.0) {
     return fail();
   }
-  return static_cast<std::uint64_t>(std::llround(bytes));
+  return static_cast<std::uint64_t>(bytes);
 }
 
 }  // namespace fitsum::util

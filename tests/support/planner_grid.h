@@ -45,7 +45,8 @@ inline GridModel grid_model_bart_small() {
 // T5's layout (RMSNorm, no biases, relative position bias, d_kv) at the small model's sizes: v1.0 (relu, tied head)
 // and v1.1 / FLAN-T5 (gated-gelu, untied head).
 inline GridModel grid_model_t5_small() {
-  return {"t5-d128-L2", "vocab_size=8000,d_model=128,d_kv=32,d_ff=512,num_layers=2,num_heads=4",
+  // num_decoder_layers too: T5Config sets it from config.json's num_layers (6) before the override.
+  return {"t5-d128-L2", "vocab_size=8000,d_model=128,d_kv=32,d_ff=512,num_layers=2,num_decoder_layers=2,num_heads=4",
           "configs/t5-small/config.json"};
 }
 inline GridModel grid_model_flan_t5_small() {

@@ -146,7 +146,7 @@ TEST(ModelConfig, SizesPastAnyBuildableModelAreRefusedAndCountsNeverWrap) {
 TEST(ModelConfig, OverridesThatAreNotNumbersSayWhy) {
   nlohmann::json config = {{"model_type", "pegasus"}, {"dropout", 0.1}, {"d_model", 16}};
   auto message = error_of([&] { io::apply_config_overrides(config, "embedding_padding_idx=abc"); });
-  EXPECT_NE(message.find("expected an integer"), std::string::npos) << message;
+  EXPECT_NE(message.find("is not a decimal integer"), std::string::npos) << message;
   EXPECT_EQ(message.find("stoll"), std::string::npos) << message;
   message = error_of([&] { io::apply_config_overrides(config, "d_model=99999999999999999999"); });
   EXPECT_NE(message.find("out of range"), std::string::npos) << message;

@@ -6,9 +6,12 @@
 //   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product) with the products fitsum's
 //                        model runs, the denominator of MFU, and with LibTorch's at::mm.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -23,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "fitsum/util/torch_compat.h"
 // LibTorch 1.13's chrome://tracing recorder; newer LibTorch moved profiling to Kineto.
@@ -42,6 +46,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/host_allocator.h"
+#include "fitsum/util/python_numbers.h"
 #include "fitsum/util/runtime.h"
 #include "fitsum/util/threads.h"
 #include "hub_flags.h"
@@ -152,8 +157,8 @@ struct BenchTrainOptions {
   std::uint64_t seed = 0;
   std::vector<std::string>
       unfused;  // loss, embedding, optimizer, dropout, rms_norm, feed_forward: the plain paths, for before/after
-  std::string profile;               // a chrome://tracing file of one more step
-  bool malloc_defaults = false;      // keep glibc's allocator settings (util/host_allocator.h)
+  std::string profile;           // a chrome://tracing file of one more step
+  bool malloc_defaults = false;  // keep glibc's allocator settings (util/host_allocator.h)
   ThreadFlags threads;
 };
 
@@ -162,15 +167,60 @@ bool unfused(const BenchTrainOptions& o, const char* what) {
          std::find(o.unfused.begin(), o.unfused.end(), "all") != o.unfused.end();
 }
 
-void check_bench_options(const BenchTrainOptions& o) {
-  if (o.steps < 1 || o.warmup < 0) throw std::invalid_argument("--steps must be at least 1 and --warmup at least 0");
-  if (o.batch < 1 || o.src_len < 1 || o.tgt_len < 2) {
-    throw std::invalid_argument("--batch and --src_len must be at least 1, --tgt_len at least 2");
+// The sizes a benchmark takes: past them no shape fits a machine, and their products stay within 64 bits.
+constexpr std::int64_t kMaxBenchSize = std::int64_t{1} << 24;
+
+void check_range(std::int64_t value, std::int64_t low, std::int64_t high, const char* flag) {
+  if (value < low || value > high) {
+    throw std::invalid_argument(std::string(flag) + " must be in [" + std::to_string(low) + ", " +
+                                std::to_string(high) + "], got " + std::to_string(value));
   }
-  if (o.gradient_accumulation_steps < 1) {
-    throw std::invalid_argument("--gradient_accumulation_steps must be at least 1");
+}
+
+void check_finite(double value, const char* flag) {
+  if (!(value >= 0 && std::isfinite(value))) {
+    throw std::invalid_argument(std::string(flag) + " must be a finite number, not negative, got " +
+                                util::exact_decimal(value));
+  }
+}
+
+void check_bench_options(const BenchTrainOptions& o) {
+  check_range(o.steps, 1, 1000000, "--steps");
+  check_range(o.warmup, 0, 1000000, "--warmup");
+  check_range(o.batch, 1, kMaxBenchSize, "--batch");
+  check_range(o.src_len, 1, kMaxBenchSize, "--src_len");
+  check_range(o.tgt_len, 2, kMaxBenchSize, "--tgt_len");
+  check_range(o.gradient_accumulation_steps, 1, kMaxBenchSize, "--gradient_accumulation_steps");
+  check_range(o.batch * o.gradient_accumulation_steps, 1, kMaxBenchSize, "--batch x --gradient_accumulation_steps");
+  check_finite(o.learning_rate, "--learning_rate");
+  check_finite(o.weight_decay, "--weight_decay");
+  if (!(o.max_grad_norm >= 0)) throw std::invalid_argument("--max_grad_norm must not be negative (0: off)");
+  for (const auto& [flag, layers] :
+       {std::pair{"--gradient_checkpointing_encoder_layers", o.checkpointed_encoder_layers},
+        std::pair{"--gradient_checkpointing_decoder_layers", o.checkpointed_decoder_layers}}) {
+    if (layers) check_range(*layers, 0, kMaxBenchSize, flag);
   }
   if (o.plan && o.max_memory.empty()) throw std::invalid_argument("--plan needs --max_memory");
+  if (!FITSUM_HAS_RECORD_PROFILE && !o.profile.empty()) {
+    throw std::invalid_argument("--profile needs LibTorch 1.x's recorder; this build has LibTorch " +
+                                std::string(TORCH_VERSION));
+  }
+}
+
+// The --profile file, opened before anything runs: a folder gets fitsum_bench_train.json inside it (as
+// torch.profiler's trace handlers write into a folder); a path that cannot be written is a usage error now rather
+// than LibTorch's stack trace after the run.
+std::string open_profile(const std::string& flag_value, std::ofstream& stream) {
+  std::error_code error;
+  const bool folder = std::filesystem::is_directory(flag_value, error);
+  const std::string path =
+      folder ? (std::filesystem::path(flag_value) / "fitsum_bench_train.json").string() : flag_value;
+  stream.open(path, std::ios::out | std::ios::trunc);
+  if (!stream) {
+    throw std::invalid_argument("--profile '" + flag_value + "': cannot write '" + path + "' (" + std::strerror(errno) +
+                                "); give a file, e.g. --profile profile.json, or a folder");
+  }
+  return path;
 }
 
 model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& device) {
@@ -258,7 +308,7 @@ struct StepTimes {
 // Warm-up steps, then the timed ones (and one more under the profiler with --profile): accumulation micro-steps on
 // the same batch (speed does not care), then the optimizer step, exactly as the trainer runs them.
 StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, torch::optim::Optimizer& optimizer,
-                      const memory::PlanKnobs& knobs, const util::Runtime& runtime) {
+                      const memory::PlanKnobs& knobs, const util::Runtime& runtime, std::ostream* profile_out) {
   const auto& device = runtime.device;
   const auto batch = random_batch(o, knobs.micro_batch, model.config().vocab_size, device);
   std::vector<torch::Tensor> parameters;
@@ -272,13 +322,13 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
   update.threads = runtime.threads.update;
   torch::manual_seed(o.seed);
   StepTimes t;
-  const bool profile = FITSUM_HAS_RECORD_PROFILE && !o.profile.empty();
+  const bool profile = FITSUM_HAS_RECORD_PROFILE && profile_out != nullptr;
   for (int step = 0; step < o.warmup + o.steps + (profile ? 1 : 0); ++step) {
     if (step == o.warmup) memory::reset_peak_memory(device);
     const bool profiled = step == o.warmup + o.steps;
 #if FITSUM_HAS_RECORD_PROFILE
     std::optional<torch::autograd::profiler::RecordProfile> record;
-    if (profiled) record.emplace(o.profile);
+    if (profiled) record.emplace(*profile_out);
 #endif
     synchronize(device);
     const auto start = Clock::now();
@@ -348,6 +398,8 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
 
 void run_bench_train(const BenchTrainOptions& o) {
   check_bench_options(o);
+  std::ofstream profile_stream;
+  const auto profile_path = o.profile.empty() ? std::string() : open_profile(o.profile, profile_stream);
   const auto runtime = setup_bench_runtime(o.threads, o.device, !o.malloc_defaults);
   memory::start_tracking(runtime.device);  // before the model exists: its weights count
   auto model = bench_model(o, runtime.device);
@@ -360,9 +412,11 @@ void run_bench_train(const BenchTrainOptions& o) {
   settings.weight_decay = o.weight_decay;
   settings.fused = !unfused(o, "optimizer");
   auto optimizer = optim::make_optimizer(*model, settings);
-  const auto times = timed_steps(o, *model, *optimizer, knobs, runtime);
-  if (!FITSUM_HAS_RECORD_PROFILE && !o.profile.empty()) {
-    std::cerr << "fitsum: warning: --profile needs LibTorch 1.x's recorder; nothing written\n";
+  const auto times = timed_steps(o, *model, *optimizer, knobs, runtime, o.profile.empty() ? nullptr : &profile_stream);
+  if (!profile_path.empty()) {
+    profile_stream.close();
+    if (!profile_stream) throw std::runtime_error("--profile: writing '" + profile_path + "' failed");
+    std::cerr << "fitsum: wrote the profile of one step to " << profile_path << "\n";
   }
   auto out = bench_json(o, model->config(), knobs, runtime, times);
   if (planned) out["predicted_peak_mib"] = static_cast<double>(planned->prediction.peak) / kMiB;
@@ -383,6 +437,12 @@ struct BenchMatmulOptions {
 };
 
 void run_bench_matmul(const BenchMatmulOptions& o) {
+  // n x n fp32 operands: 65536 is 16 GiB each. A measuring time past a day is a mistake, not a benchmark (1e300
+  // seconds would never end).
+  check_range(o.size, 1, 65536, "--size");
+  if (!(o.seconds >= 0 && o.seconds <= 86400)) {
+    throw std::invalid_argument("--seconds must be in [0, 86400], got " + util::exact_decimal(o.seconds));
+  }
   const auto runtime = setup_bench_runtime(o.threads, o.device, /*tune_host_allocator=*/false);
   const auto& device = runtime.device;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(0);

@@ -47,7 +47,7 @@ struct EvalArgs {
 };
 
 void run_eval(EvalArgs a) {
-  if (a.batch_size < 1) throw std::invalid_argument("--per_device_eval_batch_size must be at least 1");
+  validate_evaluation_flags(a.batch_size, a.data, a.generation);
   // Where the results go must take them, checked before the model loads and the evaluation runs.
   util::require_output_files({{"--predictions_file", a.predictions_file}, {"--metrics_file", a.metrics_file}},
                              {{"--test_file", a.test_file}});

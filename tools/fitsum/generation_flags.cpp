@@ -3,6 +3,8 @@
 
 #include <stdexcept>
 
+#include "fitsum/train/training_arguments.h"
+
 namespace fitsum::cli {
 
 void add_generation_flags(CLI::App& cmd, GenerationFlags& f) {
@@ -31,7 +33,7 @@ void add_generation_flags(CLI::App& cmd, GenerationFlags& f) {
   cmd.add_flag("--no_cache", f.no_cache, "decode without the key/value cache (slower; same tokens)");
 }
 
-void GenerationFlags::apply(generate::GenerationOptions& o) const {
+void GenerationFlags::overlay(generate::GenerationOptions& o) const {
   if (num_beams) o.num_beams = *num_beams;
   if (length_penalty) o.length_penalty = *length_penalty;
   if (max_length) o.max_length = *max_length;
@@ -51,7 +53,28 @@ void GenerationFlags::apply(generate::GenerationOptions& o) const {
   }
   if (beam_length) o.beam_length = generate::parse_beam_length(*beam_length, "--beam_length");
   if (no_cache) o.use_cache = false;
+}
+
+void GenerationFlags::apply(generate::GenerationOptions& o) const {
+  overlay(o);
   o.validate();
+}
+
+void GenerationFlags::validate_values() const {
+  generate::GenerationOptions o;
+  overlay(o);
+  o.validate_values();
+}
+
+void validate_evaluation_flags(std::int64_t batch_size, const data::DataOptions& data,
+                               const GenerationFlags& generation) {
+  if (batch_size < 1 || batch_size > train::TrainingArguments::kMaxBatchSize) {
+    throw std::invalid_argument("--per_device_eval_batch_size must be in [1, " +
+                                std::to_string(train::TrainingArguments::kMaxBatchSize) + "], got " +
+                                std::to_string(batch_size));
+  }
+  data.validate_values();
+  generation.validate_values();
 }
 
 }  // namespace fitsum::cli

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "fitsum/data/dataset.h"
 #include "fitsum/generate/options.h"
 
 namespace fitsum::cli {
@@ -25,8 +26,19 @@ struct GenerationFlags {
 
   // Overrides `options` with the flags that were given, then validates.
   void apply(generate::GenerationOptions& options) const;
+  // The given flags each on its own (GenerationOptions::validate_values), before any model folder is read.
+  void validate_values() const;
+
+ private:
+  void overlay(generate::GenerationOptions& options) const;
 };
 
 void add_generation_flags(CLI::App& command, GenerationFlags& flags);
+
+// The numbers of `fitsum eval` and `fitsum summarize`, before anything is read: the batch size (as
+// TrainingArguments bounds per_device_eval_batch_size), the data flags (DataOptions::validate_values) and the
+// decoding flags. Throws std::invalid_argument naming the flag.
+void validate_evaluation_flags(std::int64_t batch_size, const data::DataOptions& data,
+                               const GenerationFlags& generation);
 
 }  // namespace fitsum::cli

@@ -3,16 +3,17 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdlib>
 #include <sstream>
 
 #include "argument_text.h"
+#include "fitsum/util/python_numbers.h"
 
 namespace fitsum::cli {
 
 namespace {
 
-enum class Kind { boolean, value, list };
+// integer and number: HF reads the value with Python's int() / float(); a value they refuse is refused here too.
+enum class Kind { boolean, value, integer, number, list };
 
 // `accepted`: the values, separated by '|', that mean what fitsum does anyway ("*": every value; "null" also
 // matches an empty value, "none" and "null"); numbers compare as numbers, booleans in any of HF's spellings.
@@ -39,19 +40,19 @@ const HfArgument table[] = {
     {"dataset_name", Kind::value, "null", "no dataset hub here: pass --train_file / --validation_file (jsonl, json, csv)"},
     {"dataset_config_name", Kind::value, "null", "pass --train_file / --validation_file"},
     {"overwrite_cache", Kind::boolean, "*", ""},  // no dataset cache
-    {"preprocessing_num_workers", Kind::value, "*", ""},
-    {"val_max_target_length", Kind::value, "null", "use --max_target_length and --generation_max_length"},
+    {"preprocessing_num_workers", Kind::integer, "*", ""},
+    {"val_max_target_length", Kind::integer, "null", "use --max_target_length and --generation_max_length"},
     {"pad_to_max_length", Kind::boolean, "false", "batches are padded to their longest example; --pad_to_multiple_of"},
     {"ignore_pad_token_for_loss", Kind::boolean, "true", "padding never counts in the loss"},
     {"forced_bos_token", Kind::value, "null", "multilingual models are not supported"},
     // TrainingArguments
     {"do_train", Kind::boolean, "true", "fitsum train always trains; fitsum eval evaluates a model"},
     {"prediction_loss_only", Kind::boolean, "false", "leave out --predict_with_generate instead"},
-    {"per_gpu_train_batch_size", Kind::value, "null", "use --per_device_train_batch_size"},
-    {"per_gpu_eval_batch_size", Kind::value, "null", "use --per_device_eval_batch_size"},
-    {"eval_accumulation_steps", Kind::value, "*", ""},
-    {"eval_delay", Kind::value, "0", ""},
-    {"torch_empty_cache_steps", Kind::value, "*", ""},
+    {"per_gpu_train_batch_size", Kind::integer, "null", "use --per_device_train_batch_size"},
+    {"per_gpu_eval_batch_size", Kind::integer, "null", "use --per_device_eval_batch_size"},
+    {"eval_accumulation_steps", Kind::integer, "*", ""},
+    {"eval_delay", Kind::number, "0", ""},
+    {"torch_empty_cache_steps", Kind::integer, "*", ""},
     {"lr_scheduler_kwargs", Kind::value, "null|{}", "the schedules take no extra arguments"},
     {"log_level", Kind::value, "*", ""},
     {"log_level_replica", Kind::value, "*", ""},
@@ -71,19 +72,19 @@ const HfArgument table[] = {
     {"bf16_full_eval", Kind::boolean, "false", "--bf16 also covers evaluation"},
     {"fp16_full_eval", Kind::boolean, "false", "use --bf16"},
     {"tf32", Kind::boolean, "null|false", ""},
-    {"local_rank", Kind::value, "*", ""},  // launchers set LOCAL_RANK; fitsum reads it there
-    {"tpu_num_cores", Kind::value, "null", "fitsum runs on cpu or cuda"},
+    {"local_rank", Kind::integer, "*", ""},  // launchers set LOCAL_RANK; fitsum reads it there
+    {"tpu_num_cores", Kind::integer, "null", "fitsum runs on cpu or cuda"},
     {"tpu_metrics_debug", Kind::boolean, "false", "fitsum runs on cpu or cuda"},
     {"debug", Kind::list, "null|", ""},
-    {"dataloader_num_workers", Kind::value, "*", ""},  // data is tokenized up front
-    {"dataloader_prefetch_factor", Kind::value, "*", ""},
-    {"past_index", Kind::value, "-1", ""},
+    {"dataloader_num_workers", Kind::integer, "*", ""},  // data is tokenized up front
+    {"dataloader_prefetch_factor", Kind::integer, "*", ""},
+    {"past_index", Kind::integer, "-1", ""},
     {"run_name", Kind::value, "*", ""},
     {"remove_unused_columns", Kind::boolean, "*", ""},
     {"label_names", Kind::list, "null", "the labels are the summary column's tokens"},
     {"ignore_data_skip", Kind::boolean, "false", "resuming always continues the data where it stopped"},
     {"fsdp", Kind::list, "null||false", one_process},
-    {"fsdp_min_num_params", Kind::value, "0", one_process},
+    {"fsdp_min_num_params", Kind::integer, "0", one_process},
     {"fsdp_config", Kind::value, "null", one_process},
     {"fsdp_transformer_layer_cls_to_wrap", Kind::value, "null", one_process},
     {"accelerator_config", Kind::value, "null", ""},
@@ -123,7 +124,7 @@ const HfArgument table[] = {
     {"split_batches", Kind::boolean, "*", ""},
     {"include_tokens_per_second", Kind::boolean, "*", ""},  // fitsum always logs tokens_per_second
     {"include_num_input_tokens_seen", Kind::boolean, "false", ""},
-    {"neftune_noise_alpha", Kind::value, "null", ""},
+    {"neftune_noise_alpha", Kind::number, "null", ""},
     {"optim_target_modules", Kind::list, "null", ""},
     {"batch_eval_metrics", Kind::boolean, "false", ""},
     {"eval_on_start", Kind::boolean, "false", "run fitsum eval on the model first"},
@@ -142,11 +143,26 @@ std::string lower(std::string text) {
 }
 
 bool same_number(const std::string& a, const std::string& b) {
-  char* end_a = nullptr;
-  char* end_b = nullptr;
-  const double x = std::strtod(a.c_str(), &end_a);
-  const double y = std::strtod(b.c_str(), &end_b);
-  return !a.empty() && !b.empty() && *end_a == '\0' && *end_b == '\0' && x == y;
+  try {
+    return util::parse_python_float(a) == util::parse_python_float(b);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+bool is_null_word(const std::string& normalized) {
+  return normalized.empty() || normalized == "none" || normalized == "null";
+}
+
+// An integer or number argument's value that Python's int() / float() refuses, as HF's parser refuses it.
+void check_number_syntax(const HfArgument& argument, const std::string& value) {
+  if (is_null_word(lower(value))) return;  // matches() decides whether the argument may be left unset
+  try {
+    if (argument.kind == Kind::integer) (void)util::parse_python_int(value);
+    if (argument.kind == Kind::number) (void)util::parse_python_float(value);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError("--" + std::string(argument.name) + ": " + e.what());
+  }
 }
 
 bool matches(const HfArgument& argument, const std::string& value) {
@@ -158,7 +174,7 @@ bool matches(const HfArgument& argument, const std::string& value) {
   std::string option;
   while (std::getline(accepted, option, '|')) {
     if (option == "*" || option == normalized || same_number(option, normalized)) return true;
-    if (option == "null" && (normalized.empty() || normalized == "none" || normalized == "null")) return true;
+    if (option == "null" && is_null_word(normalized)) return true;
   }
   // A trailing '|' accepts the empty value.
   const std::string all = argument.accepted;
@@ -170,6 +186,7 @@ void check(const HfArgument& argument, const CLI::results_t& results) {
   if (values.empty()) values.push_back(argument.kind == Kind::boolean ? "true" : "");
   for (auto& value : values) {
     if (argument.kind == Kind::boolean && value.empty()) value = "true";  // a bare --flag
+    check_number_syntax(argument, value);
     if (matches(argument, value)) continue;
     std::string message =
         "--" + std::string(argument.name) + (value.empty() ? "" : " " + value) + " is not supported by fitsum";

@@ -137,6 +137,7 @@ std::size_t print_summaries(model::Seq2SeqLMImpl& model, const std::vector<data:
 }
 
 void run_summarize(SummarizeArgs a) {
+  validate_evaluation_flags(a.batch_size, a.data, a.generation);
   const auto runtime = start_runtime(a.runtime);
   io::ModelSource source = a.hub;
   source.model_name_or_path = a.model_dir;

@@ -42,6 +42,7 @@ void run_tokenize(TokenizeArgs args) {
   if (args.max_samples && *args.max_samples < 1) {
     throw std::invalid_argument("--max_samples must be at least 1");
   }
+  args.data.validate_values();  // before config.json may lower the lengths
   util::require_output_files({{"--output_file", args.output_file}}, {{"--input_file", args.input_file}});
   // Hub ids: the tokenizer files (and the model's config.json), from the cache or the Hub.
   const auto options = hub_options(args.hub);

@@ -289,7 +289,7 @@ std::vector<std::string> expand_json_arguments(const CLI::App& command, const st
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string flag = "--" + it.key();
     if (command.get_option_no_throw(flag) == nullptr) {
-      const auto suggestion = nearest_name(flag, long_option_names(command));
+      const auto suggestion = suggested_flag(command, flag);
       throw UsageError("'" + first + "': unknown key '" + it.key() + "'" +
                        (suggestion.empty() ? " (see fitsum " + command.get_name() + " --help for the names)"
                                            : "; did you mean '" + suggestion.substr(2) + "'?"));

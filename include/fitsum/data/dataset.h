@@ -36,7 +36,14 @@ struct DataOptions {
   bool group_by_length = false;                      // LengthGroupedSampler
   std::optional<std::int64_t> max_tokens_per_batch;  // token-budget batches instead of a fixed batch size
 
-  // Throws std::invalid_argument with a sentence for the first inconsistent value.
+  // Lengths and a padding multiple past this describe no sequence any machine holds; the bound keeps their sums and
+  // round-ups within 64 bits.
+  static constexpr std::int64_t kMaxLength = std::int64_t{1} << 24;
+
+  // Throws std::invalid_argument with a sentence for the first value out of its range, each value on its own: what
+  // can be checked before a model is loaded (whose positions may then lower the lengths).
+  void validate_values() const;
+  // validate_values(), then the values together (max_tokens_per_batch against the lengths, ...).
   void validate() const;
   // validate(), and the lengths against `tokenizer`'s template: a text is truncated to max_length minus the special
   // tokens around it, down to the special tokens alone (PEGASUS and T5: max_length 1 is </s>; BART: max_length 2 is

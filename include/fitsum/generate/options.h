@@ -78,7 +78,14 @@ struct GenerationOptions {
   // max_length after max_new_tokens is applied.
   std::int64_t effective_max_length() const;
 
-  // Throws std::invalid_argument with a sentence naming the option, its value and the rule it breaks.
+  // Lengths and beams past this are refused: no model decodes 16M positions, and the bound keeps their arithmetic
+  // (1 + max_new_tokens, 2 * num_beams candidates) within 64 bits.
+  static constexpr std::int64_t kMaxLength = std::int64_t{1} << 24;
+
+  // Throws std::invalid_argument with a sentence naming the option, its value and the rule it breaks: each setting
+  // on its own (what flags are checked against before a model folder is read).
+  void validate_values() const;
+  // validate_values(), then the settings together (min_length against max_length).
   void validate() const;
   // validate(), plus the checks that need the model: token ids inside the vocabulary, 2 * num_beams candidates
   // available per step, and enough decoder positions for max_length.

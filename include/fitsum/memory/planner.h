@@ -52,8 +52,12 @@ namespace fitsum::memory {
 
 // ---- The budget (--max_memory) ----
 
-// Free memory of the device: MemAvailable of the kernel on the CPU, free device memory on CUDA.
+// Free memory of the device: MemAvailable of the kernel on the CPU, free device memory on CUDA. None (0 bytes) is
+// no budget to plan in: std::runtime_error, as for a /proc/meminfo without MemAvailable.
 std::uint64_t available_memory(const c10::Device& device);
+// MemAvailable in bytes, from the text of /proc/meminfo ("MemAvailable:  8054012 kB"); throws std::runtime_error
+// when the line is missing, unreadable or 0.
+std::uint64_t mem_available_bytes(const std::string& meminfo);
 // "auto" or a size such as "6GiB"; throws std::invalid_argument for anything else.
 std::uint64_t resolve_memory_budget(const std::string& spec, const c10::Device& device);
 // Makes `bytes` a hard limit: the tracking allocator's limit on the CPU (allocations beyond it raise

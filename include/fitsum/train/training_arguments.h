@@ -33,7 +33,9 @@ struct TrainingArguments {
   // Bounds of validate(): batch sizes and examples per optimizer step, epochs, interval lengths (in steps).
   static constexpr std::int64_t kMaxBatchSize = std::int64_t{1} << 24;
   static constexpr double kMaxEpochs = 1e6;
-  static constexpr double kMaxIntervalSteps = 1e15;
+  static constexpr double kMaxIntervalSteps = 1e15;  // also bounds max_steps and warmup_steps
+  static constexpr std::int64_t kMaxSeed = 4294967295;
+  static constexpr std::int64_t kMaxDdpTimeout = 2147483647;
 
   std::string output_dir;
   bool overwrite_output_dir = false;
@@ -123,7 +125,8 @@ struct TrainingArguments {
   bool report_to_tensorboard = false;
   std::string logging_dir;
 
-  // Throws std::invalid_argument naming the field, e.g. "gradient_accumulation_steps must be at least 1".
+  // Throws std::invalid_argument naming the field, e.g. "gradient_accumulation_steps must be at least 1": every
+  // number in its range (no NaN, no infinity where a finite number is meant), before anything is loaded.
   void validate() const;
   void validate_best_model() const;
 
