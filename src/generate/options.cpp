@@ -62,11 +62,9 @@ void GenerationOptions::validate() const {
     require(max_length >= 2, "max_length (" + std::to_string(max_length) +
                                  ") must be at least 2: the decoder start token and one generated token");
   }
-  const auto max_len = effective_max_length();
+  // min_length above max_length is allowed, as generate() allows it (warnings() says so): eos stays banned and
+  // every sequence runs to max_length.
   require(min_length >= 0, "min_length (" + std::to_string(min_length) + ") must not be negative");
-  require(min_length <= max_len,
-          "min_length (" + std::to_string(min_length) + ") is greater than max_length (" + std::to_string(max_len) +
-              (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) + ")");
   require(num_beams >= 1, "num_beams (" + std::to_string(num_beams) + ") must be at least 1 (1 means greedy search)");
   require(std::isfinite(length_penalty), "length_penalty (" + str(length_penalty) + ") must be a finite number");
   require(no_repeat_ngram_size >= 0,
@@ -103,6 +101,21 @@ void GenerationOptions::validate_for(const model::ModelConfig& config) const {
           "max_length (" + std::to_string(max_len) + ") needs " + std::to_string(max_len - 1) +
               " decoder positions; the model has max_position_embeddings " +
               std::to_string(config.max_position_embeddings));
+}
+
+std::vector<std::string> GenerationOptions::warnings() const {
+  std::vector<std::string> out;
+  const auto max_len = effective_max_length();
+  if (min_length > max_len) {
+    // generate()'s _validate_generated_length warns and goes on; MinLengthLogitsProcessor then bans eos at every
+    // step, so each sequence stops at max_length (a forced eos still ends it there).
+    out.push_back("Unfeasible length constraints: min_length (" + std::to_string(min_length) +
+                  ") is larger than the maximum possible length (" + std::to_string(max_len) +
+                  (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) +
+                  "). Generation will stop at the defined maximum length. You should decrease the minimum length "
+                  "and/or increase the maximum length");
+  }
+  return out;
 }
 
 // ---- Reading HF configuration files ----

@@ -75,6 +75,7 @@ void run_eval(EvalArgs a) {
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
   options.generation.validate_for(model.config());
+  for (const auto& warning : options.generation.warnings()) std::cerr << "fitsum: warning: " << warning << "\n";
   options.rouge.use_stemmer = a.use_stemmer;
   options.rouge.split_sentences = a.rouge_split_sentences;
   options.bf16 = a.bf16;

@@ -96,6 +96,7 @@ void run_summarize(SummarizeArgs a) {
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
   options.generation.validate_for(model.config());
+  for (const auto& warning : options.generation.warnings()) std::cerr << "fitsum: warning: " << warning << "\n";
   options.collator.pad_token_id = model.config().pad_token_id;
   const auto result = train::evaluate_model(model, examples, &tokenizer, options, runtime.device);
   for (const auto& p : result.predictions) {
