@@ -1,7 +1,7 @@
 // A run that starts does not die later for a reason it could know at step 0: evaluation and prediction settings,
 // generation options, metric names and the evaluation files are checked before the first training step (a one-line
 // error, nothing trained, no checkpoint), and what generate() only warns about is warned about once and done as HF
-// does it.
+// does it. Also the end-of-run files that depend on the evaluations: the model card's results table and total_flos.
 #include <fstream>
 #include <regex>
 
@@ -224,6 +224,44 @@ TEST(StepZero, EvalDecodesLabelsPaddedWithIgnoreIndexAsRunSummarization) {
   for (const char* key : {"eval_loss", "eval_rouge1", "eval_rougeL", "eval_gen_len"}) {
     EXPECT_EQ(b[key], a[key]) << key;  // -100 is ignored by the loss and decoded as padding for ROUGE
   }
+}
+
+TEST(StepZero, ModelCardListsAnEvaluationOnceAndTotalFlosCountsHuggingFacesWay) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("model-card");
+  const auto data = write_copy_task_records(dir / "copy.jsonl");
+  const auto run = [&](const fs::path& out, const std::string& flags) {
+    return run_command(fitsum_binary().string() + " train --model_name_or_path " + quoted(tiny_fixture()) +
+                       " --train_file " + quoted(data) + " --validation_file " + quoted(data) + " --output_dir " +
+                       quoted(out) + " --per_device_train_batch_size 8 --disable_tqdm " + flags);
+  };
+  const auto out = dir / "out";
+  auto r = run(out, "--max_steps 2 --eval_strategy steps --eval_steps 2 --do_eval --save_strategy no");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // HF's card: one row per evaluation during training; do_eval's result is reported above the table.
+  const auto card = util::read_file(out / "README.md");
+  const auto table = card.substr(card.find("### Training results"));
+  EXPECT_EQ(count(table, "\n| "), 2u) << card;  // the header and the evaluation at step 2
+  // HF's total_flos: 6 x input_ids.numel() (padding counted) x non-embedding parameters, per micro-batch. The eight
+  // copy-task records in one batch pad to 12 input tokens; the fixture has 40800 parameters outside its embeddings.
+  const double step_flos = 6.0 * 8 * 12 * 40800;
+  const auto state = util::read_json_file(out / "trainer_state.json");
+  EXPECT_EQ(state["total_flos"].get<double>(), 2 * step_flos);
+  nlohmann::json summary;
+  for (const auto& e : state["log_history"]) {
+    if (e.contains("train_runtime")) summary = e;
+  }
+  EXPECT_EQ(summary["total_flos"].get<double>(), 2 * step_flos);
+  EXPECT_EQ(util::read_json_file(out / "train_results.json")["total_flos"].get<double>(), 2 * step_flos);
+  // Kept across a resume: one step, then the second from its checkpoint.
+  const auto resumed = dir / "resumed";
+  r = run(resumed, "--max_steps 1 --save_steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(util::read_json_file(resumed / "checkpoint-1" / "trainer_state.json")["total_flos"].get<double>(),
+            step_flos);
+  r = run(resumed, "--max_steps 2 --save_steps 1 --resume_from_checkpoint latest");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(util::read_json_file(resumed / "trainer_state.json")["total_flos"].get<double>(), 2 * step_flos);
 }
 
 }  // namespace
