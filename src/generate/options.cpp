@@ -85,11 +85,8 @@ void GenerationOptions::validate_values() const {
 }
 
 void GenerationOptions::validate() const {
+  // min_length above max_length is no error (warnings() says what generate() says): the values alone decide.
   validate_values();
-  const auto max_len = effective_max_length();
-  require(min_length <= max_len,
-          "min_length (" + std::to_string(min_length) + ") is greater than max_length (" + std::to_string(max_len) +
-              (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) + ")");
 }
 
 void GenerationOptions::validate_for(const model::ModelConfig& config) const {
@@ -113,6 +110,21 @@ void GenerationOptions::validate_for(const model::ModelConfig& config) const {
           "max_length (" + std::to_string(max_len) + ") needs " + std::to_string(max_len - 1) +
               " decoder positions; the model has max_position_embeddings " +
               std::to_string(config.max_position_embeddings));
+}
+
+std::vector<std::string> GenerationOptions::warnings() const {
+  std::vector<std::string> out;
+  const auto max_len = effective_max_length();
+  if (min_length > max_len) {
+    // generate()'s _validate_generated_length warns and goes on; MinLengthLogitsProcessor then bans eos at every
+    // step, so each sequence stops at max_length (a forced eos still ends it there).
+    out.push_back("Unfeasible length constraints: min_length (" + std::to_string(min_length) +
+                  ") is larger than the maximum possible length (" + std::to_string(max_len) +
+                  (max_new_tokens ? ", from max_new_tokens " + std::to_string(*max_new_tokens) : std::string()) +
+                  "). Generation will stop at the defined maximum length. You should decrease the minimum length "
+                  "and/or increase the maximum length");
+  }
+  return out;
 }
 
 // ---- Reading HF configuration files ----

@@ -86,6 +86,10 @@ ResumedTrainerState parse_trainer_state(const nlohmann::json& state, const std::
   if (state.contains("best_global_step") && !state["best_global_step"].is_null()) {
     r.best_global_step = count_field(state, "best_global_step", file);
   }
+  if (state.contains("total_flos") && !state["total_flos"].is_null()) {
+    r.total_flos = number_field(state, "total_flos", file);
+    if (r.total_flos < 0) damaged(file, "total_flos", "must not be negative");
+  }
   if (state.contains("best_model_checkpoint") && !state["best_model_checkpoint"].is_null()) {
     const auto& best = state["best_model_checkpoint"];
     if (!best.is_string()) {

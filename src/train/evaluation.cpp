@@ -17,6 +17,8 @@ namespace fitsum::train {
 
 namespace {
 
+constexpr std::int64_t kLabelIgnoreIndex = -100;  // HF's label padding, which the loss ignores
+
 // Restores the model's training flag on scope exit.
 class EvalMode {
  public:
@@ -211,6 +213,55 @@ std::vector<std::optional<eval::RougeScores>> score_pass(const std::vector<Predi
 
 }  // namespace
 
+std::vector<std::string> evaluation_metric_keys(bool labelled, bool generated, bool decoded) {
+  std::vector<std::string> keys;
+  if (labelled) keys.emplace_back("eval_loss");
+  if (labelled && generated && decoded) {
+    for (auto type : eval::kRougeTypes) keys.push_back("eval_" + std::string(eval::rouge_type_name(type)));
+  }
+  if (generated) keys.emplace_back("eval_gen_len");
+  keys.emplace_back("eval_runtime");
+  keys.emplace_back("eval_samples_per_second");
+  return keys;
+}
+
+void check_evaluation_examples(const std::vector<data::Example>& examples, const std::string& file, const char* what,
+                               std::int64_t vocab_size, const tokenizer::Tokenizer* tokenizer, bool decoded) {
+  if (examples.empty()) {
+    throw std::invalid_argument(std::string(what) + " '" + file +
+                                "' has no examples to evaluate (no records, or every one skipped); give a file "
+                                "with records");
+  }
+  const auto check = [&](const data::Example& e, const char* field, const std::vector<data::TokenId>& ids,
+                         std::int64_t limit, const char* vocabulary, bool ignore_index) {
+    for (const auto id : ids) {
+      if ((id >= 0 && id < limit) || (ignore_index && id == kLabelIgnoreIndex)) continue;
+      throw std::invalid_argument(file + ":" + std::to_string(e.line) + ": field '" + field + "': token id " +
+                                  std::to_string(id) + " is outside " + vocabulary + " 0.." +
+                                  std::to_string(limit - 1) + " (tokenized with another tokenizer?)");
+    }
+  };
+  // ROUGE decodes the labels: their ids must be the tokenizer's too (a model's table may have more rows).
+  const bool by_tokenizer = decoded && tokenizer != nullptr && tokenizer->vocab_size() < vocab_size;
+  const auto label_limit = by_tokenizer ? static_cast<std::int64_t>(tokenizer->vocab_size()) : vocab_size;
+  for (const auto& e : examples) {
+    check(e, "input_ids", e.input_ids, vocab_size, "the model's vocabulary", false);
+    if (e.labels) {
+      check(e, "labels", *e.labels, label_limit,
+            by_tokenizer ? "the vocabulary of the tokenizer that decodes them for ROUGE" : "the model's vocabulary",
+            true);
+    }
+  }
+}
+
+std::vector<std::int64_t> reference_ids(const std::vector<data::TokenId>& labels, std::int64_t pad_id) {
+  std::vector<std::int64_t> ids(labels.begin(), labels.end());
+  for (auto& id : ids) {
+    if (id == kLabelIgnoreIndex) id = pad_id;
+  }
+  return ids;
+}
+
 std::vector<std::int64_t> strip_trailing_padding(const at::Tensor& sequences, std::int64_t row, std::int64_t pad_id,
                                                  std::int64_t eos_id) {
   auto r = sequences[row].to(torch::kCPU).contiguous();
@@ -262,7 +313,8 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
       for (auto id : p.generated_ids) generated_tokens += id != options.generation.pad_token_id ? 1.0 : 0.0;
       if (tokenizer != nullptr) {
         p.summary = tokenizer->decode(p.generated_ids);
-        if (examples[i].labels) p.reference = tokenizer->decode(*examples[i].labels);
+        if (examples[i].labels)
+          p.reference = tokenizer->decode(reference_ids(*examples[i].labels, tokenizer->pad_id()));
       }
       result.predictions.push_back(std::move(p));
     }

@@ -37,12 +37,16 @@ std::string metric_lines(const nlohmann::ordered_json& metrics, const std::strin
   return out;
 }
 
-// HF's "Training results" table: one row per evaluation, with the training loss logged last before it.
+// HF's "Training results" table (modelcard.parse_log_history): one row per evaluation during training, with the
+// training loss logged last before it. The entries after the run's summary (train_runtime) are left out: do_eval's
+// final evaluation is reported above the table, not as another row (at the step of the last evaluation it would
+// repeat that row).
 std::string results_table(const nlohmann::ordered_json& log_history) {
   std::vector<std::string> columns;
   std::vector<std::vector<std::string>> rows;
   std::string training_loss = "No log";
   for (const auto& entry : log_history) {
+    if (entry.contains("train_runtime")) break;
     if (entry.contains("loss")) training_loss = number_text(entry["loss"]);
     if (!entry.contains("eval_loss") && !entry.contains("eval_rouge1")) continue;
     std::vector<std::string> row = {training_loss, number_text(entry.value("epoch", nlohmann::ordered_json(0.0))),

@@ -25,6 +25,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/diagnostics.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/floating_point_ops.h"
 #include "fitsum/train/gradient_reducer.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
@@ -79,6 +80,7 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   settings.adam_beta2 = args_.adam_beta2;
   settings.adam_epsilon = args_.adam_epsilon;
   parameters_ = optim::trainable_parameters(model);
+  non_embedding_parameters_ = non_embedding_parameter_count(model);
   for (const auto& [name, p] : parameters_) parameter_list_.push_back(p);
   join_process_group();
   optimizer_ = optim::make_optimizer(model, settings, owned_parameter_names());
@@ -135,7 +137,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
 }
 
 model::TokenLoss Trainer::micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
-                                              std::int64_t& input_tokens) {
+                                              std::int64_t& input_tokens, std::int64_t& input_elements) {
   auto batch = data::collate(in_.train_examples, examples, in_.collator);
   auto ids = batch.input_ids.to(in_.device);
   auto mask = batch.attention_mask.to(in_.device);
@@ -146,6 +148,7 @@ model::TokenLoss Trainer::micro_batch_forward(const std::vector<std::size_t>& ex
   options.bf16 = args_.bf16;
   auto token_loss = model::micro_batch_loss(*in_.model, ids, mask, labels, options);
   input_tokens = mask.sum().item<std::int64_t>();
+  input_elements = ids.numel();  // padding included, as HF's estimate_tokens counts input_ids.numel()
   return token_loss;
 }
 
@@ -160,8 +163,9 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
       const auto micro_rng = util::random_state(in_.device);
       model::TokenLoss token_loss;
       std::int64_t input_tokens = 0;
+      std::int64_t input_elements = 0;
       try {
-        token_loss = micro_batch_forward(mb, 1.0 / denominator, input_tokens);
+        token_loss = micro_batch_forward(mb, 1.0 / denominator, input_tokens, input_elements);
       } catch (const c10::OutOfMemoryError& e) {
         // The forward's tensors were freed as its scope unwound; no gradient was touched: retry in halves.
         split_after_oom(micro_batches, i, "forward", "carrying on", e);
@@ -188,6 +192,7 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
       }
       done.loss_sum += token_loss.sum.item<double>();
       done.outcome.tokens += input_tokens + token_loss.tokens;
+      done.outcome.input_elements += input_elements;
       done.samples += static_cast<std::int64_t>(mb.size());
       ++i;
       if (callbacks_.on_micro_batch) callbacks_.on_micro_batch(i, micro_batches.size());
@@ -329,6 +334,7 @@ void Trainer::record_step(const StepOutcome& outcome) {
   last_grad_norm_ = outcome.grad_norm;
   tokens_since_log_ += outcome.tokens;
   train_tokens_ += outcome.tokens;
+  total_flos_ += floating_point_ops(outcome.input_elements, non_embedding_parameters_);
   if (callbacks_.on_step) callbacks_.on_step(global_step_, max_steps_);
 }
 
@@ -445,7 +451,7 @@ TrainResult Trainer::finish_run() {
   summary["train_samples_per_second"] = static_cast<double>(train_samples_) / std::max(train_seconds_, 1e-9);
   summary["train_steps_per_second"] = static_cast<double>(global_step_) / std::max(train_seconds_, 1e-9);
   summary["train_tokens_per_second"] = static_cast<double>(train_tokens_) / std::max(train_seconds_, 1e-9);
-  summary["total_flos"] = 0;
+  summary["total_flos"] = total_flos_;
   summary["train_loss"] = global_step_ ? total_loss_ / static_cast<double>(global_step_) : 0.0;
   load_best_model();  // before the summary is logged, as HF's _inner_training_loop does
   log(summary);

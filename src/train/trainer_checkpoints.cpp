@@ -72,7 +72,7 @@ nlohmann::ordered_json Trainer::trainer_state_json() const {
   s["num_input_tokens_seen"] = 0;
   s["num_train_epochs"] = num_epochs_;
   s["save_steps"] = save_steps_;
-  s["total_flos"] = 0;
+  s["total_flos"] = total_flos_;
   s["train_batch_size"] = args_.per_device_train_batch_size;
   s["trial_name"] = nullptr;
   s["trial_params"] = nullptr;
@@ -289,6 +289,7 @@ void Trainer::resume(const fs::path& checkpoint) {
   auto state = io::parse_trainer_state(util::read_json_file(state_file), state_file);
   log_history_ = std::move(state.log_history);
   best_metric_ = state.best_metric;
+  total_flos_ = state.total_flos;
   if (state.best_global_step) best_global_step_ = *state.best_global_step;
   if (!state.best_model_checkpoint.empty()) best_model_checkpoint_ = state.best_model_checkpoint;
 

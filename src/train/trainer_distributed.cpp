@@ -213,14 +213,15 @@ std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vecto
 
 void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples) {
   if (world_size_ == 1) return;
-  auto totals = torch::tensor(
-      {loss_sum, static_cast<double>(samples), static_cast<double>(outcome.tokens), outcome.interrupted ? 1.0 : 0.0},
-      torch::kDouble);
+  auto totals = torch::tensor({loss_sum, static_cast<double>(samples), static_cast<double>(outcome.tokens),
+                               outcome.interrupted ? 1.0 : 0.0, static_cast<double>(outcome.input_elements)},
+                              torch::kDouble);
   group_->all_reduce_sum(totals);
   loss_sum = totals[0].item<double>();
   samples = static_cast<std::int64_t>(totals[1].item<double>());
   outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
   outcome.interrupted = totals[3].item<double>() > 0.0;
+  outcome.input_elements = static_cast<std::int64_t>(totals[4].item<double>());
 }
 
 double Trainer::update_parameters() {
@@ -269,12 +270,14 @@ void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples
   const auto start_rng = util::random_state(in_.device);
   double loss_sum = 0.0;
   std::int64_t tokens = 0;
+  std::int64_t elements = 0;
   for (std::size_t i = 0; i < parts.size();) {
     const auto part_rng = util::random_state(in_.device);
     model::TokenLoss token_loss;
     std::int64_t input_tokens = 0;
+    std::int64_t input_elements = 0;
     try {
-      token_loss = micro_batch_forward(parts[i], 1.0 / denominator, input_tokens);
+      token_loss = micro_batch_forward(parts[i], 1.0 / denominator, input_tokens, input_elements);
     } catch (const c10::OutOfMemoryError& e) {
       split_after_oom(parts, i, "forward", "carrying on", e);
       util::set_random_state(in_.device, part_rng);
@@ -293,15 +296,18 @@ void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples
       util::set_random_state(in_.device, start_rng);
       loss_sum = 0.0;
       tokens = 0;
+      elements = 0;
       i = 0;
       continue;
     }
     loss_sum += token_loss.sum.item<double>();
     tokens += input_tokens + token_loss.tokens;
+    elements += input_elements;
     ++i;
   }
   into.loss_sum += loss_sum;
   into.outcome.tokens += tokens;
+  into.outcome.input_elements += elements;
   into.samples += static_cast<std::int64_t>(examples.size());
 }
 

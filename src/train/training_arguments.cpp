@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "fitsum/train/evaluation.h"
+
 namespace fitsum::train {
 
 IntervalStrategy parse_interval_strategy(const std::string& name, const char* field) {
@@ -106,6 +108,15 @@ void TrainingArguments::validate_best_model() const {
     }
   }
   const auto key = best_metric_key();
+  // HF looks the name up in the first evaluation's metrics and fails there, after the steps before it: checked now.
+  const auto reported = evaluation_metric_keys(/*labelled=*/true, /*generated=*/true, /*decoded=*/true);
+  if (!key.empty() && std::find(reported.begin(), reported.end(), key) == reported.end()) {
+    std::string names;
+    for (const auto& name : reported) names += (names.empty() ? "" : ", ") + name.substr(5);
+    throw std::invalid_argument("metric_for_best_model '" + *metric_for_best_model +
+                                "' is not a metric the evaluation reports; choose one of " + names +
+                                " (with or without the eval_ prefix)");
+  }
   const bool generated_metric = key.rfind("eval_rouge", 0) == 0 || key == "eval_gen_len";
   if (generated_metric && !predict_with_generate) {
     throw std::invalid_argument("metric_for_best_model " + key +
@@ -124,6 +135,23 @@ void TrainingArguments::validate_best_model() const {
     throw std::invalid_argument("early_stopping_threshold must be a finite number, not negative");
   }
 }
+
+namespace {
+
+// Seq2SeqTrainer passes them to generate() at every evaluation; a value it refuses would stop the run there.
+void validate_generation(const TrainingArguments& args) {
+  if (args.generation_num_beams && *args.generation_num_beams < 1) {
+    throw std::invalid_argument("generation_num_beams must be at least 1 (1 means greedy search), got " +
+                                std::to_string(*args.generation_num_beams));
+  }
+  if (args.generation_max_length && *args.generation_max_length < 2) {
+    throw std::invalid_argument(
+        "generation_max_length must be at least 2 (the decoder start token and one generated token), got " +
+        std::to_string(*args.generation_max_length));
+  }
+}
+
+}  // namespace
 
 std::int64_t TrainingArguments::interval_in_steps(double value, std::int64_t max_steps) {
   if (value < 1.0) return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(value * max_steps)));
@@ -267,6 +295,7 @@ void TrainingArguments::validate() const {
         std::pair{"gradient_checkpointing_decoder_layers", gradient_checkpointing_decoder_layers}}) {
     if (value && *value < 0) throw std::invalid_argument(std::string(field) + " must not be negative");
   }
+  validate_generation(*this);
   if (fp16) {
     throw std::invalid_argument(
         "fp16 is refused: PEGASUS's and T5's activations overflow float16 (the reason HF clamps them and why their "

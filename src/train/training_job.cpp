@@ -22,6 +22,7 @@
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/evaluation.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
 #include "fitsum/util/files.h"
@@ -74,6 +75,10 @@ void check_job(TrainingJob& job) {
   }
   if (args.do_eval && job.validation_file.empty()) throw std::invalid_argument("do_eval needs validation_file");
   if (args.do_predict && job.test_file.empty()) throw std::invalid_argument("do_predict needs test_file");
+  // A file given is read, evaluation scheduled or not (run_summarization loads every data file it is given).
+  for (const auto& [file, what] : {std::pair{&job.validation_file, "validation_file"}, {&job.test_file, "test_file"}}) {
+    if (!file->empty()) util::ReadableFile(*file, what);
+  }
   if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
     throw std::invalid_argument("output_dir '" + args.output_dir +
                                 "' already holds a training run; set overwrite_output_dir to write over it or "
@@ -183,6 +188,42 @@ std::string resolve_hub_names(TrainingJob& job, const Report& report) {
   const std::string named = job.model.model_name_or_path.empty() ? job.model.config_name : job.model.model_name_or_path;
   job.model = io::resolve_model_source(job.model, report.download);
   return named;
+}
+
+// What the run's evaluations and prediction would otherwise find only when they run, after training steps: an
+// empty split, an id they cannot use, generation options generate() refuses (its warnings are printed once, here),
+// and a metric_for_best_model the evaluation does not report.
+void check_evaluations(const TrainingJob& job, const TrainerInputs& in, const model::ModelConfig& config,
+                       const Report& report) {
+  const auto& args = job.args;
+  const bool evaluates = args.eval_strategy != IntervalStrategy::no || args.do_eval;
+  const bool decoded = args.predict_with_generate && in.tokenizer != nullptr;
+  if (evaluates) {
+    check_evaluation_examples(in.eval_examples, job.validation_file, "validation_file", config.vocab_size,
+                              in.tokenizer.get(), decoded);
+  }
+  if (args.do_predict) {
+    check_evaluation_examples(in.test_examples, job.test_file, "test_file", config.vocab_size, in.tokenizer.get(),
+                              decoded);
+  }
+  if (args.predict_with_generate && (evaluates || args.do_predict)) {
+    const auto generation = evaluation_generation(args, in.generation);
+    generation.validate_for(config);
+    for (const auto& warning : generation.warnings()) warn(report, "generation: " + warning);
+  }
+  const auto key = args.best_metric_key();
+  if (key.empty() || args.eval_strategy == IntervalStrategy::no) return;
+  const bool labelled = std::any_of(in.eval_examples.begin(), in.eval_examples.end(),
+                                    [](const data::Example& e) { return e.labels.has_value(); });
+  const auto reported = evaluation_metric_keys(labelled, args.predict_with_generate, decoded);
+  if (std::find(reported.begin(), reported.end(), key) != reported.end()) return;
+  std::string names;
+  for (const auto& name : reported) names += (names.empty() ? "" : ", ") + name;
+  throw std::invalid_argument("metric_for_best_model is '" + key +
+                              "', which this run's evaluation does not report: it reports " + names +
+                              " (eval_loss needs summaries in validation_file '" + job.validation_file +
+                              "'; ROUGE needs them too, predict_with_generate and a tokenizer; gen_len needs "
+                              "predict_with_generate)");
 }
 
 // The model folder's decoding defaults (generation_config.json, else config.json), as HF's generate() starts.
@@ -495,6 +536,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   if (job.args.predict_with_generate && !m.tokenizer) {
     warn(report, "predict_with_generate without a tokenizer: generation runs, ROUGE is skipped");
   }
+  check_evaluations(job, in, config, report);
   p.args = job.args;
   join_launched_processes(p, report);
   const bool together = every_process_plans(p);

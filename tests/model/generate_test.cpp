@@ -263,6 +263,31 @@ TEST(Generation, MaxNewTokensCountsFromTheStartToken) {
   EXPECT_TRUE(torch::equal(result.sequences, expected)) << result.sequences;
 }
 
+// generate() with min_length above max_length warns and bans eos at every step (MinLengthLogitsProcessor), so every
+// sequence runs to max_length, where the forced eos still ends it: the same sequences as min_length = max_length.
+TEST(Generation, MinLengthAboveMaxLengthRunsEverySequenceToMaxLength) {
+  FITSUM_REQUIRE_SHARED();
+  auto model = load_model("tiny-pegasus");
+  auto ids = torch::tensor({{120, 130, 140, 1}, {150, 1, 0, 0}}, torch::kLong);
+  auto mask = (ids != 0).to(torch::kLong);
+  for (const std::int64_t beams : {1, 3}) {
+    auto options = folder_options("tiny-pegasus");
+    options.num_beams = beams;
+    options.max_length = 9;
+    options.min_length = 9;
+    const auto reachable = generate::generate(*model, ids, mask, options);
+    options.min_length = 40;
+    ASSERT_EQ(options.warnings().size(), 1u);
+    const auto unreachable = generate::generate(*model, ids, mask, options);
+    EXPECT_TRUE(torch::equal(unreachable.sequences, reachable.sequences)) << "num_beams " << beams;
+    ASSERT_EQ(unreachable.sequences.size(1), 9) << "num_beams " << beams;
+    for (std::int64_t row = 0; row < 2; ++row) {
+      EXPECT_EQ(unreachable.sequences[row][8].item<std::int64_t>(), 1);  // the forced eos, last
+      for (std::int64_t t = 1; t < 8; ++t) EXPECT_NE(unreachable.sequences[row][t].item<std::int64_t>(), 1);
+    }
+  }
+}
+
 TEST(Generation, RefusesBadInputsAndMismatchedStrategies) {
   FITSUM_REQUIRE_SHARED();
   auto model = load_model("tiny-pegasus");

@@ -90,5 +90,43 @@ TEST(BestModel, InconsistentSettingsAreRefusedWithTheRule) {
   EXPECT_THROW(early.validate(), std::invalid_argument);  // needs load_best_model_at_end
 }
 
+// HF finds an unknown metric_for_best_model only in the first evaluation's metrics (a KeyError after the steps
+// before it); fitsum refuses it in validate(), naming the metrics an evaluation reports.
+TEST(BestModel, AMetricNoEvaluationReportsIsRefusedWithTheValidNames) {
+  train::TrainingArguments args;
+  args.output_dir = "out";
+  args.predict_with_generate = true;
+  for (const char* name : {"loss", "eval_loss", "rouge1", "rouge2", "rougeL", "eval_rougeLsum", "gen_len",
+                           "eval_gen_len", "runtime", "samples_per_second"}) {
+    args.metric_for_best_model = name;
+    EXPECT_NO_THROW(args.validate()) << name;
+  }
+  for (const char* name : {"bleu", "rougel", "eval_rouge", "eval_", "accuracy", "Loss"}) {
+    args.metric_for_best_model = name;
+    try {
+      args.validate();
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()), "metric_for_best_model '" + std::string(name) +
+                                           "' is not a metric the evaluation reports; choose one of loss, rouge1, "
+                                           "rouge2, rougeL, rougeLsum, gen_len, runtime, samples_per_second (with "
+                                           "or without the eval_ prefix)");
+    }
+  }
+}
+
+TEST(BestModel, GenerationSettingsGenerateRefusesAreRefusedInValidate) {
+  train::TrainingArguments args;
+  args.output_dir = "out";
+  args.generation_num_beams = 0;
+  EXPECT_THROW(args.validate(), std::invalid_argument);
+  args.generation_num_beams = 1;
+  EXPECT_NO_THROW(args.validate());
+  args.generation_max_length = 1;  // generate() refuses a max_length the decoder start token already fills
+  EXPECT_THROW(args.validate(), std::invalid_argument);
+  args.generation_max_length = 2;
+  EXPECT_NO_THROW(args.validate());
+}
+
 }  // namespace
 }  // namespace fitsum::test

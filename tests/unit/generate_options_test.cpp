@@ -41,15 +41,34 @@ TEST(GenerationOptions, DefaultsAreValidAndHuggingFaces) {
   EXPECT_TRUE(o.use_cache);
 }
 
-TEST(GenerationOptions, ValidationSaysWhatIsWrong) {
+// generate() only warns about a min_length it cannot reach ("Unfeasible length constraints") and stops at
+// max_length; so does fitsum, with the warning for the caller to print once.
+TEST(GenerationOptions, MinLengthAboveMaxLengthIsAWarningAsInHuggingFace) {
   GenerationOptions o;
   o.max_length = 10;
   o.min_length = 12;
-  EXPECT_EQ(validation_error(o), "min_length (12) is greater than max_length (10)");
+  EXPECT_EQ(validation_error(o), "");
+  ASSERT_EQ(o.warnings().size(), 1u);
+  EXPECT_EQ(o.warnings()[0],
+            "Unfeasible length constraints: min_length (12) is larger than the maximum possible length (10). "
+            "Generation will stop at the defined maximum length. You should decrease the minimum length and/or "
+            "increase the maximum length");
   o = {};
   o.max_new_tokens = 5;
   o.min_length = 7;
-  EXPECT_EQ(validation_error(o), "min_length (7) is greater than max_length (6, from max_new_tokens 5)");
+  EXPECT_EQ(validation_error(o), "");
+  ASSERT_EQ(o.warnings().size(), 1u);
+  EXPECT_NE(
+      o.warnings()[0].find("min_length (7) is larger than the maximum possible length (6, from max_new_tokens 5)"),
+      std::string::npos);
+  o.min_length = 6;
+  EXPECT_TRUE(o.warnings().empty());
+}
+
+TEST(GenerationOptions, ValidationSaysWhatIsWrong) {
+  GenerationOptions o;
+  o.min_length = -1;
+  EXPECT_EQ(validation_error(o), "min_length (-1) must not be negative");
   o = {};
   o.max_length = 1;
   EXPECT_NE(validation_error(o).find("max_length (1) must be at least 2"), std::string::npos);

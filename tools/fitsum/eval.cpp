@@ -77,6 +77,7 @@ void run_eval(EvalArgs a) {
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
   options.generation.validate_for(model.config());
+  for (const auto& warning : options.generation.warnings()) std::cerr << "fitsum: warning: " << warning << "\n";
   options.rouge.use_stemmer = a.use_stemmer;
   options.rouge.split_sentences = a.rouge_split_sentences;
   options.bf16 = a.bf16;
@@ -85,6 +86,8 @@ void run_eval(EvalArgs a) {
   data::ReadStats stats;
   const auto examples =
       data::read_examples(a.test_file, tok, model.config().vocab_size, a.data, a.data.max_eval_samples, &stats);
+  train::check_evaluation_examples(examples, a.test_file, "test_file", model.config().vocab_size, tok,
+                                   /*decoded=*/tok != nullptr);
   std::fprintf(stderr, "fitsum eval\n  model        %s\n  test_file    %s: %s\n  generation   %s\n",
                loaded.description.c_str(), a.test_file.c_str(), stats.summary(a.data).c_str(),
                generate::to_json(options.generation).dump().c_str());

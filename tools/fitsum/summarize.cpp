@@ -167,6 +167,7 @@ void run_summarize(SummarizeArgs a) {
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
   options.generation.validate_for(model.config());
+  for (const auto& warning : options.generation.warnings()) std::cerr << "fitsum: warning: " << warning << "\n";
   options.collator.pad_token_id = model.config().pad_token_id;
   const auto batch = static_cast<std::size_t>(a.batch_size);
   const auto start = std::chrono::steady_clock::now();

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -49,7 +50,8 @@ struct GenerationOptions {
   std::int64_t max_length = 20;
   // When set, wins over max_length (as in HF): max_length = 1 + max_new_tokens, the 1 being the start token.
   std::optional<std::int64_t> max_new_tokens;
-  // eos is banned while a sequence is shorter than this (MinLengthLogitsProcessor).
+  // eos is banned while a sequence is shorter than this (MinLengthLogitsProcessor). Above max_length it bans eos at
+  // every step and each sequence runs to max_length, as in HF (warnings() says so).
   std::int64_t min_length = 0;
   // 1: greedy search; more: beam search with that many beams per source.
   std::int64_t num_beams = 1;
@@ -85,8 +87,11 @@ struct GenerationOptions {
   // Throws std::invalid_argument with a sentence naming the option, its value and the rule it breaks: each setting
   // on its own (what flags are checked against before a model folder is read).
   void validate_values() const;
-  // validate_values(), then the settings together (min_length against max_length).
+  // validate_values(); no two settings exclude each other (min_length above max_length is warnings()' case).
   void validate() const;
+  // What generate() warns about and carries on with (min_length above max_length: "Unfeasible length
+  // constraints"), one sentence each, for the caller to print once before generating.
+  std::vector<std::string> warnings() const;
   // validate(), plus the checks that need the model: token ids inside the vocabulary, 2 * num_beams candidates
   // available per step, and enough decoder positions for max_length.
   void validate_for(const model::ModelConfig& config) const;

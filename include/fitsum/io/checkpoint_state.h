@@ -36,9 +36,11 @@ struct ResumedTrainerState {
   std::optional<double> best_metric;
   std::optional<std::int64_t> best_global_step;
   std::string best_model_checkpoint;  // empty when none
+  double total_flos = 0.0;             // HF's floating-point operations so far (0 when absent)
 };
 
-// trainer_state.json: log_history must be an array of objects; the best-model fields are optional (HF writes null).
+// trainer_state.json: log_history must be an array of objects; the best-model fields and total_flos are optional
+// (HF writes null for the first).
 ResumedTrainerState parse_trainer_state(const nlohmann::json& state, const std::filesystem::path& file);
 
 }  // namespace fitsum::io

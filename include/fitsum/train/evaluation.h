@@ -80,6 +80,24 @@ EvaluationResult evaluate_model(model::Seq2SeqLMImpl& model, const std::vector<d
 // generating), eval_runtime, eval_samples_per_second.
 nlohmann::ordered_json evaluation_metrics(const EvaluationResult& result, bool generated);
 
+// The keys evaluation_metrics() reports for an evaluation whose examples have labels (`labelled`: eval_loss), that
+// generates (`generated`: eval_gen_len) and decodes with a tokenizer (`decoded`, with labels and generation: ROUGE):
+// eval_loss, eval_rouge1, eval_rouge2, eval_rougeL, eval_rougeLsum, eval_gen_len, eval_runtime,
+// eval_samples_per_second, in that order, those that apply.
+std::vector<std::string> evaluation_metric_keys(bool labelled, bool generated, bool decoded);
+
+// What evaluate_model would otherwise find only at the end of an evaluation of `examples`, read from `file`, refused
+// before it runs: no examples at all (std::invalid_argument naming `file` and `what`, e.g. "test_file"); a token id
+// outside the model's vocabulary of `vocab_size` (labels may hold HF's ignore index -100); and, where the labels are
+// decoded for ROUGE (`decoded`: generating with a tokenizer), a label id the tokenizer cannot decode. The id errors
+// are std::invalid_argument naming the file, the record's line and the field.
+void check_evaluation_examples(const std::vector<data::Example>& examples, const std::string& file, const char* what,
+                               std::int64_t vocab_size, const tokenizer::Tokenizer* tokenizer, bool decoded);
+
+// The labels as run_summarization's compute_metrics decodes them: HF's ignore index -100 (label padding in
+// pre-tokenized data) replaced by the pad id.
+std::vector<std::int64_t> reference_ids(const std::vector<data::TokenId>& labels, std::int64_t pad_id);
+
 // The generated ids of one row of a (B, L) result, trailing padding removed (the eos is kept).
 std::vector<std::int64_t> strip_trailing_padding(const at::Tensor& sequences, std::int64_t row, std::int64_t pad_id,
                                                  std::int64_t eos_id);

@@ -138,6 +138,7 @@ class Trainer {
     double loss = 0.0;
     double grad_norm = 0.0;
     std::int64_t tokens = 0;
+    std::int64_t input_elements = 0;  // of the padded input_ids of every micro-batch (HF's estimate_tokens)
     bool interrupted = false;
   };
   // What this process's micro-batches of a step add up to, before the sum over the processes.
@@ -147,10 +148,10 @@ class Trainer {
     std::int64_t samples = 0;
   };
   StepOutcome run_step(const std::vector<std::vector<std::size_t>>& micro_batches);
-  // The forward of one micro-batch: its summed token loss (the backward scales it by loss_scale) and its input
-  // tokens. Throws c10::OutOfMemoryError with nothing touched.
+  // The forward of one micro-batch: its summed token loss (the backward scales it by loss_scale), its input
+  // tokens and the elements of its padded input_ids. Throws c10::OutOfMemoryError with nothing touched.
   model::TokenLoss micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
-                                       std::int64_t& input_tokens);
+                                       std::int64_t& input_tokens, std::int64_t& input_elements);
   // The micro-batches of one process into its gradients (.grad), summed over the processes during the backward of
   // the last one; an out-of-memory error in a backward redoes the whole step with the split micro-batches.
   Accumulated accumulate(const std::vector<std::vector<std::size_t>>& step, double denominator);
@@ -262,6 +263,10 @@ class Trainer {
   std::int64_t steps_since_log_ = 0;
   double total_loss_ = 0.0;  // summed step losses of the whole run
   double last_grad_norm_ = 0.0;
+  // HF's total_flos: 6 x non-embedding parameters x padded input elements, summed over every micro-batch of every
+  // process (trainer_state.json keeps it across resumes).
+  double total_flos_ = 0.0;
+  std::int64_t non_embedding_parameters_ = 0;
   std::int64_t saved_step_ = -1;  // the step of the last checkpoint this run saved
   // The best model (trainer_state.json's best_metric / best_model_checkpoint) and early stopping's count.
   std::optional<double> best_metric_;
