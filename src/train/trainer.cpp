@@ -16,6 +16,7 @@
 #include "fitsum/data/sampler.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/checkpoint_folders.h"
+#include "fitsum/io/output_folder_lock.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/io/tensorboard.h"
 #include "fitsum/memory/device_memory.h"
@@ -296,9 +297,11 @@ EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examp
 }
 
 void Trainer::begin_run() {
-  if (main_process_) {
-    io::prepare_output_folder(args_.output_dir, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
-                              callbacks_.on_message);
+  if (main_process_) {  // the one process that writes into output_dir, under its lock from here to the end
+    if (!in_.output_dir_lock) in_.output_dir_lock = std::make_shared<io::OutputFolderLock>(args_.output_dir);
+    io::prepare_output_folder(*in_.output_dir_lock,
+                              args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(), run_inputs(),
+                              {callbacks_.on_message, [this](const std::string& line) { warn(line); }});
   }
   g_stop_signal.store(0);
   if (args_.report_to_tensorboard && main_process_) {

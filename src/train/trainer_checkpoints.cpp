@@ -1,6 +1,7 @@
 // Implements the saving side of include/fitsum/train/trainer.h: trainer_state.json (rewritten at every log,
 // evaluation and save), checkpoints and their pruning, resuming, and the best model (HF's best_metric,
 // best_model_checkpoint, load_best_model_at_end and EarlyStoppingCallback, whose rules are in best_model.h).
+#include <algorithm>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -25,7 +26,8 @@ namespace {
 // it from config.json) when the run started from a config alone.
 nlohmann::json source_generation_config(const std::string& model_dir) {
   const fs::path file = fs::path(model_dir) / "generation_config.json";
-  if (model_dir.empty() || !fs::is_regular_file(file)) return nullptr;
+  std::error_code error;
+  if (model_dir.empty() || !fs::is_regular_file(file, error)) return nullptr;
   return util::read_json_file(file);
 }
 
@@ -106,13 +108,34 @@ void Trainer::save_checkpoint(const torch::Tensor& rng) {
 }
 
 // save_total_limit: the oldest checkpoints go, the best one stays (HF's _rotate_checkpoints).
+// A checkpoint the run reads (model_name_or_path out/checkpoint-2: its tokenizer files are copied into every save)
+// is not one the limit counts or removes.
 void Trainer::prune_checkpoints() {
   if (!args_.save_total_limit) return;
   const auto best = best_model_checkpoint_.empty() ? fs::path() : fs::path(best_model_checkpoint_);
-  for (const auto& folder :
-       checkpoints_to_remove(io::list_checkpoints(args_.output_dir), best, *args_.save_total_limit)) {
+  auto checkpoints = io::list_checkpoints(args_.output_dir);
+  for (const auto& [read, input] : io::checkpoints_holding(checkpoints, run_inputs())) {
+    checkpoints.erase(std::find(checkpoints.begin(), checkpoints.end(), read));
+  }
+  for (const auto& folder : checkpoints_to_remove(checkpoints, best, *args_.save_total_limit)) {
     io::remove_checkpoint(folder);
     if (callbacks_.on_message) callbacks_.on_message("removed " + folder.string() + " (save_total_limit)");
+  }
+}
+
+std::vector<io::RunInput> Trainer::run_inputs() const {
+  return {{"the model", in_.model_name_or_path},
+          {"the tokenizer", in_.tokenizer_dir},
+          {"train_file", in_.train_file},
+          {"validation_file", in_.validation_file},
+          {"test_file", in_.test_file}};
+}
+
+void Trainer::warn(const std::string& message) const {
+  if (callbacks_.on_warning) {
+    callbacks_.on_warning(message);
+  } else if (callbacks_.on_message) {
+    callbacks_.on_message("warning: " + message);
   }
 }
 

@@ -15,12 +15,15 @@
 
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/io/checkpoint_folders.h"
+#include "fitsum/io/output_folder_lock.h"
 #include "fitsum/memory/calibration.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/static_memory.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/run_folder.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
 #include "fitsum/util/files.h"
@@ -39,17 +42,43 @@ void warn(const Report& report, const std::string& line) {
   if (report.warning) report.warning(line);
 }
 
-bool holds_a_run(const fs::path& dir) {
-  if (!fs::exists(dir)) return false;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const auto name = entry.path().filename().string();
-    if (name == "model.safetensors" || name == "trainer_state.json" || name.rfind("checkpoint-", 0) == 0) return true;
+// What check_job leaves for the run: output_dir's lock when this process writes there and the folder existed (a
+// run that holds it stops this one before anything is loaded), and the folder whose disk the run will write to.
+struct CheckedOutputDir {
+  std::shared_ptr<io::OutputFolderLock> lock;
+  fs::path nearest_folder;
+};
+
+// Rank 0 writes into output_dir for the whole job; the other processes of a data-parallel job never do on their own.
+bool writes_output_dir() { return launch_environment().rank == 0; }
+
+// output_dir before anything is loaded: what it names (nothing is created: a refused run leaves no folder), whether
+// another run holds it, whether it holds an earlier run this one would write over.
+CheckedOutputDir check_output_dir_of(const TrainingJob& job, const Report& report) {
+  const auto& args = job.args;
+  CheckedOutputDir checked;
+  checked.nearest_folder = check_output_dir(args.output_dir);  // not after hours of training
+  std::error_code error;
+  if (writes_output_dir() && fs::is_directory(args.output_dir, error)) {
+    checked.lock = std::make_shared<io::OutputFolderLock>(args.output_dir);
   }
-  return false;
+  if (!args.resume_from_checkpoint.empty()) return checked;
+  if (args.overwrite_output_dir) {
+    // Keeping a checkpoint the run reads would not be enough: this run's own save of its step would replace it.
+    refuse_inputs_in_removed_checkpoints(args.output_dir, {{"model_name_or_path", job.model.model_name_or_path},
+                                                           {"config_name", job.model.config_name},
+                                                           {"tokenizer_name", job.model.tokenizer_name},
+                                                           {"train_file", job.train_file},
+                                                           {"validation_file", job.validation_file},
+                                                           {"test_file", job.test_file}});
+  } else if (const auto warning = check_new_run_folder(args.output_dir)) {
+    warn(report, *warning);
+  }
+  return checked;
 }
 
 // The arguments' consistency, before anything is loaded.
-void check_job(TrainingJob& job) {
+CheckedOutputDir check_job(TrainingJob& job, const Report& report) {
   auto& args = job.args;
   args.group_by_length = args.group_by_length || job.data.group_by_length;
   if (!args.optim && job.max_memory.empty()) {
@@ -63,19 +92,14 @@ void check_job(TrainingJob& job) {
   }
   if (args.do_eval && job.validation_file.empty()) throw std::invalid_argument("do_eval needs validation_file");
   if (args.do_predict && job.test_file.empty()) throw std::invalid_argument("do_predict needs test_file");
-  if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
-    throw std::invalid_argument("output_dir '" + args.output_dir +
-                                "' already holds a training run; set overwrite_output_dir to write over it or "
-                                "resume_from_checkpoint latest to continue it");
-  }
-  util::require_writable_folder(args.output_dir, "output_dir", /*create=*/true);  // not after hours of training
+  return check_output_dir_of(job, report);
 }
 
 // A run whose disk cannot take one checkpoint says so before the model loads, not at its first save hours later.
 // Checkpoints carry the optimizer state unless save_strategy is "no" (then only the final model is saved); with
 // optim auto the planner has not chosen yet, so the larger AdamW state is assumed.
-void check_free_disk(const TrainingJob& job, const Report& report) {
-  const auto free_bytes = util::free_disk_bytes(job.args.output_dir);
+void check_free_disk(const TrainingJob& job, const fs::path& folder, const Report& report) {
+  const auto free_bytes = util::free_disk_bytes(folder);
   if (!free_bytes) return;
   const auto preview = io::preview_model(job.model);
   std::uint64_t tokenizer_bytes = 0;
@@ -169,9 +193,10 @@ void read_evaluation_splits(const TrainingJob& job, const ModelAndTokenizer& m, 
 generate::GenerationOptions model_generation_options(const TrainingJob& job, const ModelAndTokenizer& m) {
   const auto& folder = job.model.model_name_or_path;
   const fs::path generation_file = fs::path(folder) / "generation_config.json";
+  std::error_code error;  // a name that is there but no readable file (a link loop) is read, to be named in one line
+  const bool present = !folder.empty() && fs::exists(fs::symlink_status(generation_file, error));
   return generate::generation_options_from_hf(
-      m.loaded.config_json,
-      !folder.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
+      m.loaded.config_json, present ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
       folder.empty() ? job.model.config_name : folder);
 }
 
@@ -435,11 +460,32 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
                   ") instead of this process's own");
 }
 
+// Every check passed and the run starts: rank 0 creates output_dir (when it did not exist) and takes its lock, and
+// every process of the job learns that it holds it before any of them writes there.
+std::shared_ptr<io::OutputFolderLock> hold_output_dir(std::shared_ptr<io::OutputFolderLock> lock,
+                                                      const std::string& output_dir,
+                                                      const std::shared_ptr<ProcessGroup>& group) {
+  std::exception_ptr failed;
+  if (!lock && (group ? group->rank() == 0 : writes_output_dir())) {
+    try {
+      lock = std::make_shared<io::OutputFolderLock>(output_dir);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (group && group->any(failed != nullptr) && !failed) {
+    throw std::runtime_error("rank 0 could not take the lock of output_dir '" + output_dir +
+                             "' (its error says why); this process stops with it");
+  }
+  if (failed) std::rethrow_exception(failed);
+  return lock;
+}
+
 }  // namespace
 
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
-  check_job(job);
-  check_free_disk(job, report);
+  auto output_dir = check_job(job, report);
+  check_free_disk(job, output_dir.nearest_folder, report);
   PreparedTraining p;
   if (!job.max_memory.empty()) {
     memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
@@ -476,6 +522,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   const bool together = every_process_plans(p);
   if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report, together ? p.inputs.process_group : nullptr);
   adopt_rank_zero_plan(p, config, report);
+  p.inputs.output_dir_lock = hold_output_dir(std::move(output_dir.lock), p.args.output_dir, p.inputs.process_group);
   return p;
 }
 
