@@ -315,6 +315,12 @@ void Trainer::begin_run() {
   if (!args_.resume_from_checkpoint.empty()) {
     resume(resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir));
   }
+  start_step_ = global_step_;
+  if (global_step_ >= max_steps_ && callbacks_.on_message) {
+    callbacks_.on_message("nothing left to train: the run resumed at step " + std::to_string(global_step_) +
+                          " and max_steps is " + std::to_string(max_steps_) +
+                          " (raise max_steps or num_train_epochs to train further)");
+  }
   in_.model->train();
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
   memory::reset_peak_memory(in_.device);
@@ -452,9 +458,14 @@ TrainResult Trainer::finish_run() {
   summary["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
   summary["step"] = global_step_;
   summary["train_runtime"] = train_seconds_;
-  summary["train_samples_per_second"] = static_cast<double>(train_samples_) / std::max(train_seconds_, 1e-9);
-  summary["train_steps_per_second"] = static_cast<double>(global_step_) / std::max(train_seconds_, 1e-9);
-  summary["train_tokens_per_second"] = static_cast<double>(train_tokens_) / std::max(train_seconds_, 1e-9);
+  // Rates of what this run trained (a resumed run's earlier steps took no time here); nothing trained: 0, not a
+  // count over a few microseconds.
+  const auto per_second = [this](std::int64_t count) {
+    return count > 0 && train_seconds_ > 0 ? static_cast<double>(count) / train_seconds_ : 0.0;
+  };
+  summary["train_samples_per_second"] = per_second(train_samples_);
+  summary["train_steps_per_second"] = per_second(global_step_ - start_step_);
+  summary["train_tokens_per_second"] = per_second(train_tokens_);
   summary["total_flos"] = 0;
   summary["train_loss"] = global_step_ ? total_loss_ / static_cast<double>(global_step_) : 0.0;
   load_best_model();  // before the summary is logged, as HF's _inner_training_loop does

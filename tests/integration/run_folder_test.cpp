@@ -2,7 +2,8 @@
 // once naming the first's pid and deletes nothing of it (also with overwrite_output_dir, also for data-parallel jobs,
 // whose rank 0 holds the lock), while `fitsum eval` reads the running run's checkpoints; overwrite_output_dir never
 // deletes what the run reads; what a killed run left does not block a rerun; an output_dir that is no folder is named
-// in one line; a refused run leaves no folder behind.
+// in one line; a refused run leaves no folder behind; resumes that cannot work say why (another model, another
+// optimizer, the run's folder instead of a checkpoint), and a resume with nothing left to train reports sane rates.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -269,6 +270,64 @@ TEST(RunFolder, ARefusedRunLeavesNoFolderBehind) {
   r = run_command(train(data, dir / "e" / "out", "--max_steps 1 --save_strategy no"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(fs::exists(dir / "e" / "out" / "model.safetensors"));
+}
+
+// Before: a BART checkpoint resumed into a PEGASUS run named the run's config as the checkpoint's and listed 177
+// problems; AdamW's state resumed with --optim adafactor named a missing tensor; the run's folder given as the
+// checkpoint could not read fitsum_state.json.
+TEST(RunFolder, ResumesThatCannotWorkSayWhy) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("resumes");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const auto bart = source_dir() / "tests" / "data" / "fixtures" / "tiny-bart";
+  ASSERT_EQ(run_command(train(data, dir / "bart", "--max_steps 1 --save_steps 1", bart)).exit_code, 0);
+  auto r = run_command(train(data, dir / "p", "--max_steps 2 --resume_from_checkpoint '" +
+                                                 (dir / "bart" / "checkpoint-1").string() + "'"));
+  expect_one_line_error(r, 2,
+                        "cannot resume from checkpoint '" + (dir / "bart" / "checkpoint-1").string() +
+                            "': it is a bart model, this run is pegasus; resume from a checkpoint of this run's model");
+  EXPECT_EQ(r.output.find("problem"), std::string::npos) << r.output;
+
+  const auto adam = dir / "adam";
+  ASSERT_EQ(run_command(train(data, adam, "--max_steps 1 --save_steps 1 --optim adamw_torch")).exit_code, 0);
+  r = run_command(train(data, adam, "--max_steps 2 --resume_from_checkpoint latest"));  // --optim adafactor
+  expect_one_line_error(r, 2,
+                        "its optimizer state is adamw_torch's, this run's optimizer is adafactor; resume with "
+                        "--optim adamw_torch");
+  EXPECT_EQ(r.output.find("missing tensor"), std::string::npos) << r.output;
+
+  r = run_command(train(data, adam, "--max_steps 2 --optim adamw_torch --resume_from_checkpoint '" + adam.string() +
+                                        "'"));
+  expect_one_line_error(r, 1,
+                        "resume_from_checkpoint '" + adam.string() +
+                            "' is a run's output folder, not a checkpoint; it holds checkpoint-1; resume from one of "
+                            "them (--resume_from_checkpoint " + (adam / "checkpoint-1").string() +
+                            "), or with --resume_from_checkpoint latest");
+}
+
+// Before: resuming at step 2 with --max_steps 1 reported 1e8 steps per second (2 steps over microseconds).
+TEST(RunFolder, AResumeWithNothingLeftToTrainSaysSoAndReportsNoRate) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("nothing-left");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const auto out = dir / "out";
+  ASSERT_EQ(run_command(train(data, out, "--max_steps 2 --save_steps 2")).exit_code, 0);
+  const auto r = run_command(train(data, out, "--max_steps 1 --resume_from_checkpoint latest"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nothing left to train: the run resumed at step 2 and max_steps is 1"), std::string::npos)
+      << r.output;
+  const auto metrics = util::read_json_file(out / "train_results.json");
+  EXPECT_EQ(metrics["train_steps_per_second"].get<double>(), 0.0) << metrics.dump();
+  EXPECT_EQ(metrics["train_samples_per_second"].get<double>(), 0.0) << metrics.dump();
+  EXPECT_EQ(metrics["train_tokens_per_second"].get<double>(), 0.0) << metrics.dump();
+  EXPECT_LT(metrics["train_runtime"].get<double>(), 1.0) << metrics.dump();
+  // A resumed run that trains reports its own steps' rate: 2 steps here, not 4 over 2 steps' time.
+  const auto more = run_command(train(data, out, "--max_steps 4 --resume_from_checkpoint latest"));
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  const auto resumed = util::read_json_file(out / "train_results.json");
+  const double runtime = resumed["train_runtime"].get<double>();
+  EXPECT_NEAR(resumed["train_steps_per_second"].get<double>(), 2.0 / runtime, 0.01 * 2.0 / runtime)
+      << resumed.dump();
 }
 
 }  // namespace

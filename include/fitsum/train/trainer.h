@@ -283,6 +283,7 @@ class Trainer {
   std::int64_t tokens_since_log_ = 0;
   double seconds_since_log_ = 0.0;
   double train_seconds_ = 0.0;
+  std::int64_t start_step_ = 0;  // the step this run started from (a resumed checkpoint's)
   std::int64_t train_tokens_ = 0;
   std::int64_t train_samples_ = 0;
   std::int64_t oom_splits_since_log_ = 0;
