@@ -244,6 +244,28 @@ TEST(RunFolder, AnOutputDirThatIsNoFolderIsNamedInOneLine) {
   EXPECT_FALSE(fs::exists(dir / "nowhere"));
 }
 
+// The other paths of the start-up that went through throwing std::filesystem calls: a --config_name or a model
+// folder's generation_config.json that is a link loop printed "filesystem error: status: Too many levels of symbolic
+// links"; a model folder that is one was said not to exist.
+TEST(RunFolder, LinkLoopsAmongTheInputsAreNamedInOneLine) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("input-loops");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  fs::create_symlink("loop", dir / "loop");
+  auto r = run_command(train(data, dir / "a", "--max_steps 1", dir / "loop"));
+  expect_one_line_error(r, 1, "model folder '" + (dir / "loop").string() + "' is a symbolic link loop");
+  r = run_command(fitsum_binary().string() + " train --config_name '" + (dir / "loop").string() + "' --train_file '" +
+                  data.string() + "' --output_dir '" + (dir / "b").string() + "' --optim adafactor --max_steps 1");
+  expect_one_line_error(r, 1, (dir / "loop").string() + "': its symbolic links form a loop");
+  const auto model = dir / "model";
+  fs::create_directories(model);
+  for (const char* name : {"config.json", "model.safetensors"}) fs::copy_file(tiny_pegasus() / name, model / name);
+  fs::create_symlink("generation_config.json", model / "generation_config.json");
+  r = run_command(train(data, dir / "c", "--max_steps 1", model));
+  expect_one_line_error(r, 1, "generation_config.json': its symbolic links form a loop");
+  for (const char* out : {"a", "b", "c"}) EXPECT_FALSE(fs::exists(dir / out)) << out;
+}
+
 // Before: a run refused after its arguments were read (a missing data file, weights that do not load) had created
 // output_dir already. The folder is created when the run starts.
 TEST(RunFolder, ARefusedRunLeavesNoFolderBehind) {
