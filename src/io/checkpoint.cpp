@@ -161,7 +161,8 @@ ModelFolder open_model_folder(const fs::path& dir) {
   std::error_code error;
   if (!fs::exists(dir, error)) {
     const bool loop = error == std::errc::too_many_symbolic_link_levels;
-    throw std::runtime_error("model folder '" + dir.string() + (loop ? "' is a symbolic link loop" : "' does not exist") +
+    throw std::runtime_error("model folder '" + dir.string() +
+                             (loop ? "' is a symbolic link loop" : "' does not exist") +
                              "; pass a Hugging Face model folder");
   }
   ModelFolder folder;

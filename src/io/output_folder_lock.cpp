@@ -72,8 +72,8 @@ OutputFolderLock::OutputFolderLock(const fs::path& output_dir)
   for (int attempt = 0;; ++attempt) {
     const int fd = ::open(file_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) {
-      throw std::runtime_error("cannot create the lock file '" + file_.string() + "' of output_dir: " +
-                               errno_text(errno) + "; choose a folder you can write to");
+      throw std::runtime_error("cannot create the lock file '" + file_.string() +
+                               "' of output_dir: " + errno_text(errno) + "; choose a folder you can write to");
     }
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int lock_error = errno;
@@ -90,7 +90,8 @@ OutputFolderLock::OutputFolderLock(const fs::path& output_dir)
     if (attempt == 100) throw std::runtime_error("the lock file '" + file_.string() + "' keeps being replaced");
   }
   const std::string holder = std::to_string(::getpid()) + " " + host_name() + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
+  if (::ftruncate(fd_, 0) != 0 ||
+      ::pwrite(fd_, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
     const int write_error = errno;
     ::unlink(file_.c_str());
     ::close(fd_);

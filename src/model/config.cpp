@@ -242,7 +242,8 @@ double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int6
 }
 
 std::optional<ArchitectureDifference> architecture_difference(const ModelConfig& first, const ModelConfig& second) {
-  if (first.model_type != second.model_type) return ArchitectureDifference{"model_type", first.model_type, second.model_type};
+  if (first.model_type != second.model_type)
+    return ArchitectureDifference{"model_type", first.model_type, second.model_type};
   const std::pair<const char*, std::int64_t ModelConfig::*> sizes[] = {
       {"vocab_size", &ModelConfig::vocab_size},
       {"d_model", &ModelConfig::d_model},

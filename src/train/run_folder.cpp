@@ -110,13 +110,16 @@ std::optional<std::string> check_new_run_folder(const fs::path& output_dir) {
       // A re-save moved the checkpoint aside and was killed before renaming the new one in: the next start moves it
       // back, so it is a checkpoint.
       std::error_code missing;
-      checkpoints = checkpoints || !fs::exists(fs::symlink_status(output_dir / ("checkpoint-" + match[1].str()), missing));
+      checkpoints =
+          checkpoints || !fs::exists(fs::symlink_status(output_dir / ("checkpoint-" + match[1].str()), missing));
     } else {
       model = model || name == "model.safetensors";
       history = history || name == "trainer_state.json";
     }
   }
-  if (error) refuse(output_dir, "cannot be listed (" + error.message() + ")", "check its permissions or choose another output_dir");
+  if (error)
+    refuse(output_dir, "cannot be listed (" + error.message() + ")",
+           "check its permissions or choose another output_dir");
   if (checkpoints || model) {
     throw std::invalid_argument("output_dir '" + output_dir.string() + "' already holds a training run (" +
                                 (checkpoints ? "checkpoint folders" : "a saved model") +

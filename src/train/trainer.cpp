@@ -299,9 +299,8 @@ EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examp
 void Trainer::begin_run() {
   if (main_process_) {  // the one process that writes into output_dir, under its lock from here to the end
     if (!in_.output_dir_lock) in_.output_dir_lock = std::make_shared<io::OutputFolderLock>(args_.output_dir);
-    io::prepare_output_folder(*in_.output_dir_lock,
-                              args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(), run_inputs(),
-                              {callbacks_.on_message, [this](const std::string& line) { warn(line); }});
+    io::prepare_output_folder(*in_.output_dir_lock, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
+                              run_inputs(), {callbacks_.on_message, [this](const std::string& line) { warn(line); }});
   }
   g_stop_signal.store(0);
   if (args_.report_to_tensorboard && main_process_) {

@@ -247,8 +247,8 @@ void check_saved_optimizer(const io::SafetensorsReader& reader, const fs::path& 
   try {
     type = optim::parse_optimizer_type(saved->second);
   } catch (const std::invalid_argument&) {
-    throw std::runtime_error("cannot resume from checkpoint '" + checkpoint.string() + "': " +
-                             reader.path().filename().string() + " names the optimizer '" + saved->second +
+    throw std::runtime_error("cannot resume from checkpoint '" + checkpoint.string() +
+                             "': " + reader.path().filename().string() + " names the optimizer '" + saved->second +
                              "', which fitsum does not know; the file is damaged, resume from another checkpoint");
   }
   if (type == current) return;
@@ -256,7 +256,8 @@ void check_saved_optimizer(const io::SafetensorsReader& reader, const fs::path& 
                               optim::to_string(type) + "'s, this run's optimizer is " + optim::to_string(current) +
                               "; resume with --optim " + optim::to_string(type) +
                               ", or start a new run (fresh optimizer state) from its weights with "
-                              "--model_name_or_path " + checkpoint.string() + " (without --resume_from_checkpoint)");
+                              "--model_name_or_path " +
+                              checkpoint.string() + " (without --resume_from_checkpoint)");
 }
 
 }  // namespace
@@ -334,8 +335,8 @@ void Trainer::resume(const fs::path& checkpoint) {
                                                : "its " + d->field + " is " + d->first + ", this run's is " + d->second;
     throw std::invalid_argument("cannot resume from checkpoint '" + checkpoint.string() + "': " + what +
                                 "; resume from a checkpoint of this run's model, or start a new run from its weights "
-                                "with --model_name_or_path " + checkpoint.string() +
-                                " (without --resume_from_checkpoint)");
+                                "with --model_name_or_path " +
+                                checkpoint.string() + " (without --resume_from_checkpoint)");
   }
   io::load_weights(*in_.model, folder);
   in_.model->to(in_.device);

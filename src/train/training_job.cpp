@@ -195,9 +195,9 @@ generate::GenerationOptions model_generation_options(const TrainingJob& job, con
   const fs::path generation_file = fs::path(folder) / "generation_config.json";
   std::error_code error;  // a name that is there but no readable file (a link loop) is read, to be named in one line
   const bool present = !folder.empty() && fs::exists(fs::symlink_status(generation_file, error));
-  return generate::generation_options_from_hf(
-      m.loaded.config_json, present ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
-      folder.empty() ? job.model.config_name : folder);
+  return generate::generation_options_from_hf(m.loaded.config_json,
+                                              present ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
+                                              folder.empty() ? job.model.config_name : folder);
 }
 
 // "auto" is the device's free memory; on the CPU the job's processes on this machine share it, so each plans for its

@@ -95,16 +95,16 @@ TEST(RunFolder, ASecondRunIntoARunningRunsFolderIsRefusedNamingItsPidAndDeletesN
   const auto dir = temp_dir("two-runs");
   const auto data = write_copy_task_records(dir / "eight.jsonl");
   const auto out = dir / "out";
-  const pid_t first = start(train(data, out, "--max_steps 1000000 --save_steps 1 --save_total_limit 2"),
-                            dir / "first.log");
+  const pid_t first =
+      start(train(data, out, "--max_steps 1000000 --save_steps 1 --save_total_limit 2"), dir / "first.log");
   ASSERT_TRUE(wait_for(out / "checkpoint-2"));
   ASSERT_EQ(::kill(first, SIGSTOP), 0);
   const auto before = snapshot(out);
   ASSERT_TRUE(before.count(io::kOutputFolderLockName));
   const std::string busy =
       "output_dir '" + out.string() + "' is in use by another training run (pid " + std::to_string(first) + ", ";
-  for (const char* flags : {"--max_steps 1", "--max_steps 1 --overwrite_output_dir",
-                            "--max_steps 1 --resume_from_checkpoint latest"}) {
+  for (const char* flags :
+       {"--max_steps 1", "--max_steps 1 --overwrite_output_dir", "--max_steps 1 --resume_from_checkpoint latest"}) {
     const auto r = run_command(train(data, out, flags));
     expect_one_line_error(r, 1, busy);
     EXPECT_EQ(r.output.find("train_file"), std::string::npos) << r.output;  // at once: no data was read
@@ -150,8 +150,7 @@ TEST(RunFolder, ADataParallelJobsRankZeroHoldsTheLock) {
   EXPECT_NE(holder, static_cast<long>(launcher));
   const auto r = run_command(job("--max_steps 1 --overwrite_output_dir"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_NE(r.output.find("is in use by another training run (pid " + std::to_string(holder) + ", "),
-            std::string::npos)
+  EXPECT_NE(r.output.find("is in use by another training run (pid " + std::to_string(holder) + ", "), std::string::npos)
       << r.output;
   EXPECT_EQ(::kill(launcher, 0), 0);  // the first job trains on
   ::kill(launcher, SIGTERM);
@@ -303,8 +302,8 @@ TEST(RunFolder, ResumesThatCannotWorkSayWhy) {
   const auto data = write_copy_task_records(dir / "eight.jsonl");
   const auto bart = source_dir() / "tests" / "data" / "fixtures" / "tiny-bart";
   ASSERT_EQ(run_command(train(data, dir / "bart", "--max_steps 1 --save_steps 1", bart)).exit_code, 0);
-  auto r = run_command(train(data, dir / "p", "--max_steps 2 --resume_from_checkpoint '" +
-                                                 (dir / "bart" / "checkpoint-1").string() + "'"));
+  auto r = run_command(train(
+      data, dir / "p", "--max_steps 2 --resume_from_checkpoint '" + (dir / "bart" / "checkpoint-1").string() + "'"));
   expect_one_line_error(r, 2,
                         "cannot resume from checkpoint '" + (dir / "bart" / "checkpoint-1").string() +
                             "': it is a bart model, this run is pegasus; resume from a checkpoint of this run's model");
@@ -318,13 +317,13 @@ TEST(RunFolder, ResumesThatCannotWorkSayWhy) {
                         "--optim adamw_torch");
   EXPECT_EQ(r.output.find("missing tensor"), std::string::npos) << r.output;
 
-  r = run_command(train(data, adam, "--max_steps 2 --optim adamw_torch --resume_from_checkpoint '" + adam.string() +
-                                        "'"));
+  r = run_command(
+      train(data, adam, "--max_steps 2 --optim adamw_torch --resume_from_checkpoint '" + adam.string() + "'"));
   expect_one_line_error(r, 1,
                         "resume_from_checkpoint '" + adam.string() +
                             "' is a run's output folder, not a checkpoint; it holds checkpoint-1; resume from one of "
-                            "them (--resume_from_checkpoint " + (adam / "checkpoint-1").string() +
-                            "), or with --resume_from_checkpoint latest");
+                            "them (--resume_from_checkpoint " +
+                            (adam / "checkpoint-1").string() + "), or with --resume_from_checkpoint latest");
 }
 
 // Before: resuming at step 2 with --max_steps 1 reported 1e8 steps per second (2 steps over microseconds).
@@ -348,8 +347,7 @@ TEST(RunFolder, AResumeWithNothingLeftToTrainSaysSoAndReportsNoRate) {
   ASSERT_EQ(more.exit_code, 0) << more.output;
   const auto resumed = util::read_json_file(out / "train_results.json");
   const double runtime = resumed["train_runtime"].get<double>();
-  EXPECT_NEAR(resumed["train_steps_per_second"].get<double>(), 2.0 / runtime, 0.01 * 2.0 / runtime)
-      << resumed.dump();
+  EXPECT_NEAR(resumed["train_steps_per_second"].get<double>(), 2.0 / runtime, 0.01 * 2.0 / runtime) << resumed.dump();
 }
 
 }  // namespace

@@ -78,7 +78,8 @@ TEST(CheckpointFolders, AReSaveKilledBetweenItsRenamesIsRepairedAtTheNextStart) 
   folder_with(out / (".checkpoint-4.old-" + std::to_string(pid)), "old and complete");
   folder_with(out / (".checkpoint-4.tmp-" + std::to_string(pid)), "new, maybe incomplete");
   std::vector<std::string> lines;
-  io::clean_stale_checkpoint_folders(io::OutputFolderLock(out), [&](const std::string& line) { lines.push_back(line); });
+  io::clean_stale_checkpoint_folders(io::OutputFolderLock(out),
+                                     [&](const std::string& line) { lines.push_back(line); });
   EXPECT_EQ(names_in(out), std::vector<std::string>{"checkpoint-4"});
   EXPECT_EQ(text_of(out / "checkpoint-4" / "model.safetensors"), "old and complete");
   ASSERT_EQ(lines.size(), 2u);
@@ -99,7 +100,8 @@ TEST(CheckpointFolders, UnderTheLockEveryWorkFolderIsADeadRunsWhateverPidItNames
   folder_with(out / (".checkpoint-5.tmp-" + std::to_string(alive)), "left by a killed run whose pid was reused");
   folder_with(out / ".checkpoint-6.tmp-1", "left by a killed run that was pid 1 in its container");
   std::vector<std::string> lines;
-  io::clean_stale_checkpoint_folders(io::OutputFolderLock(out), [&](const std::string& line) { lines.push_back(line); });
+  io::clean_stale_checkpoint_folders(io::OutputFolderLock(out),
+                                     [&](const std::string& line) { lines.push_back(line); });
   EXPECT_EQ(names_in(out), std::vector<std::string>{"checkpoint-2"});
   EXPECT_EQ(text_of(out / "checkpoint-2" / "model.safetensors"), "kept");
   EXPECT_EQ(lines.size(), 5u);
@@ -120,7 +122,8 @@ TEST(CheckpointFolders, AStaleAtomicWriteTemporaryIsRemovedAtTheNextStart) {
   ASSERT_GE(writer, 0);
   ASSERT_EQ(::flock(writer, LOCK_EX), 0);
   std::vector<std::string> lines;
-  io::clean_stale_checkpoint_folders(io::OutputFolderLock(out), [&](const std::string& line) { lines.push_back(line); });
+  io::clean_stale_checkpoint_folders(io::OutputFolderLock(out),
+                                     [&](const std::string& line) { lines.push_back(line); });
   ::close(writer);
   EXPECT_EQ(names_in(out), (std::vector<std::string>{"notes.tmp-x", "predictions.jsonl.tmp-77", "trainer_state.json"}));
   ASSERT_EQ(lines.size(), 2u);
@@ -176,8 +179,8 @@ TEST(CheckpointFolders, OverwritingKeepsTheCheckpointsTheRunReadsWithAWarning) {
   EXPECT_EQ(names_in(out), (std::vector<std::string>{"checkpoint-2", "checkpoint-3", "checkpoint-4", "link"}));
   EXPECT_EQ(text_of(out / "checkpoint-2" / "model.safetensors"), "the new run's model");
   ASSERT_EQ(warnings.size(), 3u);
-  EXPECT_NE(warnings[0].find("keeps " + (out / "checkpoint-2").string() + " of the earlier run: this run reads the model '" +
-                             (out / "checkpoint-2").string() + "'"),
+  EXPECT_NE(warnings[0].find("keeps " + (out / "checkpoint-2").string() +
+                             " of the earlier run: this run reads the model '" + (out / "checkpoint-2").string() + "'"),
             std::string::npos)
       << warnings[0];
   EXPECT_NE(warnings[1].find("train_file"), std::string::npos) << warnings[1];

@@ -52,7 +52,8 @@ void remove_checkpoint(const fs::path& checkpoint);
 // files of an interrupted atomic write; an old copy whose checkpoint-N is missing is moved back instead). A temporary
 // file whose writer still holds a lock on it (another command writing into the folder) is left alone. Calls `report`
 // with one line per folder or file handled.
-void clean_stale_checkpoint_folders(const OutputFolderLock& lock, const std::function<void(const std::string&)>& report);
+void clean_stale_checkpoint_folders(const OutputFolderLock& lock,
+                                    const std::function<void(const std::string&)>& report);
 
 // A file or folder a run reads, and the argument that named it ("model_name_or_path 'out/checkpoint-2'").
 struct RunInput {
