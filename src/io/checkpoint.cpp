@@ -160,7 +160,10 @@ std::string ModelFolder::describe_weights() const {
 ModelFolder open_model_folder(const fs::path& dir) {
   std::error_code error;
   if (!fs::exists(dir, error)) {
-    throw std::runtime_error("model folder '" + dir.string() + "' does not exist; pass a Hugging Face model folder");
+    const bool loop = error == std::errc::too_many_symbolic_link_levels;
+    throw std::runtime_error("model folder '" + dir.string() +
+                             (loop ? "' is a symbolic link loop" : "' does not exist") +
+                             "; pass a Hugging Face model folder");
   }
   ModelFolder folder;
   folder.dir = dir;

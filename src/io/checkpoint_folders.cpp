@@ -3,17 +3,18 @@
 #include "fitsum/io/checkpoint_folders.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <regex>
 #include <stdexcept>
 #include <system_error>
 
+#include "fitsum/io/output_folder_lock.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::io {
@@ -39,11 +40,6 @@ bool parse_work_folder(const std::string& name, WorkFolder& out) {
 
 fs::path work_folder(const fs::path& output_dir, std::int64_t step, const char* kind) {
   return output_dir / (".checkpoint-" + std::to_string(step) + "." + kind + "-" + std::to_string(::getpid()));
-}
-
-bool process_alive(long pid) {
-  if (pid <= 0 || pid == static_cast<long>(::getpid())) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
 void fsync_file(const fs::path& file) {
@@ -81,8 +77,13 @@ std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {
   std::vector<fs::path> found;
   std::error_code error;
   if (!fs::is_directory(output_dir, error)) return found;
-  for (const auto& entry : fs::directory_iterator(output_dir)) {
-    if (entry.is_directory(error) && checkpoint_step(entry.path()) >= 0) found.push_back(entry.path());
+  for (fs::directory_iterator it(output_dir, error), end; !error && it != end; it.increment(error)) {
+    std::error_code kind;
+    if (it->is_directory(kind) && checkpoint_step(it->path()) >= 0) found.push_back(it->path());
+  }
+  if (error) {
+    throw std::runtime_error("cannot list the checkpoints in '" + output_dir.string() + "': " + error.message() +
+                             "; check the folder's permissions");
   }
   std::sort(found.begin(), found.end(),
             [](const fs::path& a, const fs::path& b) { return checkpoint_step(a) < checkpoint_step(b); });
@@ -170,17 +171,18 @@ void remove_checkpoint(const fs::path& checkpoint) {
 
 namespace {
 
-// util::AtomicFileWriter's temporaries, `NAME.tmp-PID`, whose process died before its rename (a kill while the final
-// model or trainer_state.json was written into the output folder).
+// util::AtomicFileWriter's temporaries, `NAME.tmp-PID`, whose writer died before its rename (a kill while the final
+// model or trainer_state.json was written into the output folder). No training run writes here but the lock's
+// holder; a temporary another command is still writing (`fitsum eval --predictions_file` into this folder) is left
+// alone while its writer holds a lock on it. The pid in the name says nothing: pids are reused (pid 1 in a container).
 void remove_stale_temporary_files(const fs::path& output_dir, const std::function<void(const std::string&)>& report) {
   static const std::regex pattern(R"(.+\.tmp-([0-9]{1,9}))");
   std::error_code error;
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(output_dir, error)) {
-    std::smatch match;
     const auto name = entry.path().filename().string();
-    if (std::regex_match(name, match, pattern) && fs::is_regular_file(entry.symlink_status(error)) &&
-        !process_alive(std::stol(match[1]))) {
+    if (std::regex_match(name, pattern) && fs::is_regular_file(entry.symlink_status(error)) &&
+        !file_lock_held(entry.path())) {
       stale.push_back(entry.path());
     }
   }
@@ -193,18 +195,35 @@ void remove_stale_temporary_files(const fs::path& output_dir, const std::functio
   }
 }
 
+// Whether `path` is `folder` or lies inside it, symbolic links resolved.
+bool lies_inside(const fs::path& path, const fs::path& folder) {
+  std::error_code error;
+  const auto inner = fs::weakly_canonical(fs::absolute(path, error), error);
+  if (error) return false;
+  const auto outer = fs::weakly_canonical(fs::absolute(folder, error), error);
+  if (error) return false;
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-void clean_stale_checkpoint_folders(const fs::path& output_dir, const std::function<void(const std::string&)>& report) {
+void clean_stale_checkpoint_folders(const OutputFolderLock& lock,
+                                    const std::function<void(const std::string&)>& report) {
+  const fs::path& output_dir = lock.folder();
   std::error_code error;
   if (!fs::is_directory(output_dir, error)) return;
   remove_stale_temporary_files(output_dir, report);
+  // Only the lock's holder makes work folders (the other processes of a data-parallel job write into the holder's
+  // temporary folder), so under the lock every one belongs to a dead run, whatever pid its name carries.
   std::vector<std::pair<fs::path, WorkFolder>> stale;
   for (const auto& entry : fs::directory_iterator(output_dir, error)) {
     WorkFolder folder;
-    if (parse_work_folder(entry.path().filename().string(), folder) && !process_alive(folder.pid)) {
-      stale.emplace_back(entry.path(), folder);
-    }
+    if (parse_work_folder(entry.path().filename().string(), folder)) stale.emplace_back(entry.path(), folder);
   }
   // Old copies first: one whose checkpoint-N is missing was moved aside by a re-save killed before its second
   // rename, and is the complete checkpoint.
@@ -227,6 +246,19 @@ void clean_stale_checkpoint_folders(const fs::path& output_dir, const std::funct
   }
 }
 
+std::vector<std::pair<fs::path, RunInput>> checkpoints_holding(const std::vector<fs::path>& checkpoints,
+                                                               const std::vector<RunInput>& inputs) {
+  std::vector<std::pair<fs::path, RunInput>> found;
+  for (const auto& checkpoint : checkpoints) {
+    for (const auto& input : inputs) {
+      if (input.path.empty() || !lies_inside(input.path, checkpoint)) continue;
+      found.emplace_back(checkpoint, input);
+      break;
+    }
+  }
+  return found;
+}
+
 // A checkpoint's position must be one this run can reach: a damaged or edited fitsum_state.json would index past the
 // epoch's steps (a negative step_in_epoch crashed) or silently skip the data (10^12).
 void check_checkpoint_position(const fs::path& file, std::int64_t epoch, std::int64_t step_in_epoch,
@@ -244,14 +276,24 @@ void check_checkpoint_position(const fs::path& file, std::int64_t epoch, std::in
   }
 }
 
-void prepare_output_folder(const fs::path& output_dir, bool discard_checkpoints,
-                           const std::function<void(const std::string&)>& report) {
-  fs::create_directories(output_dir);
-  clean_stale_checkpoint_folders(output_dir, report);
+void prepare_output_folder(const OutputFolderLock& lock, bool discard_checkpoints, const std::vector<RunInput>& inputs,
+                           const OutputFolderReport& report) {
+  clean_stale_checkpoint_folders(lock, report.info);
   if (!discard_checkpoints) return;
-  for (const auto& old : list_checkpoints(output_dir)) {
-    remove_checkpoint(old);
-    if (report) report("removed " + old.string() + " of the earlier run (overwrite_output_dir)");
+  const auto old = list_checkpoints(lock.folder());
+  const auto kept = checkpoints_holding(old, inputs);
+  for (const auto& checkpoint : old) {
+    const auto read = std::find_if(kept.begin(), kept.end(), [&](const auto& k) { return k.first == checkpoint; });
+    if (read != kept.end()) {
+      if (report.warning) {
+        report.warning("overwrite_output_dir keeps " + checkpoint.string() + " of the earlier run: this run reads " +
+                       read->second.argument + " '" + read->second.path.string() +
+                       "' from it (the earlier run's other checkpoints are removed)");
+      }
+      continue;
+    }
+    remove_checkpoint(checkpoint);
+    if (report.info) report.info("removed " + checkpoint.string() + " of the earlier run (overwrite_output_dir)");
   }
 }
 

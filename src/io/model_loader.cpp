@@ -52,8 +52,9 @@ ResolvedSource resolve_source(const ModelSource& requested) {
     r.config_json = r.folder.config_json;
     r.config_file = r.folder.dir / "config.json";
   } else {
-    r.config_file = fs::is_directory(source.config_name) ? fs::path(source.config_name) / "config.json"
-                                                         : fs::path(source.config_name);
+    std::error_code error;  // a link loop or a missing path: read_json_file names it in one line
+    r.config_file = fs::is_directory(source.config_name, error) ? fs::path(source.config_name) / "config.json"
+                                                                : fs::path(source.config_name);
     r.config_json = util::read_json_file(r.config_file);
   }
   if (!source.config_overrides.empty()) {

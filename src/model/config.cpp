@@ -2,6 +2,7 @@
 #include "fitsum/model/config.h"
 
 #include <stdexcept>
+#include <utility>
 
 #include "fitsum/util/checked_math.h"
 
@@ -238,6 +239,46 @@ double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int6
   const double forward = static_cast<double>(c.encoder_layers) * f.encoder_layer +
                          static_cast<double>(c.decoder_layers) * f.decoder_layer + f.lm_head;
   return 3.0 * forward;  // backward: the gradients of both operands of every product
+}
+
+std::optional<ArchitectureDifference> architecture_difference(const ModelConfig& first, const ModelConfig& second) {
+  if (first.model_type != second.model_type)
+    return ArchitectureDifference{"model_type", first.model_type, second.model_type};
+  const std::pair<const char*, std::int64_t ModelConfig::*> sizes[] = {
+      {"vocab_size", &ModelConfig::vocab_size},
+      {"d_model", &ModelConfig::d_model},
+      {"encoder_layers", &ModelConfig::encoder_layers},
+      {"decoder_layers", &ModelConfig::decoder_layers},
+      {"encoder_attention_heads", &ModelConfig::encoder_attention_heads},
+      {"decoder_attention_heads", &ModelConfig::decoder_attention_heads},
+      {"encoder_ffn_dim", &ModelConfig::encoder_ffn_dim},
+      {"decoder_ffn_dim", &ModelConfig::decoder_ffn_dim},
+      {"d_kv", &ModelConfig::head_dim},
+      {"max_position_embeddings", &ModelConfig::max_position_embeddings},
+      {"relative_attention_num_buckets", &ModelConfig::relative_attention_num_buckets}};
+  for (const auto& [field, member] : sizes) {
+    if (first.*member != second.*member) {
+      return ArchitectureDifference{field, std::to_string(first.*member), std::to_string(second.*member)};
+    }
+  }
+  const std::pair<const char*, bool ModelConfig::*> variants[] = {
+      {"normalize_before", &ModelConfig::normalize_before},
+      {"final_layer_norm", &ModelConfig::final_layer_norm},
+      {"layernorm_embedding", &ModelConfig::layernorm_embedding},
+      {"tie_word_embeddings", &ModelConfig::tie_word_embeddings},
+      {"gated_ffn", &ModelConfig::gated_ffn},
+      {"linear_bias", &ModelConfig::linear_bias},
+      {"has_final_logits_bias", &ModelConfig::has_final_logits_bias}};
+  for (const auto& [field, member] : variants) {
+    if (first.*member != second.*member) {
+      return ArchitectureDifference{field, first.*member ? "true" : "false", second.*member ? "true" : "false"};
+    }
+  }
+  if (first.activation_function != second.activation_function) {
+    return ArchitectureDifference{"activation_function", to_string(first.activation_function),
+                                  to_string(second.activation_function)};
+  }
+  return std::nullopt;
 }
 
 ModelConfig pegasus_shape(const std::string& name) {

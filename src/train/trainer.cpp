@@ -16,6 +16,7 @@
 #include "fitsum/data/sampler.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/checkpoint_folders.h"
+#include "fitsum/io/output_folder_lock.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/io/tensorboard.h"
 #include "fitsum/memory/device_memory.h"
@@ -300,9 +301,10 @@ EvaluationResult Trainer::run_evaluation(const std::vector<data::Example>& examp
 }
 
 void Trainer::begin_run() {
-  if (main_process_) {
-    io::prepare_output_folder(args_.output_dir, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
-                              callbacks_.on_message);
+  if (main_process_) {  // the one process that writes into output_dir, under its lock from here to the end
+    if (!in_.output_dir_lock) in_.output_dir_lock = std::make_shared<io::OutputFolderLock>(args_.output_dir);
+    io::prepare_output_folder(*in_.output_dir_lock, args_.overwrite_output_dir && args_.resume_from_checkpoint.empty(),
+                              run_inputs(), {callbacks_.on_message, [this](const std::string& line) { warn(line); }});
   }
   g_stop_signal.store(0);
   if (args_.report_to_tensorboard && main_process_) {
@@ -315,6 +317,12 @@ void Trainer::begin_run() {
   torch::manual_seed(static_cast<std::uint64_t>(args_.seed));  // HF set_seed: dropout draws start here
   if (!args_.resume_from_checkpoint.empty()) {
     resume(resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir));
+  }
+  start_step_ = global_step_;
+  if (global_step_ >= max_steps_ && callbacks_.on_message) {
+    callbacks_.on_message("nothing left to train: the run resumed at step " + std::to_string(global_step_) +
+                          " and max_steps is " + std::to_string(max_steps_) +
+                          " (raise max_steps or num_train_epochs to train further)");
   }
   in_.model->train();
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
@@ -448,9 +456,14 @@ TrainResult Trainer::finish_run() {
   summary["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
   summary["step"] = global_step_;
   summary["train_runtime"] = train_seconds_;
-  summary["train_samples_per_second"] = static_cast<double>(train_samples_) / std::max(train_seconds_, 1e-9);
-  summary["train_steps_per_second"] = static_cast<double>(global_step_) / std::max(train_seconds_, 1e-9);
-  summary["train_tokens_per_second"] = static_cast<double>(train_tokens_) / std::max(train_seconds_, 1e-9);
+  // Rates of what this run trained (a resumed run's earlier steps took no time here); nothing trained: 0, not a
+  // count over a few microseconds.
+  const auto per_second = [this](std::int64_t count) {
+    return count > 0 && train_seconds_ > 0 ? static_cast<double>(count) / train_seconds_ : 0.0;
+  };
+  summary["train_samples_per_second"] = per_second(train_samples_);
+  summary["train_steps_per_second"] = per_second(global_step_ - start_step_);
+  summary["train_tokens_per_second"] = per_second(train_tokens_);
   summary["total_flos"] = total_flos_;
   summary["train_loss"] = global_step_ ? total_loss_ / static_cast<double>(global_step_) : 0.0;
   load_best_model();  // before the summary is logged, as HF's _inner_training_loop does

@@ -1,6 +1,7 @@
 // Implements the saving side of include/fitsum/train/trainer.h: trainer_state.json (rewritten at every log,
 // evaluation and save), checkpoints and their pruning, resuming, and the best model (HF's best_metric,
 // best_model_checkpoint, load_best_model_at_end and EarlyStoppingCallback, whose rules are in best_model.h).
+#include <algorithm>
 #include <sstream>
 
 #include <torch/torch.h>
@@ -25,7 +26,8 @@ namespace {
 // it from config.json) when the run started from a config alone.
 nlohmann::json source_generation_config(const std::string& model_dir) {
   const fs::path file = fs::path(model_dir) / "generation_config.json";
-  if (model_dir.empty() || !fs::is_regular_file(file)) return nullptr;
+  std::error_code error;
+  if (model_dir.empty() || !fs::is_regular_file(file, error)) return nullptr;
   return util::read_json_file(file);
 }
 
@@ -41,11 +43,31 @@ fs::path Trainer::resolve_checkpoint(const std::string& resume_from_checkpoint, 
     return found.back();
   }
   const fs::path dir(resume_from_checkpoint);
-  if (!fs::is_directory(dir) || !fs::exists(dir / "trainer_state.json")) {
-    throw std::runtime_error("resume_from_checkpoint '" + resume_from_checkpoint +
-                             "' is not a checkpoint folder (it needs trainer_state.json); use 'latest' for the "
-                             "newest in output_dir");
+  const auto refuse = [&](const std::string& why, const std::string& hint) {
+    throw std::runtime_error("resume_from_checkpoint '" + resume_from_checkpoint + "' " + why + "; " + hint);
+  };
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) {
+    refuse(fs::exists(dir, error) ? "is not a folder" : "does not exist",
+           "give a checkpoint-N folder, or 'latest' for the newest in output_dir");
   }
+  if (util::folder_has_file(dir, "fitsum_state.json")) return dir;
+  // The run's folder instead of one of its checkpoints (HF resumes only from a checkpoint folder too).
+  const auto inside = io::list_checkpoints(dir);
+  if (!inside.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < inside.size() && i < 8; ++i) names += (i ? ", " : "") + inside[i].filename().string();
+    if (inside.size() > 8) names += " and " + std::to_string(inside.size() - 8) + " more";
+    refuse("is a run's output folder, not a checkpoint; it holds " + names,
+           "resume from one of them (--resume_from_checkpoint " + inside.back().string() +
+               "), or with --resume_from_checkpoint latest from the newest in output_dir");
+  }
+  if (util::folder_has_file(dir, "trainer_state.json") && util::folder_has_file(dir, "config.json")) {
+    refuse("is not a checkpoint of fitsum (it has no fitsum_state.json, the data position a resume continues from)",
+           "start a new run from its weights with --model_name_or_path " + resume_from_checkpoint);
+  }
+  refuse("is not a checkpoint folder (it has no fitsum_state.json and holds no checkpoint-N folder)",
+         "give a checkpoint-N folder, or 'latest' for the newest in output_dir");
   return dir;
 }
 
@@ -106,13 +128,34 @@ void Trainer::save_checkpoint(const torch::Tensor& rng) {
 }
 
 // save_total_limit: the oldest checkpoints go, the best one stays (HF's _rotate_checkpoints).
+// A checkpoint the run reads (model_name_or_path out/checkpoint-2: its tokenizer files are copied into every save)
+// is not one the limit counts or removes.
 void Trainer::prune_checkpoints() {
   if (!args_.save_total_limit) return;
   const auto best = best_model_checkpoint_.empty() ? fs::path() : fs::path(best_model_checkpoint_);
-  for (const auto& folder :
-       checkpoints_to_remove(io::list_checkpoints(args_.output_dir), best, *args_.save_total_limit)) {
+  auto checkpoints = io::list_checkpoints(args_.output_dir);
+  for (const auto& [read, input] : io::checkpoints_holding(checkpoints, run_inputs())) {
+    checkpoints.erase(std::find(checkpoints.begin(), checkpoints.end(), read));
+  }
+  for (const auto& folder : checkpoints_to_remove(checkpoints, best, *args_.save_total_limit)) {
     io::remove_checkpoint(folder);
     if (callbacks_.on_message) callbacks_.on_message("removed " + folder.string() + " (save_total_limit)");
+  }
+}
+
+std::vector<io::RunInput> Trainer::run_inputs() const {
+  return {{"the model", in_.model_name_or_path},
+          {"the tokenizer", in_.tokenizer_dir},
+          {"train_file", in_.train_file},
+          {"validation_file", in_.validation_file},
+          {"test_file", in_.test_file}};
+}
+
+void Trainer::warn(const std::string& message) const {
+  if (callbacks_.on_warning) {
+    callbacks_.on_warning(message);
+  } else if (callbacks_.on_message) {
+    callbacks_.on_message("warning: " + message);
   }
 }
 
@@ -193,6 +236,32 @@ void Trainer::write_optimizer_state(const fs::path& dir) const {
                          {"zero_stage", std::to_string(owner_.empty() ? 0 : args_.zero_stage)}});
 }
 
+namespace {
+
+// A checkpoint saved with another optimizer holds other state tensors: that is named, not the first missing tensor.
+void check_saved_optimizer(const io::SafetensorsReader& reader, const fs::path& checkpoint,
+                           optim::OptimizerType current) {
+  const auto saved = reader.metadata().find("optim");
+  if (saved == reader.metadata().end()) return;  // written before the name was stored: the tensors are compared
+  optim::OptimizerType type;
+  try {
+    type = optim::parse_optimizer_type(saved->second);
+  } catch (const std::invalid_argument&) {
+    throw std::runtime_error("cannot resume from checkpoint '" + checkpoint.string() +
+                             "': " + reader.path().filename().string() + " names the optimizer '" + saved->second +
+                             "', which fitsum does not know; the file is damaged, resume from another checkpoint");
+  }
+  if (type == current) return;
+  throw std::invalid_argument("cannot resume from checkpoint '" + checkpoint.string() + "': its optimizer state is " +
+                              optim::to_string(type) + "'s, this run's optimizer is " + optim::to_string(current) +
+                              "; resume with --optim " + optim::to_string(type) +
+                              ", or start a new run (fresh optimizer state) from its weights with "
+                              "--model_name_or_path " +
+                              checkpoint.string() + " (without --resume_from_checkpoint)");
+}
+
+}  // namespace
+
 // The state of this process's parameters, from the one file or from every shard (entries are "<parameter>.<state>"
 // by name, so a checkpoint of N processes resumes on M, sharded or not).
 void Trainer::read_optimizer_state(const fs::path& checkpoint) {
@@ -204,6 +273,7 @@ void Trainer::read_optimizer_state(const fs::path& checkpoint) {
   std::map<std::string, torch::Tensor> state;
   for (const auto& file : io::optimizer_state_files(checkpoint)) {
     io::SafetensorsReader reader(file);
+    check_saved_optimizer(reader, checkpoint, args_.optimizer());
     for (const auto& e : reader.entries()) {
       const auto dot = e.name.rfind('.');
       if (dot != std::string::npos && names.count(e.name.substr(0, dot))) state[e.name] = reader.read(e.name).to(in_.device);
@@ -259,6 +329,15 @@ void Trainer::save_sharded_checkpoint(const torch::Tensor& rng) {
 
 void Trainer::resume(const fs::path& checkpoint) {
   auto folder = io::open_model_folder(checkpoint);
+  // Another model's checkpoint is named as such, before its tensors are compared one by one with this run's.
+  if (const auto d = model::architecture_difference(folder.config, in_.model->config())) {
+    const auto what = d->field == "model_type" ? "it is a " + d->first + " model, this run is " + d->second
+                                               : "its " + d->field + " is " + d->first + ", this run's is " + d->second;
+    throw std::invalid_argument("cannot resume from checkpoint '" + checkpoint.string() + "': " + what +
+                                "; resume from a checkpoint of this run's model, or start a new run from its weights "
+                                "with --model_name_or_path " +
+                                checkpoint.string() + " (without --resume_from_checkpoint)");
+  }
   io::load_weights(*in_.model, folder);
   in_.model->to(in_.device);
 

@@ -15,7 +15,9 @@
 
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/hub.h"
+#include "fitsum/io/output_folder_lock.h"
 #include "fitsum/memory/calibration.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/planner.h"
@@ -23,6 +25,7 @@
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/run_folder.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
 #include "fitsum/util/files.h"
@@ -50,17 +53,8 @@ void say_for_process(const Report& report, const std::string& line) {
   }
 }
 
-bool holds_a_run(const fs::path& dir) {
-  if (!fs::exists(dir)) return false;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const auto name = entry.path().filename().string();
-    if (name == "model.safetensors" || name == "trainer_state.json" || name.rfind("checkpoint-", 0) == 0) return true;
-  }
-  return false;
-}
-
 // The arguments' consistency, before anything is loaded.
-void check_job(TrainingJob& job) {
+CheckedOutputDir check_job(TrainingJob& job, const Report& report) {
   auto& args = job.args;
   args.group_by_length = args.group_by_length || job.data.group_by_length;
   if (!args.optim && job.max_memory.empty()) {
@@ -79,33 +73,7 @@ void check_job(TrainingJob& job) {
   for (const auto& [file, what] : {std::pair{&job.validation_file, "validation_file"}, {&job.test_file, "test_file"}}) {
     if (!file->empty()) util::ReadableFile(*file, what);
   }
-  if (holds_a_run(args.output_dir) && !args.overwrite_output_dir && args.resume_from_checkpoint.empty()) {
-    throw std::invalid_argument("output_dir '" + args.output_dir +
-                                "' already holds a training run; set overwrite_output_dir to write over it or "
-                                "resume_from_checkpoint latest to continue it");
-  }
-  util::require_writable_folder(args.output_dir, "output_dir", /*create=*/true);  // not after hours of training
-}
-
-// A run whose disk cannot take one checkpoint says so before the model loads, not at its first save hours later.
-// Checkpoints carry the optimizer state unless save_strategy is "no" (then only the final model is saved); with
-// optim auto the planner has not chosen yet, so the larger AdamW state is assumed.
-void check_free_disk(const TrainingJob& job, const Report& report) {
-  const auto free_bytes = util::free_disk_bytes(job.args.output_dir);
-  if (!free_bytes) return;
-  const auto preview = io::preview_model(job.model);
-  std::uint64_t tokenizer_bytes = 0;
-  for (const auto& name : io::tokenizer_file_names()) {
-    std::error_code error;
-    const auto size = preview.tokenizer_dir.empty() ? 0 : fs::file_size(preview.tokenizer_dir / name, error);
-    if (!error) tokenizer_bytes += size;
-  }
-  std::optional<optim::OptimizerType> optimizer;
-  if (job.args.save_strategy != IntervalStrategy::no) {
-    optimizer = job.args.optim.value_or(optim::OptimizerType::adamw_torch);
-  }
-  const auto needed = predicted_checkpoint_bytes(preview.config, optimizer, tokenizer_bytes);
-  if (const auto warning = free_disk_warning(job.args.output_dir, *free_bytes, needed)) warn(report, *warning);
+  return check_run_folder(job, [&report](const std::string& line) { warn(report, line); });
 }
 
 struct ModelAndTokenizer {
@@ -230,10 +198,11 @@ void check_evaluations(const TrainingJob& job, const TrainerInputs& in, const mo
 generate::GenerationOptions model_generation_options(const TrainingJob& job, const ModelAndTokenizer& m) {
   const auto& folder = job.model.model_name_or_path;
   const fs::path generation_file = fs::path(folder) / "generation_config.json";
-  return generate::generation_options_from_hf(
-      m.loaded.config_json,
-      !folder.empty() && fs::exists(generation_file) ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
-      folder.empty() ? job.model.config_name : folder);
+  std::error_code error;  // a name that is there but no readable file (a link loop) is read, to be named in one line
+  const bool present = !folder.empty() && fs::exists(fs::symlink_status(generation_file, error));
+  return generate::generation_options_from_hf(m.loaded.config_json,
+                                              present ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
+                                              folder.empty() ? job.model.config_name : folder);
 }
 
 // "auto" is the device's free memory; on the CPU the job's processes on this machine share it, so each plans for its
@@ -498,12 +467,33 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
                               util::format_bytes(prediction.peak) + ") instead of this process's own");
 }
 
+// Every check passed and the run starts: rank 0 creates output_dir (when it did not exist) and takes its lock, and
+// every process of the job learns that it holds it before any of them writes there.
+std::shared_ptr<io::OutputFolderLock> hold_output_dir(std::shared_ptr<io::OutputFolderLock> lock,
+                                                      const std::string& output_dir,
+                                                      const std::shared_ptr<ProcessGroup>& group) {
+  std::exception_ptr failed;
+  if (!lock && (group ? group->rank() == 0 : writes_output_dir())) {
+    try {
+      lock = std::make_shared<io::OutputFolderLock>(output_dir);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (group && group->any(failed != nullptr) && !failed) {
+    throw std::runtime_error("rank 0 could not take the lock of output_dir '" + output_dir +
+                             "' (its error says why); this process stops with it");
+  }
+  if (failed) std::rethrow_exception(failed);
+  return lock;
+}
+
 }  // namespace
 
 PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime, const Report& report) {
-  check_job(job);
+  auto output_dir = check_job(job, report);
   const std::string base_model = resolve_hub_names(job, report);
-  check_free_disk(job, report);
+  if (const auto warning = free_disk_warning_for(job, output_dir.nearest_folder)) warn(report, *warning);
   PreparedTraining p;
   if (!job.max_memory.empty()) {
     memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
@@ -542,6 +532,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   const bool together = every_process_plans(p);
   if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report, together ? p.inputs.process_group : nullptr);
   adopt_rank_zero_plan(p, config, report);
+  p.inputs.output_dir_lock = hold_output_dir(std::move(output_dir.lock), p.args.output_dir, p.inputs.process_group);
   return p;
 }
 

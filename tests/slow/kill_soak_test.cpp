@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/io/output_folder_lock.h"
 #include "fitsum/io/safetensors.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/files.h"
@@ -39,8 +40,10 @@ std::string train_command(const fs::path& data, const fs::path& out) {
 }
 
 bool is_checkpoint(const std::string& name) { return std::regex_match(name, std::regex("checkpoint-[0-9]+")); }
-// What a save leaves behind while it runs or prunes: never to be seen after the next start.
+// What a save leaves behind while it runs or prunes: never to be seen after the next start. The lock file is not:
+// a killed run leaves it, and the next run locks the same file.
 bool is_temporary(const std::string& name) {
+  if (name == io::kOutputFolderLockName) return false;
   return name.find(".tmp-") != std::string::npos || name.rfind(".", 0) == 0;
 }
 

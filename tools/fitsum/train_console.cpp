@@ -72,6 +72,12 @@ train::TrainerCallbacks console_callbacks(std::shared_ptr<std::vector<MeasuredPe
     std::printf("fitsum: %s\n", message.c_str());
     std::fflush(stdout);
   };
+  callbacks.on_warning = [state](const std::string& message) {
+    state->line.clear();
+    state->evaluation.clear();
+    std::fflush(stdout);
+    std::fprintf(stderr, "fitsum: warning: %s\n", message.c_str());
+  };
   callbacks.on_step = [state](std::int64_t step, std::int64_t max_steps) {
     state->max_steps = max_steps;
     state->line.set_total(max_steps);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,16 @@ struct ForwardFlops {
 };
 ForwardFlops forward_matmul_flops(const ModelConfig& config, std::int64_t batch, std::int64_t source_length,
                                   std::int64_t target_length);
+
+// Where two configs describe different models: the field (HF's config.json name) and each config's value.
+struct ArchitectureDifference {
+  std::string field;
+  std::string first;
+  std::string second;
+};
+// The first difference between `first` and `second` in what makes a model's parameters and its function: model_type
+// first, then the sizes, the layer counts and the block variants. Dropout, initialisation and token ids may differ.
+std::optional<ArchitectureDifference> architecture_difference(const ModelConfig& first, const ModelConfig& second);
 
 // The PEGASUS architectures of the benchmarks, random init (configs/ holds the same as config.json files):
 //   tiny   d_model 64,   2 + 2 layers,   ffn 256,  4 heads

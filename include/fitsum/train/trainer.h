@@ -41,6 +41,7 @@
 #include "fitsum/data/dataset.h"
 #include "fitsum/data/sampler.h"
 #include "fitsum/generate/options.h"
+#include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/train/evaluation.h"
 #include "fitsum/train/training_arguments.h"
@@ -50,6 +51,7 @@ class Tokenizer;
 }
 namespace fitsum::io {
 class TensorBoardWriter;
+class OutputFolderLock;
 }
 
 namespace fitsum::train {
@@ -83,6 +85,9 @@ struct TrainerInputs {
   // Data-parallel training (train/distributed.h): this process's group, or none for one process. Every process of
   // the group runs a Trainer with the same arguments and data; rank 0 writes every file, evaluations are sharded.
   std::shared_ptr<ProcessGroup> process_group;
+  // output_dir's lock (io/output_folder_lock.h), held for the whole run by the process that writes there (rank 0).
+  // prepare_training takes it before anything is written; when it is not given, rank 0 takes it as the run begins.
+  std::shared_ptr<io::OutputFolderLock> output_dir_lock;
 };
 
 // What the caller sees while training runs (the CLI prints; tests record).
@@ -91,6 +96,7 @@ struct TrainerCallbacks {
   // Once at the start with the step the run starts from (0, or a resumed step), then after each optimizer step.
   std::function<void(std::int64_t step, std::int64_t max_steps)> on_step;
   std::function<void(const std::string& message)> on_message;  // checkpoints saved, resumes, ...
+  std::function<void(const std::string& message)> on_warning;  // what the user should act on; else on_message
   // After each micro-batch's backward: micro-batches done and planned in the step being built.
   std::function<void(std::size_t done, std::size_t total)> on_micro_batch;
   // During an evaluation: see EvaluationOptions::on_progress.
@@ -189,6 +195,10 @@ class Trainer {
   void prune_checkpoints();
   void load_best_model();
   void save_final_model();
+  // What the run reads (the model's and the tokenizer's folders, the data files): never deleted by
+  // overwrite_output_dir or save_total_limit, even when they lie in a checkpoint of output_dir.
+  std::vector<io::RunInput> run_inputs() const;
+  void warn(const std::string& message) const;
   // run_summarization.py's end of a run: train/eval/predict/all_results.json, generated_predictions.txt, README.md.
   void write_run_results(TrainResult& result);
   // Loss and, with predict_with_generate, generation and ROUGE over `examples` (the evaluation options of the run).
@@ -283,6 +293,7 @@ class Trainer {
   std::int64_t tokens_since_log_ = 0;
   double seconds_since_log_ = 0.0;
   double train_seconds_ = 0.0;
+  std::int64_t start_step_ = 0;  // the step this run started from (a resumed checkpoint's)
   std::int64_t train_tokens_ = 0;
   std::int64_t train_samples_ = 0;
   std::int64_t oom_splits_since_log_ = 0;
