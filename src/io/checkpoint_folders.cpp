@@ -182,7 +182,7 @@ void remove_stale_temporary_files(const fs::path& output_dir, const std::functio
   for (const auto& entry : fs::directory_iterator(output_dir, error)) {
     const auto name = entry.path().filename().string();
     if (std::regex_match(name, pattern) && fs::is_regular_file(entry.symlink_status(error)) &&
-        !file_lock_held(entry.path())) {
+        !util::held_by_live_writer(entry.path())) {
       stale.push_back(entry.path());
     }
   }

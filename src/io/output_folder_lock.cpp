@@ -106,16 +106,4 @@ OutputFolderLock::~OutputFolderLock() {
   ::close(fd_);
 }
 
-bool file_lock_held(const fs::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return false;
-  struct stat info {};
-  bool held = false;
-  if (::fstat(fd, &info) == 0 && S_ISREG(info.st_mode)) {
-    held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-  }
-  ::close(fd);  // releases the probe's own lock, if it took one
-  return held;
-}
-
 }  // namespace fitsum::io

@@ -473,7 +473,8 @@ std::shared_ptr<io::OutputFolderLock> hold_output_dir(std::shared_ptr<io::Output
                                                       const std::string& output_dir,
                                                       const std::shared_ptr<ProcessGroup>& group) {
   std::exception_ptr failed;
-  if (!lock && (group ? group->rank() == 0 : writes_output_dir())) {
+  // Rank 0 writes into output_dir for the whole job; the other processes never do on their own.
+  if (!lock && (group ? group->rank() == 0 : launch_environment().rank == 0)) {
     try {
       lock = std::make_shared<io::OutputFolderLock>(output_dir);
     } catch (...) {

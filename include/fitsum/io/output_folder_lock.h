@@ -46,8 +46,4 @@ class OutputFolderLock {
   int fd_ = -1;
 };
 
-// Whether a process holds the lock of a temporary file (util::AtomicFileWriter's `NAME.tmp-PID` while it writes);
-// false for a file nobody locks or that cannot be opened.
-bool file_lock_held(const fs::path& file);
-
 }  // namespace fitsum::io
