@@ -206,5 +206,32 @@ TEST(Flags, ListFlagsRefuseWhatTheyCannotTakeWithoutSuggestingIt) {
   }
 }
 
+// transformers 5 replaced the --group_by_length switch with --train_sampling_strategy; both spellings work, and the
+// samplers fitsum does not have are refused by name rather than silently trained with another order.
+TEST(Flags, TrainSamplingStrategyIsTransformersFivesNameForTheSampler) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("flags-sampling");
+  const auto eight = util::read_file(write_copy_task_records(dir / "eight.jsonl"));
+  write_bytes(dir / "train.jsonl", eight + eight);
+  const std::string train = fitsum() + " train --model_name_or_path '" +
+                            (shared_dir() / "fixtures" / "tiny-pegasus").string() + "' --train_file '" +
+                            (dir / "train.jsonl").string() + "' --max_steps 1 --save_strategy no --disable_tqdm ";
+  for (const char* strategy : {"random", "group_by_length"}) {
+    const auto out = dir / strategy;
+    const auto r = run_command(train + "--output_dir '" + out.string() + "' --train_sampling_strategy " + strategy);
+    ASSERT_EQ(r.exit_code, 0) << strategy << ": " << r.output;
+    const auto args = util::read_json_file(out / "training_args.json");
+    EXPECT_EQ(args["group_by_length"], std::string(strategy) == "group_by_length") << strategy;
+  }
+  for (const char* strategy : {"sequential", "batch_rebalance", "shuffled"}) {
+    const auto r = run_command(train + "--output_dir '" + (dir / "refused").string() +
+                               "' --train_sampling_strategy " + strategy);
+    EXPECT_EQ(r.exit_code, 2) << strategy << ": " << r.output;
+    EXPECT_EQ(error_lines(r.output), 1) << strategy << ": " << r.output;
+    EXPECT_TRUE(contains(r.output, "--train_sampling_strategy")) << strategy << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir / "refused")) << strategy;
+  }
+}
+
 }  // namespace
 }  // namespace fitsum::test

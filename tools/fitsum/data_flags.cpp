@@ -2,6 +2,7 @@
 #include "data_flags.h"
 
 #include <iostream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -50,6 +51,21 @@ void add_batching_flags(CLI::App& command, data::DataOptions& options) {
       "Pad every batch's lengths up to a multiple of N");
   command.add_flag("--group_by_length", options.group_by_length,
                    "Batch examples of similar length together (HF LengthGroupedSampler)");
+  // transformers 5 names the sampler with one choice where 4.x had the --group_by_length switch.
+  command
+      .add_option_function<std::string>(
+          "--train_sampling_strategy",
+          [&options](const std::string& value) {
+            if (value == "group_by_length") {
+              options.group_by_length = true;
+            } else if (value != "random") {
+              throw std::invalid_argument("--train_sampling_strategy " + value +
+                                          " is not supported: fitsum samples as 'random' (transformers' "
+                                          "RandomSampler through accelerate, the default) or 'group_by_length'");
+            }
+          },
+          "transformers 5's sampler choice: random (the default) or group_by_length (as --group_by_length)")
+      ->check(CLI::IsMember({"random", "sequential", "group_by_length", "batch_rebalance"}));
   command.add_option_function<std::int64_t>(
       "--max_tokens_per_batch", [&options](const std::int64_t& value) { options.max_tokens_per_batch = value; },
       "Fill batches up to N padded tokens instead of a fixed number of examples");
