@@ -120,12 +120,16 @@ bool needs_cuda_inputs(const c10::Device& device, const std::optional<util::Cuda
   return device.is_cuda() || cuda_alloc_conf.has_value();
 }
 
+bool needs_cuda_inputs(const c10::Device& device, const FitRequest& request) {
+  return request.for_cuda_device || needs_cuda_inputs(device, request.cuda_alloc_conf);
+}
+
 // The planner's request, with the CUDA model's inputs when there are any.
 PlanRequest plan_request(const FitRequest& request, const c10::Device& device, std::optional<CudaPlanInputs> cuda) {
   PlanRequest p;
   if (cuda) {
     p.cuda = std::move(cuda);
-    p.budget_caps_reserved = device.is_cuda();
+    p.budget_caps_reserved = device.is_cuda() || request.for_cuda_device;
   }
   p.effective_batch = request.effective_batch;
   p.source_length = request.worst.source;
@@ -232,6 +236,7 @@ FitResult fit(const model::ModelConfig& config, const c10::Device& device, const
   r.plan = choose_plan(*r.calibration, planned);
   if (planned.cuda) r.cuda_alloc_conf = planned.cuda->conf;
   r.budget_caps_reserved = planned.budget_caps_reserved;
+  r.cuda_plan_from_cpu = planned.cuda.has_value() && !device.is_cuda();
   if (r.plan.chosen) {
     r.status = FitStatus::fits;
     r.chosen = r.plan.candidates[*r.plan.chosen];
@@ -264,7 +269,7 @@ FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
   if (auto refused = check_static_memory(model.config(), request)) return *refused;
   const auto device = model.parameters().front().device();
   std::optional<CudaPlanInputs> cuda;
-  if (needs_cuda_inputs(device, request.cuda_alloc_conf)) cuda = cuda_plan_inputs(model, request, device);
+  if (needs_cuda_inputs(device, request)) cuda = cuda_plan_inputs(model, request, device);
   return fit(model.config(), device, request, std::move(cuda));
 }
 
@@ -273,7 +278,7 @@ bool can_fit_without_weights(const c10::Device& device, const std::optional<util
 }
 
 FitResult fit_training(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request) {
-  if (!can_fit_without_weights(device, request.cuda_alloc_conf)) {
+  if (needs_cuda_inputs(device, request)) {
     throw std::invalid_argument("fit_training without a model: the CUDA allocator model needs the parameters' shapes");
   }
   if (auto refused = check_static_memory(config, request)) return *refused;

@@ -543,9 +543,14 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   job.data.validate_values();
   resolve_hub_names(job, report);
   memory::start_tracking(runtime.device);
+  if (job.plan_for_cuda && (job.max_memory.empty() || job.max_memory == "auto")) {
+    throw std::invalid_argument(
+        "device cuda: this machine has no CUDA device whose free memory max_memory auto could read; give the GPU's "
+        "memory as --max_memory SIZE (e.g. 80GB for an H100) to plan for it here");
+  }
   const auto budget = resolve_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device, report);
   if (auto refused = refusal_before_loading(job, budget)) return *refused;
-  const bool weights = !memory::can_fit_without_weights(runtime.device, runtime.cuda_alloc_conf);
+  const bool weights = job.plan_for_cuda || !memory::can_fit_without_weights(runtime.device, runtime.cuda_alloc_conf);
   auto m = load_model_and_tokenizer(job, report, weights);
   std::vector<data::Example> examples;
   if (!job.train_file.empty()) {
@@ -558,6 +563,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
                   (examples.empty() ? " (from the max lengths)" : " (from the data)"));
   auto request = make_fit_request(job.args, job.fixed, worst, budget, planned_world_size(job));
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on the CPU too: the plan then reports CUDA's reserved bytes
+  request.for_cuda_device = job.plan_for_cuda;
   TrainerInputs evaluated;
   read_evaluation_splits(job, m, evaluated, report);
   evaluated.generation = model_generation_options(job, m);

@@ -21,6 +21,8 @@ bool built_with_cuda() {
 #endif
 }
 
+bool cuda_visible() { return built_with_cuda() && torch::cuda::is_available(); }
+
 namespace {
 
 c10::Device local_cuda_device(int local_rank) {

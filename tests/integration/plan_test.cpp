@@ -214,15 +214,16 @@ TEST(TrainWithBudget, PlannerChoosesAFittingPlanAndLogsPredictedNextToMeasured) 
     EXPECT_LE(e["peak_memory_bytes"].get<double>(), e["predicted_peak_bytes"].get<double>() * 1.10) << e.dump();
   }
   EXPECT_EQ(entries, 2);
-  // The picture: at least 16 candidates x 4 stacked parts, one bar per logged step, a 4-entry legend, the
-  // background and the plot's frame; a y-axis in MiB, the budget line labelled, no text outside the image.
+  // The picture: at least 16 candidates x 4 stacked parts, one bar per logged step, a legend of 4 colours and the
+  // chosen candidate's outline, the background and the plot's frame; a y-axis in MiB, the budget line labelled, no
+  // text outside the image.
   std::ifstream svg_file(dir / "report.svg");
   const std::string svg((std::istreambuf_iterator<char>(svg_file)), std::istreambuf_iterator<char>());
   EXPECT_EQ(svg.rfind("<svg", 0), 0u) << svg.substr(0, 200);
   std::size_t rects = 0;
   for (auto at = svg.find("<rect"); at != std::string::npos; at = svg.find("<rect", at + 1)) ++rects;
-  EXPECT_GE(rects, 16u * 4u + 2u + 4u + 2u);
-  EXPECT_EQ((rects - 2u - 4u - 2u) % 4u, 0u);
+  EXPECT_GE(rects, 16u * 4u + 2u + 5u + 2u);
+  EXPECT_EQ((rects - 2u - 5u - 2u) % 4u, 0u);
   EXPECT_NE(svg.find("measured peak per logged step"), std::string::npos);
   EXPECT_NE(svg.find(">memory (MiB)</text>"), std::string::npos);
   EXPECT_NE(svg.find(">budget 130 MiB</text>"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "commands.h"
+#include "fitsum/util/runtime.h"
 #include "hub_flags.h"
 #include "memory_report.h"
 #include "planning.h"
@@ -25,12 +26,20 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
     throw std::invalid_argument("--format '" + p.format + "' is not one of table, json");
   }
   require_training_output_files(p.train);
+  // Planning needs no GPU: --device cuda where none is visible plans for one, with the probe on this CPU.
+  const bool for_cuda = p.train.runtime.device == "cuda" && !util::cuda_visible();
+  if (for_cuda) {
+    p.train.runtime.device = "cpu";
+    std::cerr << "fitsum: device cuda: no CUDA device here; planning for one (an H100 / H200) with the probe on this "
+                 "machine's CPU\n";
+  }
   const auto runtime = start_runtime(p.train.runtime);
   const train::Report report{[](const std::string& line) { std::cerr << "fitsum: " << line << "\n"; },
                              [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; },
                              nullptr, download_progress()};
   auto job = training_job(command, p.train);
   job.world_size = p.world_size;
+  job.plan_for_cuda = for_cuda;
   const auto fit = train::plan_training(std::move(job), runtime, report);
   if (fit.calibration) {
     std::cerr << "fitsum: calibration probe: " << fit.calibration->samples.size() << " passes in "
@@ -39,7 +48,7 @@ void run_plan(PlanCommandOptions& p, const CLI::App& command) {
   if (p.format == "json") {
     std::cout << plan_json(fit, fit.budget).dump(2) << "\n";
   } else {
-    if (fit.calibration) std::cout << plan_table(fit.plan, *fit.calibration, fit.budget);
+    if (fit.calibration) std::cout << plan_table(fit);
     if (fit.explanation != fit.plan.explanation) std::cout << fit.explanation << "\n";
     if (fit.chosen) std::cout << "flags: " << memory::plan_arguments(fit.chosen->knobs, *fit.calibration) << "\n";
   }

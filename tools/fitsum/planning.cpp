@@ -31,7 +31,9 @@ std::string cuda_line(const memory::CudaMemoryTerms& t) {
 
 }  // namespace
 
-std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, std::uint64_t budget) {
+std::string plan_table(const memory::FitResult& fit) {
+  const auto& plan = fit.plan;
+  const auto& c = *fit.calibration;
   std::ostringstream out;
   char line[320];
   // With several processes, a column for the ZeRO stage; the numbers are per process.
@@ -55,7 +57,8 @@ std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, s
                   k.fits ? "yes" : "no", plan.chosen && *plan.chosen == i ? "  <- chosen" : "");
     out << line;
   }
-  out << "budget " << util::format_bytes(budget) << "; " << plan.explanation << "\n";
+  out << "budget " << util::format_bytes(fit.budget) << (fit.budget_caps_reserved ? " (caps CUDA's reserved bytes)" : "")
+      << "; " << plan.explanation << "\n";
   if (plan.chosen && plan.candidates[*plan.chosen].knobs.eval_batch > 0) {
     const auto& k = plan.candidates[*plan.chosen];
     out << "evaluation (chosen): per_device_eval_batch_size " << k.knobs.eval_batch << ", "
@@ -63,6 +66,10 @@ std::string plan_table(const memory::Plan& plan, const memory::Calibration& c, s
         << " above weights, gradients and optimizer state (loss pass, generation with its key/value cache)\n";
   }
   if (plan.chosen && plan.candidates[*plan.chosen].cuda) out << cuda_line(*plan.candidates[*plan.chosen].cuda);
+  if (fit.cuda_plan_from_cpu) {
+    out << "speeds (tokens/s, step s) are this machine's CPU's, measured by the probe: memory is predicted for the "
+           "CUDA device, speed is not, and on the GPU the fastest fitting candidate may be another\n";
+  }
   return out.str();
 }
 
@@ -100,6 +107,10 @@ nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t bud
   j["budget_bytes"] = budget;
   j["budget_caps"] = fit.budget_caps_reserved ? "reserved" : "peak";  // on CUDA: the caching allocator's reservation
   if (fit.cuda_alloc_conf) j["cuda_alloc_conf"] = memory::to_json(*fit.cuda_alloc_conf);
+  // What the memory terms are for, and where the probe that measured the speeds ran.
+  const bool for_cuda = fit.cuda_alloc_conf.has_value() || fit.budget_caps_reserved;
+  j["planned_for"] = for_cuda ? "cuda" : "cpu";
+  j["speeds_measured_on"] = for_cuda && !fit.cuda_plan_from_cpu ? "cuda" : "cpu";
   j["candidates"] = nlohmann::ordered_json::array();
   for (const auto& k : fit.plan.candidates) j["candidates"].push_back(candidate_json(k));
   j["chosen"] = fit.chosen ? candidate_json(*fit.chosen) : nlohmann::ordered_json(nullptr);

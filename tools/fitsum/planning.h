@@ -11,7 +11,7 @@
 
 namespace fitsum::cli {
 
-std::string plan_table(const memory::Plan& plan, const memory::Calibration& calibration, std::uint64_t budget);
+std::string plan_table(const memory::FitResult& fit);
 nlohmann::ordered_json candidate_json(const memory::Candidate& candidate);
 nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t budget);
 

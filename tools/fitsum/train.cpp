@@ -108,14 +108,14 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
     prepared = train::prepare_training(training_job(command, o), runtime, log_report(launch.rank, !o.disable_tqdm));
   } catch (const memory::PlanDoesNotFit& e) {
     if (e.result().calibration)  // on any process: its own budget is what failed
-      std::printf("%s", plan_table(e.result().plan, *e.result().calibration, e.result().budget).c_str());
+      std::printf("%s", plan_table(e.result()).c_str());
     throw;
   }
   if (prepared.fit && main_process) {
     const auto& fit = *prepared.fit;
     std::printf("memory plan (worst batch %lld source x %lld target tokens, probe %.1f s)\n%s",
                 static_cast<long long>(fit.worst.source), static_cast<long long>(fit.worst.target),
-                fit.calibration->probe_seconds, plan_table(fit.plan, *fit.calibration, prepared.budget).c_str());
+                fit.calibration->probe_seconds, plan_table(fit).c_str());
     std::printf("memory plan: %s\n  flags: %s\n", fit.explanation.c_str(),
                 memory::plan_arguments(fit.chosen->knobs, *fit.calibration).c_str());
   }

@@ -51,6 +51,10 @@ struct FitRequest {
   // reserved bytes are predicted under them (its defaults when empty); on the CPU, when set, the plan reports what
   // a CUDA device (an H100 / H200) would reserve, and the budget still caps the peak.
   std::optional<util::CudaAllocConf> cuda_alloc_conf;
+  // The plan is for a CUDA device (an H100 / H200) that this machine does not have (`fitsum plan --device cuda`
+  // without CUDA): the CUDA terms are predicted and the budget caps the reserved bytes as on CUDA, while the probe,
+  // and so every speed, runs on this machine's CPU.
+  bool for_cuda_device = false;
   // Set when the run evaluates: per_device_eval_batch_size, the eval data's lengths and the decoding options.
   std::optional<EvaluationLoad> evaluation;
   // Where given, replaces running the calibration probe (the processes of a data-parallel job plan with one
@@ -85,6 +89,8 @@ struct FitResult {
   // The allocator settings the candidates' CUDA terms (Candidate::cuda) were predicted under; empty without them.
   std::optional<util::CudaAllocConf> cuda_alloc_conf;
   bool budget_caps_reserved = false;  // on CUDA: `budget` capped each candidate's predicted reserved bytes
+  // The candidates' CUDA terms are for a CUDA device while the probe ran on the CPU: the speeds are the CPU's.
+  bool cuda_plan_from_cpu = false;
 };
 
 // Step 1 alone, from the config: weights, gradients and optimizer state against the budget, before any weight is

@@ -41,6 +41,9 @@ struct TrainingJob {
   FixedKnobs fixed;
   // The processes the plan is for: `fitsum plan --world_size N`; 0: the launcher's (train/distributed.h), else 1.
   int world_size = 0;
+  // `fitsum plan --device cuda` on a machine without CUDA: the plan is for a CUDA device (an H100 / H200), with the
+  // probe on this machine's CPU (memory::FitRequest::for_cuda_device). plan_training only.
+  bool plan_for_cuda = false;
 };
 
 // Where progress lines ("train_file data/train.jsonl: 14732 examples, ...") and warnings go, one line per call.

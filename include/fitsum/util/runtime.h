@@ -38,6 +38,8 @@ struct Runtime {
 
 // Whether this fitsum was compiled against a CUDA LibTorch (FITSUM_WITH_CUDA).
 bool built_with_cuda();
+// A CUDA device can be used: this build has CUDA and a device is visible.
+bool cuda_visible();
 
 // "cpu", "cuda" or "auto" (CUDA when a device is visible). Throws std::invalid_argument in one line naming `device`
 // and why CUDA cannot be had (a CPU-only LibTorch, or no visible device) with what to do instead. On CUDA, process
