@@ -471,6 +471,7 @@ TrainResult Trainer::finish_run() {
   save_final_model();
   TrainResult result;
   result.global_step = global_step_;
+  result.start_step = start_step_;
   result.metrics = summary;
   result.stopped_early = stop_early_;
   write_run_results(result);

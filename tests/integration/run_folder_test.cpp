@@ -337,6 +337,7 @@ TEST(RunFolder, AResumeWithNothingLeftToTrainSaysSoAndReportsNoRate) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("nothing left to train: the run resumed at step 2 and max_steps is 1"), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("done: 0 steps (from step 2 to 2) in "), std::string::npos) << r.output;
   const auto metrics = util::read_json_file(out / "train_results.json");
   EXPECT_EQ(metrics["train_steps_per_second"].get<double>(), 0.0) << metrics.dump();
   EXPECT_EQ(metrics["train_samples_per_second"].get<double>(), 0.0) << metrics.dump();
@@ -345,6 +346,7 @@ TEST(RunFolder, AResumeWithNothingLeftToTrainSaysSoAndReportsNoRate) {
   // A resumed run that trains reports its own steps' rate: 2 steps here, not 4 over 2 steps' time.
   const auto more = run_command(train(data, out, "--max_steps 4 --resume_from_checkpoint latest"));
   ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("done: 2 steps (from step 2 to 4) in "), std::string::npos) << more.output;
   const auto resumed = util::read_json_file(out / "train_results.json");
   const double runtime = resumed["train_runtime"].get<double>();
   EXPECT_NEAR(resumed["train_steps_per_second"].get<double>(), 2.0 / runtime, 0.01 * 2.0 / runtime) << resumed.dump();

@@ -154,8 +154,13 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
     write_memory_report(o.memory_report, prepared.fit->plan, prepared.fit->layers, prepared.budget, *measured);
     std::printf("fitsum: wrote %s\n", o.memory_report.c_str());
   }
-  std::printf("done: %lld steps in %.1f s, train_loss %.6f; model saved to %s\n",
-              static_cast<long long>(result.global_step), result.metrics["train_runtime"].get<double>(),
+  // A resumed run counts the steps it trained itself, and says from where to where.
+  const auto trained = result.global_step - result.start_step;
+  const std::string span = result.start_step > 0 ? " (from step " + std::to_string(result.start_step) + " to " +
+                                                       std::to_string(result.global_step) + ")"
+                                                 : "";
+  std::printf("done: %lld step%s%s in %.1f s, train_loss %.6f; model saved to %s\n", static_cast<long long>(trained),
+              trained == 1 ? "" : "s", span.c_str(), result.metrics["train_runtime"].get<double>(),
               result.metrics["train_loss"].get<double>(), args.output_dir.c_str());
 }
 

@@ -105,6 +105,7 @@ struct TrainerCallbacks {
 
 struct TrainResult {
   std::int64_t global_step = 0;
+  std::int64_t start_step = 0;  // where this run started: the resumed checkpoint's step, else 0
   bool interrupted = false;  // stopped by request_stop(); a checkpoint of global_step was saved
   int stop_signal = 0;
   nlohmann::ordered_json metrics;          // the last log_history entry (train_runtime, train_loss, ...)
