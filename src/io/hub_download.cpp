@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,19 @@
 namespace fitsum::io {
 
 namespace {
+
+// huggingface_hub (2.x) tags the cache folder when it first downloads into it, so that backup tools skip it (the
+// Cache Directory Tagging Standard); the same bytes, and like it an unwritable cache is no error.
+void tag_cache_dir(const fs::path& cache_dir) {
+  const fs::path tag = cache_dir / "CACHEDIR.TAG";
+  std::error_code error;
+  if (fs::exists(tag, error) || error) return;
+  std::ofstream out(tag, std::ios::binary);
+  out << "Signature: 8a477f597d28d172789f06886806bc55\n"
+         "# This file is a cache directory tag created by huggingface_hub.\n"
+         "# For information about cache directory tags, see:\n"
+         "#\thttps://bford.info/cachedir/\n";
+}
 
 constexpr const char* kUserAgent = "fitsum/0.1.0; hf_hub-compatible cache";
 constexpr int kRetriesWithoutProgress = 5;  // http_get's _nb_retries
@@ -430,6 +444,7 @@ HubFile hub_download(const HubRepo& repo, const std::string& filename, const Hub
   const fs::path pointer = cache.pointer_path(m.commit, filename);
   fs::create_directories(blob.parent_path());
   fs::create_directories(pointer.parent_path());
+  tag_cache_dir(cache.cache_dir());
   cache.write_ref(repo.revision, m.commit);
   std::error_code ignored;
   if (fs::exists(pointer, ignored)) return {pointer, m.commit};
