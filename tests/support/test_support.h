@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -25,6 +26,17 @@ fs::path source_dir();
 fs::path fitsum_binary();
 // A fresh, empty temporary folder unique to the calling test.
 fs::path temp_dir(const std::string& name);
+
+// What `f` throws as an `E`, as its message; "" when it returns. Another exception escapes and fails the test.
+template <typename E = std::exception>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
 
 struct CommandResult {
   int exit_code = 0;

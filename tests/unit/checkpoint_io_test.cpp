@@ -45,15 +45,6 @@ fs::path copy_folder(const fs::path& from, const std::string& name) {
   return dir;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(CheckpointIO, LoadsHuggingFaceSavedTinyPegasusWithoutLmHead) {
   FITSUM_REQUIRE_SHARED();
   const auto dir = shared_dir() / "data" / "pegasus-tiny";

@@ -9,18 +9,10 @@
 
 #include "fitsum/io/hf_config.h"
 #include "fitsum/model/config.h"
+#include "test_support.h"
 
 namespace fitsum::io {
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
 
 nlohmann::json t5_without_decoder_depth() {
   return {{"model_type", "t5"}, {"vocab_size", 64}, {"d_model", 16}, {"d_kv", 4},
@@ -67,17 +59,17 @@ TEST(ConfigOverrides, AFeedForwardProjectionOverrideChangesNoDerivedActivation) 
 
 TEST(ConfigOverrides, WhatUpdateFromStringRefusesIsRefusedWithItsReason) {
   nlohmann::json pegasus = {{"model_type", "pegasus"}, {"d_model", 16}};
-  auto message = error_of([&] { apply_config_overrides(pegasus, "num_decoder_layers=2"); });
+  auto message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "num_decoder_layers=2"); });
   EXPECT_NE(message.find("key num_decoder_layers isn't in the original config dict"), std::string::npos) << message;
-  message = error_of([&] { apply_config_overrides(pegasus, "forced_bos_token_id=0"); });  // None in PegasusConfig
+  message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "forced_bos_token_id=0"); });  // None in PegasusConfig
   EXPECT_NE(message.find("only int, float, bool or string"), std::string::npos) << message;
-  message = error_of([&] { apply_config_overrides(pegasus, "d_model=0x10"); });
+  message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "d_model=0x10"); });
   EXPECT_NE(message.find("is not a decimal integer"), std::string::npos) << message;
-  message = error_of([&] { apply_config_overrides(pegasus, "dropout=0.1,"); });
+  message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "dropout=0.1,"); });
   EXPECT_NE(message.find("is not key=value"), std::string::npos) << message;
-  message = error_of([&] { apply_config_overrides(pegasus, "activation_function=a=b"); });
+  message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "activation_function=a=b"); });
   EXPECT_NE(message.find("is not key=value"), std::string::npos) << message;
-  message = error_of([&] { apply_config_overrides(pegasus, "scale_embedding=maybe"); });
+  message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "scale_embedding=maybe"); });
   EXPECT_NE(message.find("expected true or false"), std::string::npos) << message;
   EXPECT_EQ(pegasus["d_model"], 16);
 }

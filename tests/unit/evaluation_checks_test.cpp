@@ -18,36 +18,27 @@ data::Example example(std::vector<data::TokenId> input_ids, std::optional<std::v
   return e;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(EvaluationChecks, NoExamplesIsRefusedNamingTheFile) {
-  EXPECT_EQ(error_of([] { train::check_evaluation_examples({}, "val.jsonl", "validation_file", 100, nullptr, false); }),
+  EXPECT_EQ(error_of<std::invalid_argument>([] { train::check_evaluation_examples({}, "val.jsonl", "validation_file", 100, nullptr, false); }),
             "validation_file 'val.jsonl' has no examples to evaluate (no records, or every one skipped); give a file "
             "with records");
 }
 
 TEST(EvaluationChecks, IdsOutsideTheVocabularyAreRefusedNamingFileLineAndField) {
   const std::vector<data::Example> ok = {example({5, 1}, std::vector<data::TokenId>{7, 1, -100, -100}, 1)};
-  EXPECT_EQ(error_of([&] { train::check_evaluation_examples(ok, "t.jsonl", "test_file", 100, nullptr, false); }), "");
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { train::check_evaluation_examples(ok, "t.jsonl", "test_file", 100, nullptr, false); }), "");
   const std::vector<data::Example> input = {example({5, 1}, std::nullopt, 1), example({5, 100, 1}, std::nullopt, 4)};
-  EXPECT_EQ(error_of([&] { train::check_evaluation_examples(input, "t.jsonl", "test_file", 100, nullptr, false); }),
+  EXPECT_EQ(error_of<std::invalid_argument>([&] { train::check_evaluation_examples(input, "t.jsonl", "test_file", 100, nullptr, false); }),
             "t.jsonl:4: field 'input_ids': token id 100 is outside the model's vocabulary 0..99 (tokenized with "
             "another tokenizer?)");
   // -100 is label padding, not an input id.
   const std::vector<data::Example> padded_input = {example({-100, 1}, std::nullopt, 2)};
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_of<std::invalid_argument>([&] {
               train::check_evaluation_examples(padded_input, "t.jsonl", "test_file", 100, nullptr, false);
             }).find("t.jsonl:2: field 'input_ids': token id -100"),
             std::string::npos);
   const std::vector<data::Example> label = {example({5, 1}, std::vector<data::TokenId>{-1, 1}, 3)};
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(error_of<std::invalid_argument>([&] {
               train::check_evaluation_examples(label, "t.jsonl", "test_file", 100, nullptr, false);
             }).find("t.jsonl:3: field 'labels': token id -1"),
             std::string::npos);
@@ -59,12 +50,12 @@ TEST(EvaluationChecks, LabelsRougeDecodesMustBeTheTokenizersIds) {
   const auto model_vocab = static_cast<std::int64_t>(tokens) + 8;  // a model table with rows the tokenizer lacks
   const std::vector<data::Example> examples = {example({5, 1}, std::vector<data::TokenId>{tokens + 2, 1}, 7)};
   // Without decoding (no generation) the model's vocabulary is the bound.
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(error_of<std::invalid_argument>([&] {
               train::check_evaluation_examples(examples, "v.jsonl", "validation_file", model_vocab, tokenizer.get(),
                                                false);
             }),
             "");
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(error_of<std::invalid_argument>([&] {
               train::check_evaluation_examples(examples, "v.jsonl", "validation_file", model_vocab, tokenizer.get(),
                                                true);
             }),

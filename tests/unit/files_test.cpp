@@ -27,15 +27,6 @@
 namespace fitsum::test {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Runs `f` on another thread and fails the test (instead of hanging the suite) if it takes more than 10 s.
 std::string error_within_seconds(const std::function<void()>& f) {
   auto result = std::async(std::launch::async, [&] { return error_of(f); });

@@ -18,15 +18,6 @@
 namespace fitsum::test {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 fs::path tiny() { return shared_dir() / "fixtures" / "tiny-pegasus"; }
 
 // A sharded copy of the tiny model: two safetensors shards and an index naming them.

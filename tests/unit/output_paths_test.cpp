@@ -17,15 +17,6 @@
 namespace fitsum::test {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(OutputPaths, WhatANameResolvesToDecidesHowItIsWritten) {
   const auto dir = temp_dir("kinds");
   write_bytes(dir / "file.json", "{}");
