@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +11,8 @@
 #include <cstring>
 #include <system_error>
 #include <thread>
+
+#include "fitsum/util/files.h"
 
 namespace fitsum::io {
 
@@ -25,12 +26,6 @@ std::string host_name() {
   return name;
 }
 
-bool same_file(int fd, const fs::path& path) {
-  struct stat opened {};
-  struct stat named {};
-  return ::fstat(fd, &opened) == 0 && ::lstat(path.c_str(), &named) == 0 && opened.st_dev == named.st_dev &&
-         opened.st_ino == named.st_ino;
-}
 
 // "<pid> <host>" as the holder wrote it; the holder writes it right after locking, so an empty file is read again
 // for a moment before the pid is given up as unknown.
@@ -82,7 +77,7 @@ OutputFolderLock::OutputFolderLock(const fs::path& output_dir)
       throw std::runtime_error("cannot lock '" + file_.string() + "': " + errno_text(lock_error) +
                                "; output_dir must be on a file system that supports file locks");
     }
-    if (same_file(fd, file_)) {
+    if (util::still_named(fd, file_)) {
       fd_ = fd;
       break;
     }
@@ -102,7 +97,7 @@ OutputFolderLock::OutputFolderLock(const fs::path& output_dir)
 
 OutputFolderLock::~OutputFolderLock() {
   if (fd_ < 0) return;
-  if (same_file(fd_, file_)) ::unlink(file_.c_str());
+  if (util::still_named(fd_, file_)) ::unlink(file_.c_str());
   ::close(fd_);
 }
 

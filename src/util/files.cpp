@@ -235,6 +235,13 @@ bool held_by_live_writer(const fs::path& path) {
   return lock.opened() && !lock.held();
 }
 
+bool still_named(int fd, const fs::path& path) {
+  struct stat open_file {};
+  struct stat named {};
+  return ::fstat(fd, &open_file) == 0 && ::lstat(path.c_str(), &named) == 0 && open_file.st_dev == named.st_dev &&
+         open_file.st_ino == named.st_ino;
+}
+
 namespace {
 
 // The temporary files of open writers, for the signal handler: fixed storage, so that reading it allocates nothing
@@ -292,14 +299,6 @@ std::string write_failure_hint(int error) {
 [[noreturn]] void throw_write_failure(const std::string& what, const fs::path& path, int error) {
   throw std::runtime_error(what + " '" + path.string() + "': " + std::strerror(error) + "; " +
                            write_failure_hint(error));
-}
-
-// Whether `fd` is still the file named `path` (a cleaner may have removed the name between its creation and lock).
-bool still_named(int fd, const fs::path& path) {
-  struct stat open_file {};
-  struct stat named {};
-  return ::fstat(fd, &open_file) == 0 && ::lstat(path.c_str(), &named) == 0 && open_file.st_dev == named.st_dev &&
-         open_file.st_ino == named.st_ino;
 }
 
 // Removes the `<target>.tmp-<digits>` files beside `target` that no writer holds: their writers were killed.

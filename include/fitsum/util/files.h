@@ -149,6 +149,10 @@ class FileLock {
 // it: the caller may remove it, best while holding a FileLock of its own on it so that nobody takes it meanwhile.
 bool held_by_live_writer(const fs::path& path);
 
+// Whether the open file `fd` is still the file named `path` (not following a final symbolic link): a name removed or
+// replaced between opening and locking leaves a lock on a file nobody else will look at.
+bool still_named(int fd, const fs::path& path);
+
 // Makes SIGINT, SIGTERM and SIGHUP remove the temporary files of the AtomicFileWriters still open before they end
 // the process as they would have (their default action, so the exit status is unchanged). Signals whose action is
 // not the default when this is called are left alone; a handler installed later (training's stop request) takes
