@@ -115,8 +115,11 @@ std::vector<Run> train_two_processes(const RunSetup& setup, const std::vector<Ru
 
 // The weights of two processes against one: process 0 accumulates batches 0 and 2 of a step and process 1 batches 1
 // and 3 (accelerate's deal, data/sampler.h), so the gradient sums the same micro-batches grouped otherwise than one
-// process's running sum: rounding, within 1e-5 of each tensor's largest weight.
-constexpr double kRegrouped = 1e-5;
+// process's running sum. The rounding, carried by the optimizer's normalised updates, is largest relative to the
+// tensors of smallest magnitude: at most 4.5e-6 of a tensor's largest weight on oneDNN's products, 1.1e-5 on
+// OpenBLAS's Haswell kernels (a layer-norm bias whose largest entry is 2.4e-3); 1e-4 holds on either with a margin.
+// Losses and gradient norms stay within 1e-5.
+constexpr double kRegrouped = 1e-4;
 
 void expect_same_training(const Run& reference, const Run& run, double weights_relative) {
   ASSERT_EQ(run.losses.size(), reference.losses.size());
