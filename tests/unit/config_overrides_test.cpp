@@ -54,7 +54,7 @@ TEST(ConfigOverrides, AFeedForwardProjectionOverrideChangesNoDerivedActivation) 
   apply_config_overrides(config, "feed_forward_proj=gated-gelu");
   const auto model = model_config_from_hf(config, "config.json");
   EXPECT_FALSE(model.gated_ffn);
-  EXPECT_EQ(model::to_string(model.activation_function), "relu");
+  EXPECT_STREQ(model::to_string(model.activation_function), "relu");
 }
 
 TEST(ConfigOverrides, WhatUpdateFromStringRefusesIsRefusedWithItsReason) {
