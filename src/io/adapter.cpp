@@ -65,8 +65,8 @@ std::vector<std::pair<std::string, at::Tensor>> peft_state(model::Seq2SeqLMImpl&
 }
 
 nlohmann::json target_modules_json(model::Seq2SeqLMImpl& model, const model::LoraConfig& config) {
-  const bool expanded = config.target_modules.empty() ||
-                        (config.target_modules.size() == 1 && config.target_modules[0] == "all-linear");
+  const bool expanded =
+      config.target_modules.empty() || (config.target_modules.size() == 1 && config.target_modules[0] == "all-linear");
   if (expanded) {
     std::set<std::string> names;
     for (const auto& layer : model::lora_target_names(model, config)) names.insert(layer.substr(layer.rfind('.') + 1));
@@ -128,9 +128,10 @@ void refuse_unsupported(const nlohmann::json& config, const fs::path& file) {
   for (const auto& [field, what] : features) {
     const auto* value = field_of(config, field);
     if (!value || *value == false || (value->is_structured() && value->empty())) continue;
-    refuse_field(file, field, "is " + value->dump() + ": " + what +
-                                  " is not supported by fitsum, which reads plain LoRA adapters; merge the adapter "
-                                  "with PEFT (merge_and_unload) and pass the merged model instead");
+    refuse_field(file, field,
+                 "is " + value->dump() + ": " + what +
+                     " is not supported by fitsum, which reads plain LoRA adapters; merge the adapter "
+                     "with PEFT (merge_and_unload) and pass the merged model instead");
   }
 }
 
@@ -142,8 +143,8 @@ void check_kind(const nlohmann::json& config, const fs::path& file) {
   }
   const auto* task = field_of(config, "task_type");
   if (task && *task != "SEQ_2_SEQ_LM") {
-    refuse_field(file, "task_type", "is " + task->dump() +
-                                        "; fitsum's models are sequence-to-sequence (task_type \"SEQ_2_SEQ_LM\")");
+    refuse_field(file, "task_type",
+                 "is " + task->dump() + "; fitsum's models are sequence-to-sequence (task_type \"SEQ_2_SEQ_LM\")");
   }
 }
 
@@ -175,8 +176,8 @@ void check_ranks(const AdapterFolder& folder, const TensorSource& source) {
     if (!ends_with(info.name, ".lora_A.weight")) continue;
     any = true;
     if (info.shape.size() != 2 || info.shape[0] != folder.config.r) {
-      problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected r = " +
-                         std::to_string(folder.config.r) + " rows");
+      problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) +
+                         ", expected r = " + std::to_string(folder.config.r) + " rows");
     }
   }
   if (!any) problems.push_back("it holds no lora_A tensor");
@@ -192,11 +193,10 @@ std::string peft_key(model::Seq2SeqLMImpl& model, const std::string& parameter_n
 nlohmann::json adapter_config_json(model::Seq2SeqLMImpl& model, const model::LoraConfig& config,
                                    const AdapterBase& base) {
   nlohmann::json j = nlohmann::json::object();
-  for (const char* null_field :
-       {"alora_invocation_tokens", "arrow_config", "auto_mapping", "corda_config", "eva_config", "exclude_modules",
-        "kasa_config", "layer_replication", "layers_pattern", "layers_to_transform", "lora_ga_config",
-        "megatron_config", "monteclora_config", "target_parameters", "trainable_token_indices", "use_bdlora",
-        "velora_config"}) {
+  for (const char* null_field : {"alora_invocation_tokens", "arrow_config", "auto_mapping", "corda_config",
+                                 "eva_config", "exclude_modules", "kasa_config", "layer_replication", "layers_pattern",
+                                 "layers_to_transform", "lora_ga_config", "megatron_config", "monteclora_config",
+                                 "target_parameters", "trainable_token_indices", "use_bdlora", "velora_config"}) {
     j[null_field] = nullptr;
   }
   j["alpha_pattern"] = nlohmann::json::object();
@@ -251,11 +251,13 @@ model::LoraConfig parse_adapter_config(const nlohmann::json& config, const fs::p
   model::LoraConfig c;
   const auto* r = field_of(config, "r");
   if (!r || !r->is_number_integer() || r->get<std::int64_t>() < 1 || r->get<std::int64_t>() > kMaxRank) {
-    refuse_field(file, "r", "must be a whole number from 1 to " + std::to_string(kMaxRank) + (r ? ", got " + r->dump() : ""));
+    refuse_field(file, "r",
+                 "must be a whole number from 1 to " + std::to_string(kMaxRank) + (r ? ", got " + r->dump() : ""));
   }
   c.r = r->get<std::int64_t>();
   if (const auto* alpha = field_of(config, "lora_alpha")) {
-    if (!alpha->is_number() || !std::isfinite(alpha->get<double>())) refuse_field(file, "lora_alpha", "must be a number");
+    if (!alpha->is_number() || !std::isfinite(alpha->get<double>()))
+      refuse_field(file, "lora_alpha", "must be a number");
     c.lora_alpha = alpha->get<double>();
   }
   if (const auto* dropout = field_of(config, "lora_dropout")) {
@@ -282,7 +284,8 @@ model::LoraConfig parse_adapter_config(const nlohmann::json& config, const fs::p
       refuse_field(file, "bias", std::string("is not valid: ") + e.what());
     }
   }
-  if (const auto* saved = field_of(config, "modules_to_save")) c.modules_to_save = string_list(*saved, file, "modules_to_save");
+  if (const auto* saved = field_of(config, "modules_to_save"))
+    c.modules_to_save = string_list(*saved, file, "modules_to_save");
   if (const auto* rslora = field_of(config, "use_rslora")) {
     if (!rslora->is_boolean()) refuse_field(file, "use_rslora", "must be true or false");
     c.use_rslora = rslora->get<bool>();
@@ -338,8 +341,8 @@ void load_adapter(model::Seq2SeqLMImpl& model, const AdapterFolder& folder) {
   try {
     model::apply_lora(model, folder.config, 0);  // the initial values are all replaced below
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error("adapter config '" + folder.config_file.string() + "' does not fit this base model: " +
-                             e.what());
+    throw std::runtime_error("adapter config '" + folder.config_file.string() +
+                             "' does not fit this base model: " + e.what());
   }
   load_adapter_weights(model, folder);
 }
@@ -370,13 +373,15 @@ void load_adapter_weights(model::Seq2SeqLMImpl& model, const AdapterFolder& fold
     if (info.shape != want) {
       problems.push_back("'" + info.name + "' has shape " + shape_text(info.shape) + ", expected " + shape_text(want));
     } else if (info.dtype != "F32" && info.dtype != "F16" && info.dtype != "BF16" && info.dtype != "F64") {
-      problems.push_back("tensor '" + info.name + "' has dtype " + info.dtype + "; adapters must be F32, F16, BF16 or F64");
+      problems.push_back("tensor '" + info.name + "' has dtype " + info.dtype +
+                         "; adapters must be F32, F16, BF16 or F64");
     } else {
       copies.emplace_back(&info, it->second);
     }
   }
   for (const auto& [key, tensor] : expected) {
-    if (!found.count(key)) problems.push_back("missing tensor '" + key + "' (shape " + shape_text(tensor.sizes().vec()) + ")");
+    if (!found.count(key))
+      problems.push_back("missing tensor '" + key + "' (shape " + shape_text(tensor.sizes().vec()) + ")");
   }
   if (!problems.empty()) throw_problems(folder, problems);
   torch::NoGradGuard no_grad;

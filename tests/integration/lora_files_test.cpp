@@ -40,8 +40,8 @@ TEST(LoraMerge, TheMergedModelComputesWhatTheAdapterComputes) {
   const auto r = merge(out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("merged       16 adapted layers"), std::string::npos) << r.output;
-  for (const char* file : {"model.safetensors", "config.json", "generation_config.json", "vocab.json", "merges.txt",
-                           "tokenizer.json"}) {
+  for (const char* file :
+       {"model.safetensors", "config.json", "generation_config.json", "vocab.json", "merges.txt", "tokenizer.json"}) {
     EXPECT_TRUE(fs::is_regular_file(out / file)) << file;
   }
   EXPECT_FALSE(fs::exists(out / "adapter_config.json"));
