@@ -15,7 +15,9 @@ namespace fitsum::train {
 
 namespace {
 
-std::string millions(std::int64_t count) {
+// 9216, 1.18M, 569M
+std::string count_text(std::int64_t count) {
+  if (count < 1'000'000) return std::to_string(count);
   char text[32];
   std::snprintf(text, sizeof(text), count < 10'000'000 ? "%.2fM" : "%.0fM", static_cast<double>(count) / 1e6);
   return text;
@@ -27,7 +29,7 @@ std::string number(double value) {
   return text;
 }
 
-// "LoRA r 16, alpha 32 (scaling 2) on 24 layers (q_proj, v_proj): 0.59M of 569M parameters train"
+// "LoRA r 16, alpha 32 (scaling 2) on 32 layers (v_proj, q_proj): 1.18M of 570M parameters train"
 std::string describe(model::Seq2SeqLMImpl& model, const model::LoraConfig& lora) {
   const auto targets = model::lora_target_names(model, lora);
   std::vector<std::string> kinds;  // the layers' last name components, as target_modules names them
@@ -45,7 +47,7 @@ std::string describe(model::Seq2SeqLMImpl& model, const model::LoraConfig& lora)
   }
   return "LoRA r " + std::to_string(lora.r) + ", alpha " + number(lora.lora_alpha) + " (scaling " +
          number(lora.scaling()) + (lora.use_rslora ? ", rsLoRA" : "") + ") on " + std::to_string(targets.size()) +
-         " layers (" + kind_list + "): " + millions(trainable) + " of " + millions(total) + " parameters train";
+         " layers (" + kind_list + "): " + count_text(trainable) + " of " + count_text(total) + " parameters train";
 }
 
 }  // namespace

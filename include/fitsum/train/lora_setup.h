@@ -13,7 +13,7 @@
 namespace fitsum::train {
 
 // Prepares `model` for args' LoRA settings and returns one line that says what trains ("LoRA r 16, alpha 32 (scaling
-// 2) on 24 layers (q_proj, v_proj): 0.9M of 569M parameters train; base held in bfloat16, 1.0 GiB saved"). With
+// 2) on 32 layers (v_proj, q_proj): 1.18M of 570M parameters train; frozen Linear weights held in bfloat16 (...)"). With
 // adapter_name_or_path the adapter folder is read by load_training_adapter, which sets args.lora to its config.
 // Throws std::invalid_argument for target modules the model does not have, std::runtime_error for a bad adapter
 // folder. Nothing happens (and "" is returned) when args trains no adapters.
