@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -320,7 +321,8 @@ TEST(LoraTraining, OutOfMemoryRecoveryMakesTheSameUpdate) {
   expect_same_training(reference, run, 1e-5);
 }
 
-class LoraDataParallel : public ::testing::TestWithParam<int> {};
+// (ZeRO stage, base_dtype)
+class LoraDataParallel : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 // Two processes (threads with a real Gloo group) of micro-batch 2 against one of twice the accumulation: the same
 // adapters (within the regrouped sums' rounding, as gradient_reducer_test bounds it), one model on both, the base
@@ -330,7 +332,8 @@ TEST_P(LoraDataParallel, TwoProcessesTrainTheAdaptersOfOne) {
   LoraSetup setup;
   setup.micro_batch = 2;
   setup.accumulation = 4;
-  setup.zero_stage = GetParam();
+  setup.zero_stage = std::get<0>(GetParam());
+  setup.base_dtype = std::get<1>(GetParam());
   const auto one = train_lora(setup, "dp-one");
   std::vector<LoraRun> ranks(2);
   auto each = setup;
@@ -349,7 +352,9 @@ TEST_P(LoraDataParallel, TwoProcessesTrainTheAdaptersOfOne) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ZeroStages, LoraDataParallel, ::testing::Values(0, 2));
+INSTANTIATE_TEST_SUITE_P(ZeroStagesAndBases, LoraDataParallel,
+                         ::testing::Values(std::tuple{0, "float32"}, std::tuple{2, "float32"},
+                                           std::tuple{0, "bfloat16"}));
 
 // The frozen base does not travel between the processes; a process that holds another base is refused by name.
 TEST(LoraDataParallelBase, ProcessesWithDifferentBasesRefuseToTrain) {
