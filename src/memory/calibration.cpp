@@ -191,12 +191,13 @@ LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape
 }
 
 double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
-                        std::int64_t decoder_checkpointed, double* recompute) {
+                        std::int64_t decoder_checkpointed, double* recompute, bool frozen_base) {
   const auto f = model::forward_matmul_flops(config, shape.batch, shape.source, shape.target);
   const double again = static_cast<double>(encoder_checkpointed) * f.encoder_layer +
                        static_cast<double>(decoder_checkpointed) * f.decoder_layer;
   if (recompute) *recompute = again;
-  return model::training_matmul_flops(config, shape.batch, shape.source, shape.target) + again;
+  const double training = model::training_matmul_flops(config, shape.batch, shape.source, shape.target);
+  return (frozen_base ? training * 2.0 / 3.0 : training) + again;
 }
 
 // ---- Calibration ----
@@ -552,7 +553,8 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
         const auto& shape = shapes[i];
         auto sample = measure_micro_step(*copy, shape, options, device, 1);
         sample.checkpointing = checkpointing;
-        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(layers, d));
+        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(layers, d), nullptr,
+                                        options.lora.enabled());
         c.samples.push_back(sample);
       }
     }

@@ -165,9 +165,11 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
                                      const std::vector<double>& numbers);
 
 // Matrix-product FLOPs of one micro-step of `shape` on a model of `config` with the bottom `encoder_checkpointed` /
-// `decoder_checkpointed` layers recomputed; `recompute` (when given) receives the recomputation's share.
+// `decoder_checkpointed` layers recomputed; `recompute` (when given) receives the recomputation's share. With a
+// `frozen_base` (LoRA) the backward pass computes the inputs' gradients but not the frozen weights': two forward
+// passes' worth instead of three (the adapters' rank-r products are left out).
 double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
-                        std::int64_t decoder_checkpointed, double* recompute = nullptr);
+                        std::int64_t decoder_checkpointed, double* recompute = nullptr, bool frozen_base = false);
 
 // Parameter counts with the shared embedding frozen (HF's --freeze_embeds): its elements leave the trainable
 // count (no gradient, no optimizer state) and become frozen weights.
