@@ -2,6 +2,8 @@
 // the block under the saved RNG state and back-propagates through the recomputed graph.
 #include "fitsum/model/activation_checkpoint.h"
 
+#include <algorithm>
+
 #include <ATen/core/ivalue.h>
 #include <torch/torch.h>
 
@@ -82,8 +84,22 @@ TensorList checkpoint(const CheckpointedBlock& block, const TensorList& inputs) 
       break;
     }
   }
+  // When no input requires a gradient (frozen embeddings, a LoRA base) the function's outputs would not either and
+  // its backward would never run, leaving the block's trainable tensors (adapters) without gradients: the first
+  // floating input then stands in as one that does (HF's enable_input_require_grads), its gradient discarded.
+  TensorList passed = inputs;
+  const bool any_requires = std::any_of(inputs.begin(), inputs.end(),
+                                        [](const at::Tensor& t) { return t.defined() && t.requires_grad(); });
+  if (!any_requires) {
+    for (auto& t : passed) {
+      if (t.defined() && t.is_floating_point()) {
+        t = t.detach().requires_grad_(true);
+        break;
+      }
+    }
+  }
   // Passed as a TensorList so that autograd sees each input as a variable of the function.
-  return CheckpointFunction::apply(holder, at::TensorList(inputs));
+  return CheckpointFunction::apply(holder, at::TensorList(passed));
 }
 
 }  // namespace fitsum::model

@@ -205,6 +205,9 @@ bool few_rows_kernel_applies(const at::Tensor& x, const at::Tensor& weight, cons
 }
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training) {
+  if (weight.scalar_type() == at::kBFloat16 && x.scalar_type() == at::kFloat && !weight.requires_grad()) {
+    return frozen_bfloat16_linear(x, weight, bias, training);  // a LoRA base held in bfloat16 (model/lora.h)
+  }
   if (training) return dense_linear(x, weight, bias);
   if (!few_rows_kernel_applies(x, weight, bias)) {
     if (!onednn_linear_applies(x, weight, bias)) return torch::nn::functional::linear(x, weight, bias);

@@ -315,7 +315,10 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias) {
-    ctx->save_for_backward({x, weight});
+    // x serves only the weight's gradient: a frozen weight (a LoRA base) does not keep its input alive.
+    ctx->save_for_backward({weight.requires_grad() ? x : at::Tensor(), weight});
+    ctx->saved_data["rows"] = rows_of(x);
+    ctx->saved_data["sizes"] = x.sizes().vec();
     const bool has_bias = bias.numel() > 0;
     ctx->saved_data["bias"] = has_bias;
     return linear_product(x, weight, has_bias ? bias : at::Tensor());
@@ -327,10 +330,11 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
     const auto& weight = saved[1];
     const auto n = weight.size(0);
     const auto k = weight.size(1);
-    const auto grad = grad_outputs[0].reshape({rows_of(x), n});
+    const auto rows = ctx->saved_data["rows"].toInt();
+    const auto grad = grad_outputs[0].reshape({rows, n});
     at::Tensor grad_x, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) grad_x = dense_mm(grad, weight).view(x.sizes());
-    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({rows_of(x), k}));
+    if (ctx->needs_input_grad(0)) grad_x = dense_mm(grad, weight).view(ctx->saved_data["sizes"].toIntVector());
+    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({rows, k}));
     if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) grad_bias = grad.sum(0);
     return {grad_x, grad_weight, grad_bias};
   }
@@ -356,7 +360,42 @@ class DenseMatmulFunction : public torch::autograd::Function<DenseMatmulFunction
   }
 };
 
+// x W^T + b for a frozen bfloat16 W: only x's gradient, from a float32 copy of W made again in backward.
+class FrozenBfloat16LinearFunction : public torch::autograd::Function<FrozenBfloat16LinearFunction> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+    ctx->save_for_backward({weight});
+    ctx->saved_data["rows"] = rows_of(x);
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    return dense_linear(x, weight.to(at::kFloat), bias.numel() > 0 ? bias : at::Tensor());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto weight = ctx->get_saved_variables()[0].to(at::kFloat);
+    const auto rows = ctx->saved_data["rows"].toInt();
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    const auto grad = grad_outputs[0].reshape({rows, weight.size(0)});
+    return {dense_mm(grad, weight).view(sizes), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor frozen_bfloat16_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                  bool training) {
+  TORCH_CHECK(!weight.requires_grad(), "frozen_bfloat16_linear: the bfloat16 weight must be frozen");
+  if (util::autocast_enabled(c10::DeviceType::CPU)) return torch::nn::functional::linear(x, weight, bias);
+  if (!training || !at::GradMode::is_enabled() || !(x.requires_grad() || (bias.defined() && bias.requires_grad()))) {
+    const auto w = weight.to(at::kFloat);  // frozen: the copy records nothing
+    return training ? dense_linear(x, w, bias) : torch::nn::functional::linear(x, w, bias);
+  }
+  if (bias.defined() && bias.requires_grad()) {
+    // A trainable bias (LoRA's bias = all / lora_only) adds outside the node, which then needs no bias gradient.
+    return FrozenBfloat16LinearFunction::apply(x, weight, at::empty({0}, x.options())) + bias;
+  }
+  return FrozenBfloat16LinearFunction::apply(x, weight, bias.defined() ? bias : at::empty({0}, x.options()));
+}
 
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   if (!onednn_available() || !float_linear_operands(x, weight, bias)) {

@@ -218,6 +218,11 @@ torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& 
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
+  if (lora_adapter_of(*fc2)) {  // fc2's adapter takes fc2's input, which the fused node never holds
+    auto h = model::dropout(activate(project(fc1, x), s.activation), s.activation_dropout, training,
+                            s.byte_mask_dropout);
+    return project(fc2, h);
+  }
   return activation_dropout_linear(project(fc1, x), s.activation, s.activation_dropout, training,  // (B, T, D)
                                    s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
 }

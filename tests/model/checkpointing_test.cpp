@@ -28,10 +28,12 @@ model::ModelConfig dropout_config() {
 }
 
 StepResult train_step(const model::ModelConfig& config, std::int64_t encoder_ckpt, std::int64_t decoder_ckpt,
-                      std::int64_t batch, std::int64_t source_len, std::int64_t target_len) {
+                      std::int64_t batch, std::int64_t source_len, std::int64_t target_len,
+                      bool freeze_embeds = false) {
   torch::manual_seed(7);
   model::Seq2SeqLM m(config);
   model::init_weights(*m, 3);
+  if (freeze_embeds) m->model->shared->weight.set_requires_grad(false);
   m->train();
   m->set_gradient_checkpointing(encoder_ckpt, decoder_ckpt);
   auto ids = torch::randint(3, config.vocab_size, {batch, source_len}, torch::kLong);
@@ -72,6 +74,17 @@ TEST(ActivationCheckpointing, SameGradientsWithDropout) {
   auto no_dropout = config;
   no_dropout.dropout = no_dropout.attention_dropout = no_dropout.activation_dropout = 0.0;
   EXPECT_GT(std::abs(train_step(no_dropout, 0, 0, 2, 12, 9).loss - plain.loss), 1e-4);
+}
+
+// With the embedding frozen (--freeze_embeds, or a LoRA base) no input of the first checkpointed layer requires a
+// gradient; its parameters, and every later checkpointed layer's, still get theirs.
+TEST(ActivationCheckpointing, SameGradientsWhenNoInputRequiresOne) {
+  const auto config = dropout_config();
+  const auto plain = train_step(config, 0, 0, 2, 12, 9, true);
+  const auto ckpt = train_step(config, 100, 100, 2, 12, 9, true);
+  EXPECT_EQ(plain.grads.count("model.shared.weight"), 0u);
+  ASSERT_EQ(plain.grads.size(), ckpt.grads.size());
+  for (const auto& [name, g] : plain.grads) EXPECT_CLOSE(ckpt.grads.at(name), g, relative(1e-6)) << name;
 }
 
 TEST(ActivationCheckpointing, LowersMeasuredPeakMemory) {

@@ -19,6 +19,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/linear.h>
 
+#include "fitsum/model/lora.h"
+
 namespace fitsum::model {
 
 // At most this many rows (x's elements / its last dimension) take the kernel: measured on the development machine
@@ -45,9 +47,12 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // in training dense_matmul.
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training);
 
-// layer->forward(x) through linear() above, in the layer's mode.
+// layer->forward(x) through linear() above, in the layer's mode, plus the layer's LoRA adapter where it has one
+// (model/lora.h).
 inline at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x) {
-  return linear(x, layer->weight, layer->bias, layer->is_training());
+  auto y = linear(x, layer->weight, layer->bias, layer->is_training());
+  if (const auto adapter = lora_adapter_of(*layer)) return add_lora(y, x, adapter, layer->is_training());
+  return y;
 }
 
 // The two products of attention for a few query rows, batched over the leading dimensions (batch and heads): at a

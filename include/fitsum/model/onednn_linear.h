@@ -50,6 +50,12 @@ at::Tensor dense_addmm(const at::Tensor& bias, const at::Tensor& a, const at::Te
 // forward and backward products are dense_mm's, where oneDNN is available and the inputs are float32 CPU tensors
 // (weight and bias contiguous) outside autocast; else LibTorch's functions.
 at::Tensor dense_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// linear(x, weight, bias) for a float32 x and a frozen (requires_grad false) bfloat16 weight, the LoRA base held in
+// bfloat16 (model/lora.h): the product runs in float32 on a float32 copy of the weight made as it runs, and the
+// autograd node keeps the bfloat16 weight for backward (x's gradient), never the copy. Under CPU autocast,
+// LibTorch's linear (which casts to bfloat16 anyway).
+at::Tensor frozen_bfloat16_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, bool training);
 at::Tensor dense_matmul(const at::Tensor& a, const at::Tensor& b);
 
 // What every evaluation product kernel of fitsum's takes (this one and few_rows_linear.h's): x (..., K), weight
