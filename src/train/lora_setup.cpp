@@ -3,11 +3,12 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 #include <torch/torch.h>
 
+#include "fitsum/io/adapter.h"
 #include "fitsum/model/lora.h"
 #include "fitsum/util/bytes.h"
 
@@ -52,9 +53,16 @@ std::string describe(model::Seq2SeqLMImpl& model, const model::LoraConfig& lora)
 
 }  // namespace
 
-void load_training_adapter(model::Seq2SeqLMImpl& /*model*/, TrainingArguments& args) {
-  throw std::invalid_argument("adapter_name_or_path '" + args.adapter_name_or_path +
-                              "': this build cannot continue a PEFT adapter; train a new one with lora_r");
+void load_training_adapter(model::Seq2SeqLMImpl& model, TrainingArguments& args) {
+  const auto folder = io::open_adapter_folder(args.adapter_name_or_path);
+  // A run that continues an adapter keeps its configuration, as PeftModel.from_pretrained(is_trainable=True) does.
+  if (args.lora.enabled() && args.lora.r != folder.config.r) {
+    throw std::invalid_argument("lora_r is " + std::to_string(args.lora.r) + " but the adapter in '" +
+                                args.adapter_name_or_path + "' has r " + std::to_string(folder.config.r) +
+                                "; a run that continues an adapter keeps its configuration: leave out lora_r");
+  }
+  io::load_adapter(model, folder);
+  args.lora = folder.config;
 }
 
 std::string prepare_lora(model::Seq2SeqLMImpl& model, TrainingArguments& args) {

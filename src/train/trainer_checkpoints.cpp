@@ -6,10 +6,12 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/io/adapter.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/checkpoint_state.h"
 #include "fitsum/io/safetensors.h"
+#include "fitsum/model/lora.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/best_model.h"
 #include "fitsum/train/distributed.h"
@@ -29,6 +31,78 @@ nlohmann::json source_generation_config(const std::string& model_dir) {
   std::error_code error;
   if (model_dir.empty() || !fs::is_regular_file(file, error)) return nullptr;
   return util::read_json_file(file);
+}
+
+// The model files of a save: with adapters (a LoRA run) the adapter as PEFT saves it and the tokenizer files, else
+// the whole model folder.
+void save_run_model(const TrainingArguments& args, const TrainerInputs& in, const fs::path& dir) {
+  if (args.lora.enabled()) {
+    io::save_adapter(*in.model.ptr(), args.lora, dir, {in.model_name_or_path, ""});
+    io::copy_tokenizer_files(in.tokenizer_dir, dir);
+    return;
+  }
+  io::SaveOptions save;
+  save.config_json = in.config_json;
+  save.copy_tokenizer_from = in.tokenizer_dir;
+  save.generation_config = source_generation_config(in.model_dir.string());
+  io::save_model_folder(*in.model.ptr(), dir, save);
+}
+
+// What a checkpoint's adapter was made with against this run's: the first field that differs, or "".
+std::string lora_difference(model::Seq2SeqLMImpl& model, const model::LoraConfig& saved, const model::LoraConfig& run) {
+  const auto number = [](double v) {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  };
+  if (saved.r != run.r) return "r " + std::to_string(saved.r) + ", this run's " + std::to_string(run.r);
+  if (saved.lora_alpha != run.lora_alpha) {
+    return "lora_alpha " + number(saved.lora_alpha) + ", this run's " + number(run.lora_alpha);
+  }
+  if (saved.use_rslora != run.use_rslora) return std::string("use_rslora ") + (saved.use_rslora ? "true" : "false");
+  if (saved.lora_dropout != run.lora_dropout) {
+    return "lora_dropout " + number(saved.lora_dropout) + ", this run's " + number(run.lora_dropout);
+  }
+  if (saved.bias != run.bias) {
+    return std::string("bias ") + model::lora_bias_name(saved.bias) + ", this run's " + model::lora_bias_name(run.bias);
+  }
+  if (saved.modules_to_save != run.modules_to_save) return "other modules_to_save";
+  if (model::lora_target_names(model, saved) != model::lora_target_names(model, run)) return "other target_modules";
+  return "";
+}
+
+// A resume's weights: the adapter of a LoRA run (the frozen base is the run's, loaded from its model), else the
+// whole model; each checked against the run before a tensor is copied.
+void restore_weights(const fs::path& checkpoint, const TrainingArguments& args, model::Seq2SeqLMImpl& model) {
+  const auto refuse = [&](const std::string& why, const std::string& hint) {
+    throw std::invalid_argument("cannot resume from checkpoint '" + checkpoint.string() + "': " + why + "; " + hint);
+  };
+  const bool adapter = io::is_adapter_folder(checkpoint);
+  if (args.lora.enabled() != adapter) {
+    refuse(adapter ? "it holds a LoRA adapter (adapter_config.json), this run trains the whole model"
+                   : "it holds a whole model, this run trains LoRA adapters",
+           "resume with the settings the checkpoint was made with, or start a new run");
+  }
+  if (adapter) {
+    const auto folder = io::open_adapter_folder(checkpoint);
+    const auto difference = lora_difference(model, folder.config, args.lora);
+    if (!difference.empty()) {
+      refuse("its adapter has " + difference, "resume with the LoRA settings of its adapter_config.json");
+    }
+    io::load_adapter_weights(model, folder);
+    return;
+  }
+  auto folder = io::open_model_folder(checkpoint);
+  // Another model's checkpoint is named as such, before its tensors are compared one by one with this run's.
+  if (const auto d = model::architecture_difference(folder.config, model.config())) {
+    const auto what = d->field == "model_type" ? "it is a " + d->first + " model, this run is " + d->second
+                                               : "its " + d->field + " is " + d->first + ", this run's is " + d->second;
+    refuse(what,
+           "resume from a checkpoint of this run's model, or start a new run from its weights with "
+           "--model_name_or_path " +
+               checkpoint.string() + " (without --resume_from_checkpoint)");
+  }
+  io::load_weights(model, folder);
 }
 
 }  // namespace
@@ -195,11 +269,7 @@ void Trainer::record_evaluation(const nlohmann::ordered_json& metrics) {
 }
 
 void Trainer::write_checkpoint_files(const fs::path& temp_dir, const torch::Tensor& rng) {
-  io::SaveOptions save;
-  save.config_json = in_.config_json;
-  save.copy_tokenizer_from = in_.tokenizer_dir;
-  save.generation_config = source_generation_config(in_.model_dir.string());
-  io::save_model_folder(*in_.model, temp_dir, save);
+  save_run_model(args_, in_, temp_dir);
   write_optimizer_state(temp_dir);
   io::write_safetensors(temp_dir / "rng_state.safetensors", {{"generator", rng}}, {{"device", in_.device.str()}});
   nlohmann::ordered_json scheduler = {{"lr_scheduler_type", to_string(schedule_.type)},
@@ -276,7 +346,8 @@ void Trainer::read_optimizer_state(const fs::path& checkpoint) {
     check_saved_optimizer(reader, checkpoint, args_.optimizer());
     for (const auto& e : reader.entries()) {
       const auto dot = e.name.rfind('.');
-      if (dot != std::string::npos && names.count(e.name.substr(0, dot))) state[e.name] = reader.read(e.name).to(in_.device);
+      if (dot != std::string::npos && names.count(e.name.substr(0, dot)))
+        state[e.name] = reader.read(e.name).to(in_.device);
     }
   }
   optim::import_optimizer_state(*optimizer_, parameters_, state);
@@ -298,7 +369,8 @@ void Trainer::save_sharded_checkpoint(const torch::Tensor& rng) {
   }
   temp_dir = group_->broadcast_string(temp_dir.string(), 0);
   if (temp_dir.empty()) {
-    throw std::runtime_error(main_process_ ? error : "rank 0 could not start checkpoint " + std::to_string(global_step_));
+    throw std::runtime_error(main_process_ ? error
+                                           : "rank 0 could not start checkpoint " + std::to_string(global_step_));
   }
   try {
     if (main_process_) {
@@ -328,17 +400,7 @@ void Trainer::save_sharded_checkpoint(const torch::Tensor& rng) {
 }
 
 void Trainer::resume(const fs::path& checkpoint) {
-  auto folder = io::open_model_folder(checkpoint);
-  // Another model's checkpoint is named as such, before its tensors are compared one by one with this run's.
-  if (const auto d = model::architecture_difference(folder.config, in_.model->config())) {
-    const auto what = d->field == "model_type" ? "it is a " + d->first + " model, this run is " + d->second
-                                               : "its " + d->field + " is " + d->first + ", this run's is " + d->second;
-    throw std::invalid_argument("cannot resume from checkpoint '" + checkpoint.string() + "': " + what +
-                                "; resume from a checkpoint of this run's model, or start a new run from its weights "
-                                "with --model_name_or_path " +
-                                checkpoint.string() + " (without --resume_from_checkpoint)");
-  }
-  io::load_weights(*in_.model, folder);
+  restore_weights(checkpoint, args_, *in_.model);
   in_.model->to(in_.device);
 
   const auto position_file = checkpoint / "fitsum_state.json";
@@ -385,14 +447,14 @@ void Trainer::resume(const fs::path& checkpoint) {
 void Trainer::load_best_model() {
   if (!args_.load_best_model_at_end) return;
   if (main_process_ && !best_model_checkpoint_.empty()) {
-    if (fs::exists(fs::path(best_model_checkpoint_) / "model.safetensors")) {
+    const char* saved = args_.lora.enabled() ? io::kAdapterWeightsName : "model.safetensors";
+    if (fs::exists(fs::path(best_model_checkpoint_) / saved)) {
       std::ostringstream score;
       score << *best_metric_;
       if (callbacks_.on_message) {
         callbacks_.on_message("loading best model from " + best_model_checkpoint_ + " (score: " + score.str() + ")");
       }
-      auto folder = io::open_model_folder(best_model_checkpoint_);
-      io::load_weights(*in_.model, folder);
+      restore_weights(best_model_checkpoint_, args_, *in_.model);
       in_.model->to(in_.device);
     } else if (callbacks_.on_message) {
       callbacks_.on_message("load_best_model_at_end: " + best_model_checkpoint_ +
@@ -404,11 +466,7 @@ void Trainer::load_best_model() {
 
 void Trainer::save_final_model() {
   if (!main_process_) return;
-  io::SaveOptions save;
-  save.config_json = in_.config_json;
-  save.copy_tokenizer_from = in_.tokenizer_dir;
-  save.generation_config = source_generation_config(in_.model_dir.string());
-  io::save_model_folder(*in_.model, args_.output_dir, save);
+  save_run_model(args_, in_, args_.output_dir);
   write_trainer_state();
   util::write_file_atomic(fs::path(args_.output_dir) / "training_args.json", args_.to_json().dump(2) + "\n");
 }
