@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/memory/device_memory.h"
+#include "fitsum/memory/lora_memory.h"
 #include "fitsum/model/loss.h"
 #include "fitsum/model/micro_step.h"
 #include "fitsum/optim/optimizer_step.h"
@@ -190,12 +191,13 @@ LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape
 }
 
 double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
-                        std::int64_t decoder_checkpointed, double* recompute) {
+                        std::int64_t decoder_checkpointed, double* recompute, bool frozen_base) {
   const auto f = model::forward_matmul_flops(config, shape.batch, shape.source, shape.target);
   const double again = static_cast<double>(encoder_checkpointed) * f.encoder_layer +
                        static_cast<double>(decoder_checkpointed) * f.decoder_layer;
   if (recompute) *recompute = again;
-  return model::training_matmul_flops(config, shape.batch, shape.source, shape.target) + again;
+  const double training = model::training_matmul_flops(config, shape.batch, shape.source, shape.target);
+  return (frozen_base ? training * 2.0 / 3.0 : training) + again;
 }
 
 // ---- Calibration ----
@@ -232,9 +234,10 @@ BatchShape warm_up_shape(const CalibrationOptions& options) {
   return {1, std::min<std::int64_t>(8, options.max_source_length), std::min<std::int64_t>(8, options.max_target_length)};
 }
 
-// A reduced-depth copy: the same config with `encoder_layers` + `decoder_layers` layers, random weights.
+// A reduced-depth copy: the same config with `encoder_layers` + `decoder_layers` layers, random weights, and the
+// run's adapters.
 model::Seq2SeqLM reduced_copy(const model::ModelConfig& config, std::int64_t encoder_layers,
-                              std::int64_t decoder_layers, const c10::Device& device, bool freeze_embeds) {
+                              std::int64_t decoder_layers, const c10::Device& device, const CalibrationOptions& options) {
   auto reduced = config;
   reduced.encoder_layers = encoder_layers;
   reduced.decoder_layers = decoder_layers;
@@ -242,7 +245,8 @@ model::Seq2SeqLM reduced_copy(const model::ModelConfig& config, std::int64_t enc
   model::init_weights(*copy, 1234);
   copy->to(device);
   copy->train();
-  if (freeze_embeds) copy->model->shared->weight.set_requires_grad(false);
+  if (options.freeze_embeds) copy->model->shared->weight.set_requires_grad(false);
+  if (options.lora.enabled()) apply_planned_lora(*copy, options.lora, options.base_bfloat16);
   return copy;
 }
 
@@ -413,7 +417,15 @@ Calibration unmeasured(const model::ModelConfig& config, const CalibrationOption
   c.encoder_layers = config.encoder_layers;
   c.decoder_layers = config.decoder_layers;
   c.bf16 = options.bf16;
+  c.lora = options.lora;
+  c.base_bfloat16 = options.lora.enabled() && options.base_bfloat16;
   return c;
+}
+
+void set_lora_memory(Calibration& c, const LoraMemory& lora) {
+  c.counts = lora.counts;
+  c.weight_bytes = lora.weight_bytes;
+  c.gradient_bytes = static_cast<std::uint64_t>(c.counts.trainable) * 4;  // the adapters train in float32
 }
 
 template <typename LayerMemoryT>
@@ -454,6 +466,7 @@ std::vector<double> calibration_numbers(const Calibration& c) {
 Calibration calibration_from_numbers(const model::ModelConfig& config, const CalibrationOptions& options,
                                      const std::vector<double>& numbers) {
   auto c = unmeasured(config, options);
+  if (options.lora.enabled()) set_lora_memory(c, lora_memory(config, options.lora, options.base_bfloat16));
   // The version, the fits' coefficients, the speed (2), the optimizers' costs (2 x 2), the probe's seconds, the
   // number of samples.
   const std::size_t fixed = 1 + fits_of(c.memory).size() * ShapeFit{}.coefficients.size() + 2 + 2 * 2 + 2;
@@ -522,7 +535,8 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
   torch::Tensor largest;
   for (const std::int64_t depth : {1, 2}) {
     const auto e = depth, d = depth;
-    auto copy = reduced_copy(config, e, d, device, options.freeze_embeds);
+    auto copy = reduced_copy(config, e, d, device, options);
+    if (depth == 2 && options.lora.enabled()) set_lora_memory(c, lora_memory(*copy, config));
     for (const auto checkpointing : {ProbeCheckpointing::none, ProbeCheckpointing::all, ProbeCheckpointing::bottom}) {
       if (depth == 1 && checkpointing == ProbeCheckpointing::bottom) continue;
       const auto layers = checkpointing == ProbeCheckpointing::none  ? std::int64_t{0}
@@ -539,7 +553,8 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
         const auto& shape = shapes[i];
         auto sample = measure_micro_step(*copy, shape, options, device, 1);
         sample.checkpointing = checkpointing;
-        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(layers, d));
+        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(layers, d), nullptr,
+                                        options.lora.enabled());
         c.samples.push_back(sample);
       }
     }

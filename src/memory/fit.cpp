@@ -39,10 +39,37 @@ std::string freeze_hint(const model::ModelConfig& config, const FitRequest& requ
          util::format_bytes(needs);
 }
 
+FitResult refused(const model::ModelConfig& config, const FitRequest& request) {
+  FitResult r;
+  r.worst = request.worst;
+  r.evaluation = request.evaluation;
+  r.budget = request.budget;
+  r.layers = std::max(config.encoder_layers, config.decoder_layers);
+  r.status = FitStatus::nothing_fits;
+  return r;
+}
+
+// With adapters, before the probe's copy says what they add: the frozen base's weights (every element at 2 bytes
+// with a bfloat16 base, fewer than it holds: its embeddings and norms stay float32) are less than any plan holds.
+std::optional<FitResult> check_lora_static_memory(const model::ModelConfig& config, const FitRequest& request) {
+  const auto elements = static_cast<std::uint64_t>(model::count_parameters(config).total());
+  const auto base = elements * (request.base_bfloat16 ? 2 : 4);
+  if (with_margin(base, request.margin) <= request.budget) return std::nullopt;
+  auto r = refused(config, request);
+  r.minimum_budget = with_margin(base, request.margin);
+  r.explanation = "max_memory " + util::format_bytes(request.budget) + " is too small for LoRA on this model: its " +
+                  "frozen base's weights alone need at least " + util::format_bytes(base) +
+                  (request.base_bfloat16 ? " in bfloat16" : "") + ", " + util::format_bytes(r.minimum_budget) +
+                  " with the planner's margin" +
+                  (request.base_bfloat16 ? "" : "; --base_dtype bfloat16 holds its Linear weights in half the bytes");
+  return r;
+}
+
 }  // namespace
 
 std::optional<FitResult> check_static_memory(const model::ModelConfig& config, const FitRequest& request) {
   if (request.budget == 0) throw std::invalid_argument("max_memory must be above 0");
+  if (request.lora.enabled()) return check_lora_static_memory(config, request);
   const auto counts = request_counts(config, request.freeze_embeds);
   // Per process: with several processes, the optimizer state of the largest share unless stage 0 is fixed, and the
   // gradients' share unless stage 0 or 1 is.
@@ -171,7 +198,7 @@ void explain_no_fit(FitResult& r, const FitRequest& request, const PlanRequest& 
     r.status = FitStatus::nothing_fits;
     why << ". Even micro-batch 1 with full checkpointing and adafactor needs "
         << util::format_bytes(free.minimum_budget);
-    if (!request.freeze_embeds) {
+    if (!request.freeze_embeds && !request.lora.enabled()) {
       // The same plan without the embedding's gradient and state (its activations are not smaller).
       const auto& c = *r.calibration;
       const auto frozen = counts_with_frozen_embeddings(c.config);
@@ -211,6 +238,45 @@ std::string evaluation_warning(const FitRequest& request, const Candidate& chose
   return out.str();
 }
 
+FitResult fit(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request,
+              std::optional<CudaPlanInputs> cuda);
+
+// Step 5: full fine-tuning cannot fit; the first LoRA configuration of the ladder that does, planned with the knobs
+// the user fixed, is named in the explanation (with its predicted peak), or the cheapest one's need when none fits.
+// On CUDA the configurations are planned by their predicted peak (the allocator model needs a model's shapes).
+void suggest_lora(FitResult& r, const model::ModelConfig& config, const c10::Device& device,
+                  const FitRequest& request) {
+  if (!request.suggest_lora || request.lora.enabled() || r.status != FitStatus::nothing_fits) return;
+  std::optional<std::pair<LoraRung, std::uint64_t>> cheapest;  // when none fits: the one that needs the least
+  for (const auto& rung : lora_suggestion_ladder()) {
+    auto lora = request;
+    lora.lora = rung.lora;
+    lora.base_bfloat16 = rung.base_bfloat16;
+    lora.suggest_lora = false;
+    lora.freeze_embeds = false;  // adapters freeze the embeddings anyway
+    lora.for_cuda_device = false;
+    lora.cuda_alloc_conf.reset();
+    auto result = check_static_memory(config, lora);
+    if (!result) result = fit(config, device, lora, std::nullopt);
+    const auto& plan = result->chosen ? result->chosen : result->alternative;
+    if (plan && result->calibration) {
+      r.lora_suggestion = LoraSuggestion{rung, *plan, lora_arguments(rung.lora, rung.base_bfloat16)};
+      std::ostringstream why;
+      why << ". Full fine-tuning needs " << (r.calibration ? "" : "at least ") << util::format_bytes(r.minimum_budget)
+          << "; " << r.lora_suggestion->arguments << " fits in " << util::format_bytes(plan->prediction.peak)
+          << " (predicted peak, with " << plan_arguments(plan->knobs, *result->calibration)
+          << "). LoRA trains low-rank adapters instead of the model's weights, so the planner does not switch to it "
+             "by itself";
+      r.explanation += why.str();
+      return;
+    }
+    if (!cheapest || result->minimum_budget < cheapest->second) cheapest = {rung, result->minimum_budget};
+  }
+  r.explanation += ". No LoRA configuration fits either: the cheapest tried, " +
+                   lora_arguments(cheapest->first.lora, cheapest->first.base_bfloat16) + ", needs " +
+                   util::format_bytes(cheapest->second);
+}
+
 // Steps 2 to 4 (fit.h), from the config and the device; `cuda` holds the CUDA model's inputs when it is needed.
 FitResult fit(const model::ModelConfig& config, const c10::Device& device, const FitRequest& request,
               std::optional<CudaPlanInputs> cuda) {
@@ -220,6 +286,8 @@ FitResult fit(const model::ModelConfig& config, const c10::Device& device, const
   options.bf16 = request.bf16;
   options.label_smoothing = request.label_smoothing;
   options.freeze_embeds = request.freeze_embeds;
+  options.lora = request.lora;
+  options.base_bfloat16 = request.base_bfloat16;
   FitResult r;
   r.worst = request.worst;
   r.evaluation = request.evaluation;
@@ -260,14 +328,22 @@ FitResult fit(const model::ModelConfig& config, const c10::Device& device, const
     return r;
   }
   explain_no_fit(r, request, planned);
+  suggest_lora(r, config, device, request);
   return r;
 }
 
 }  // namespace
 
+std::optional<FitResult> refusal_before_loading(const model::ModelConfig& config, const c10::Device& device,
+                                                const FitRequest& request) {
+  auto refused = check_static_memory(config, request);
+  if (refused) suggest_lora(*refused, config, device, request);
+  return refused;
+}
+
 FitResult fit_training(model::Seq2SeqLMImpl& model, const FitRequest& request) {
-  if (auto refused = check_static_memory(model.config(), request)) return *refused;
   const auto device = model.parameters().front().device();
+  if (auto refused = refusal_before_loading(model.config(), device, request)) return *refused;
   std::optional<CudaPlanInputs> cuda;
   if (needs_cuda_inputs(device, request)) cuda = cuda_plan_inputs(model, request, device);
   return fit(model.config(), device, request, std::move(cuda));
@@ -281,7 +357,7 @@ FitResult fit_training(const model::ModelConfig& config, const c10::Device& devi
   if (needs_cuda_inputs(device, request)) {
     throw std::invalid_argument("fit_training without a model: the CUDA allocator model needs the parameters' shapes");
   }
-  if (auto refused = check_static_memory(config, request)) return *refused;
+  if (auto refused = refusal_before_loading(config, device, request)) return *refused;
   return fit(config, device, request, std::nullopt);
 }
 
@@ -300,7 +376,11 @@ std::string plan_arguments(const PlanKnobs& knobs, const Calibration& c) {
   out << " --optim " << optim::to_string(knobs.optimizer);
   if (knobs.bf16) out << " --bf16";
   if (knobs.world_size > 1 && knobs.zero_stage > 0) out << " --zero_stage " << knobs.zero_stage;
-  if (c.freeze_embeds) out << " --freeze_embeds";
+  if (c.lora.enabled()) {
+    out << " " << lora_arguments(c.lora, c.base_bfloat16);
+  } else if (c.freeze_embeds) {
+    out << " --freeze_embeds";
+  }
   if (knobs.eval_batch > 0) out << " --per_device_eval_batch_size " << knobs.eval_batch;
   return out.str();
 }

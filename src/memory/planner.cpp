@@ -113,7 +113,7 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   }
   p.peak = p.weights + p.gradients + p.optimizer_state + std::max(p.activations, p.optimizer_transient);
   double recompute = 0.0;
-  const double micro_flops = micro_step_flops(c.config, shape, ce, cd, &recompute);
+  const double micro_flops = micro_step_flops(c.config, shape, ce, cd, &recompute, c.lora.enabled());
   const auto accumulation = static_cast<double>(knobs.accumulation);
   p.step_flops = accumulation * micro_flops;
   p.recompute_flops = accumulation * recompute;

@@ -135,7 +135,7 @@ at::Tensor add_lora(const at::Tensor& y, const at::Tensor& x, const LoraAdapter&
   const auto input = s.dropout > 0.0 ? model::dropout(x, s.dropout, training) : x;
   const auto down = linear(input, adapter.lora_A->weight, {}, training);
   const auto up = linear(down, adapter.lora_B->weight, {}, training);
-  return y + up * s.scaling;
+  return y.add(up, s.scaling);  // PEFT: result + lora_B(lora_A(dropout(x))) * scaling
 }
 
 std::vector<std::string> lora_target_names(Seq2SeqLMImpl& model, const LoraConfig& config) {

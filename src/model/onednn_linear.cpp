@@ -315,7 +315,10 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias) {
-    ctx->save_for_backward({x, weight});
+    // x serves only the weight's gradient: a frozen weight (a LoRA base) does not keep its input alive.
+    ctx->save_for_backward({weight.requires_grad() ? x : at::Tensor(), weight});
+    ctx->saved_data["rows"] = rows_of(x);
+    ctx->saved_data["sizes"] = x.sizes().vec();
     const bool has_bias = bias.numel() > 0;
     ctx->saved_data["bias"] = has_bias;
     return linear_product(x, weight, has_bias ? bias : at::Tensor());
@@ -327,10 +330,11 @@ class DenseLinearFunction : public torch::autograd::Function<DenseLinearFunction
     const auto& weight = saved[1];
     const auto n = weight.size(0);
     const auto k = weight.size(1);
-    const auto grad = grad_outputs[0].reshape({rows_of(x), n});
+    const auto rows = ctx->saved_data["rows"].toInt();
+    const auto grad = grad_outputs[0].reshape({rows, n});
     at::Tensor grad_x, grad_weight, grad_bias;
-    if (ctx->needs_input_grad(0)) grad_x = dense_mm(grad, weight).view(x.sizes());
-    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({rows_of(x), k}));
+    if (ctx->needs_input_grad(0)) grad_x = dense_mm(grad, weight).view(ctx->saved_data["sizes"].toIntVector());
+    if (ctx->needs_input_grad(1)) grad_weight = dense_mm(grad.t(), x.reshape({rows, k}));
     if (ctx->needs_input_grad(2) && ctx->saved_data["bias"].toBool()) grad_bias = grad.sum(0);
     return {grad_x, grad_weight, grad_bias};
   }

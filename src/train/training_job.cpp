@@ -224,13 +224,15 @@ int planned_world_size(const TrainingJob& job) {
   return job.world_size > 0 ? job.world_size : launch_environment().world_size;
 }
 
-// With a budget, before the model is loaded: weights, gradients and optimizer state from the config alone; throws
-// the refusal when they exceed it (a 568M-parameter model refused in milliseconds, not after loading it).
-std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, std::uint64_t budget) {
+// With a budget, before the model is loaded: weights, gradients and optimizer state from the config alone; the
+// refusal when they exceed it (a 568M-parameter model refused in milliseconds, not after loading it), naming a LoRA
+// configuration that fits when full fine-tuning cannot (its probe runs on `device`).
+std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, std::uint64_t budget,
+                                                        const c10::Device& device) {
   const auto request =
       make_fit_request(job.args, job.fixed, {1, job.data.max_source_length, job.data.max_target_length}, budget,
                        planned_world_size(job));
-  return memory::check_static_memory(io::preview_model(job.model).config, request);
+  return memory::refusal_before_loading(io::preview_model(job.model).config, device, request);
 }
 
 // Every process of a job that plans: rank 0 runs the calibration probe and the others plan with its numbers (on one
@@ -500,7 +502,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   if (!job.max_memory.empty()) {
     memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
     p.budget = resolve_budget(job.max_memory, runtime.device, report);
-    if (auto refused = refusal_before_loading(job, p.budget)) throw memory::PlanDoesNotFit(std::move(*refused));
+    if (auto refused = refusal_before_loading(job, p.budget, runtime.device)) throw memory::PlanDoesNotFit(std::move(*refused));
   }
   auto m = load_model_and_tokenizer(job, report);
   if (const auto lora = prepare_lora(*m.loaded.model, job.args); !lora.empty()) say(report, lora);  // before planning
@@ -551,7 +553,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
         "memory as --max_memory SIZE (e.g. 80GB for an H100) to plan for it here");
   }
   const auto budget = resolve_budget(job.max_memory.empty() ? "auto" : job.max_memory, runtime.device, report);
-  if (auto refused = refusal_before_loading(job, budget)) return *refused;
+  if (auto refused = refusal_before_loading(job, budget, runtime.device)) return *refused;
   const bool weights = job.plan_for_cuda || !memory::can_fit_without_weights(runtime.device, runtime.cuda_alloc_conf);
   auto m = load_model_and_tokenizer(job, report, weights);
   std::vector<data::Example> examples;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fitsum/io/model_loader.h"
+#include "fitsum/memory/lora_memory.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/train/trainer.h"
@@ -18,12 +19,25 @@
 namespace fitsum::test {
 
 // Random-init layouts with a shrunk vocabulary, so a grid cell trains in about a second: PEGASUS's unless `config`
-// names another family's config.json (relative to the source folder).
+// names another family's config.json (relative to the source folder). With `lora` (r > 0) the model trains low-rank
+// adapters as `--lora_r` does (memory::apply_planned_lora), its frozen base in bfloat16 with `base_bfloat16`.
 struct GridModel {
   std::string name;
   std::string overrides;
   std::string config = "configs/pegasus-tiny/config.json";
+  model::LoraConfig lora{};
+  bool base_bfloat16 = false;
 };
+
+// `m` training adapters of rank `r` on `targets` (empty: the family's default), named after them.
+inline GridModel with_lora(GridModel m, std::int64_t r, std::vector<std::string> targets, bool base_bfloat16) {
+  m.name += " lora r" + std::to_string(r) + " " + (targets.empty() ? std::string("default") : targets.front()) +
+            (base_bfloat16 ? " bf16-base" : "");
+  m.lora.r = r;
+  m.lora.target_modules = std::move(targets);
+  m.base_bfloat16 = base_bfloat16;
+  return m;
+}
 
 inline GridModel grid_model_small() {
   return {"d128-L2",
@@ -151,9 +165,12 @@ inline void run_grid(const GridModel& m, const std::vector<std::int64_t>& micro_
   auto& allocator = memory::TrackingCpuAllocator::instance();
   const auto baseline = allocator.current_bytes();
   auto model = make_grid_model(m);
+  if (m.lora.enabled()) memory::apply_planned_lora(*model, m.lora, m.base_bfloat16);
   memory::CalibrationOptions options;
   options.max_source_length = *std::max_element(sources.begin(), sources.end());
   options.max_target_length = target;
+  options.lora = m.lora;
+  options.base_bfloat16 = m.base_bfloat16;
   const auto calibration = memory::calibrate(*model, options);
   const auto dir = temp_dir("grid-" + m.name);
   for (const auto s : sources) {

@@ -115,6 +115,13 @@ nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t bud
   for (const auto& k : fit.plan.candidates) j["candidates"].push_back(candidate_json(k));
   j["chosen"] = fit.chosen ? candidate_json(*fit.chosen) : nlohmann::ordered_json(nullptr);
   j["minimum_budget_bytes"] = fit.minimum_budget;
+  // Full fine-tuning does not fit: the LoRA configuration that would (its flags and plan), or null.
+  if (fit.lora_suggestion) {
+    j["lora_suggestion"] = {{"arguments", fit.lora_suggestion->arguments},
+                            {"plan", candidate_json(fit.lora_suggestion->plan)}};
+  } else {
+    j["lora_suggestion"] = nullptr;
+  }
   j["explanation"] = fit.explanation;
   return j;
 }

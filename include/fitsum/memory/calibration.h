@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include "fitsum/memory/static_memory.h"
+#include "fitsum/model/lora.h"
 #include "fitsum/model/seq2seq.h"
 
 namespace fitsum::memory {
@@ -114,13 +115,17 @@ struct ProbeSample {
 
 struct Calibration {
   model::ModelConfig config;         // the full model's
-  model::ParameterCounts counts;     // the full model's, with frozen embeddings moved out of the trainable count
-  std::uint64_t weight_bytes = 0;    // parameters and buffers as stored (fp32)
+  // The full model's, with frozen embeddings moved out of the trainable count; with LoRA, the adapters (and what
+  // LoraConfig trains beside them) trainable and the rest of the model frozen (lora_memory.h).
+  model::ParameterCounts counts;
+  std::uint64_t weight_bytes = 0;    // parameters and buffers as stored (fp32; bfloat16 for a bfloat16 LoRA base)
   std::uint64_t gradient_bytes = 0;  // one per trainable parameter
   std::int64_t encoder_layers = 0;
   std::int64_t decoder_layers = 0;
   bool bf16 = false;
   bool freeze_embeds = false;
+  model::LoraConfig lora;      // r 0: full fine-tuning
+  bool base_bfloat16 = false;  // LoRA's frozen base held in bfloat16 (--base_dtype bfloat16)
   LayerMemory memory;
   SpeedModel speed;
   OptimizerCost adamw;
@@ -139,6 +144,10 @@ struct CalibrationOptions {
   bool bf16 = false;
   double label_smoothing = 0.0;
   bool freeze_embeds = false;  // the shared embedding (and through the tie the LM head) is not trained
+  // Low-rank adapters (--lora_r etc.): the probe's copies carry them as the run will (lora_memory.h), so what frozen
+  // layers and adapters keep for backward is measured like everything else.
+  model::LoraConfig lora;
+  bool base_bfloat16 = false;  // --base_dtype bfloat16, with LoRA only
 };
 
 // Runs the probe on reduced-depth copies of a model of `config`, built on `device`; the full model need not exist.
@@ -156,9 +165,11 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
                                      const std::vector<double>& numbers);
 
 // Matrix-product FLOPs of one micro-step of `shape` on a model of `config` with the bottom `encoder_checkpointed` /
-// `decoder_checkpointed` layers recomputed; `recompute` (when given) receives the recomputation's share.
+// `decoder_checkpointed` layers recomputed; `recompute` (when given) receives the recomputation's share. With a
+// `frozen_base` (LoRA) the backward pass computes the inputs' gradients but not the frozen weights': two forward
+// passes' worth instead of three (the adapters' rank-r products are left out).
 double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
-                        std::int64_t decoder_checkpointed, double* recompute = nullptr);
+                        std::int64_t decoder_checkpointed, double* recompute = nullptr, bool frozen_base = false);
 
 // Parameter counts with the shared embedding frozen (HF's --freeze_embeds): its elements leave the trainable
 // count (no gradient, no optimizer state) and become frozen weights.

@@ -12,6 +12,9 @@
 //      will use.
 //   3. Every candidate that keeps the effective batch and the fixed knobs, predicted and ranked (memory::choose_plan).
 //   4. When none fits, the same with every knob free: "a plan that fits", or the smallest budget anything needs.
+//   5. When full fine-tuning cannot fit at all, the LoRA configurations of lora_suggestion_ladder() are planned in
+//      turn (with the knobs the user fixed) and the first that fits is named with its predicted peak. The planner
+//      never trains adapters by itself: they change what is learned.
 // On a CUDA device the budget is the caching allocator's memory fraction, which caps what it *reserves*: every
 // candidate's reserved bytes are predicted (cuda_allocator_model.h) and the budget caps those instead of the peak.
 #pragma once
@@ -23,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "fitsum/memory/lora_memory.h"
 #include "fitsum/memory/planner.h"
 #include "fitsum/util/cuda_alloc_conf.h"
 
@@ -45,6 +49,11 @@ struct FitRequest {
   std::optional<int> zero_stage;
   std::int64_t bucket_bytes = optim::kReduceBucketBytes;  // ZeRO stage 2's (ddp_bucket_cap_mb)
   bool freeze_embeds = false;  // --freeze_embeds: the shared embedding and the tied LM head are not trained
+  // Low-rank adapters (r 0: full fine-tuning) and --base_dtype bfloat16 for their frozen base (lora_memory.h).
+  model::LoraConfig lora;
+  bool base_bfloat16 = false;
+  // Whether a refusal of full fine-tuning plans the LoRA ladder (step 5) to name a configuration that fits.
+  bool suggest_lora = true;
   double label_smoothing = 0.0;
   double margin = kPlanMargin;
   // The CUDA caching allocator's settings the run uses (util::Runtime::cuda_alloc_conf). On a CUDA model the
@@ -70,6 +79,13 @@ enum class FitStatus {
   nothing_fits,        // not even the cheapest candidate fits; `minimum_budget` says what it needs
 };
 
+// Step 5's answer: the first LoRA configuration of the ladder that fits, and its plan.
+struct LoraSuggestion {
+  LoraRung rung;
+  Candidate plan;
+  std::string arguments;  // lora_arguments(): the flags to add
+};
+
 struct FitResult {
   FitStatus status = FitStatus::nothing_fits;
   std::optional<Calibration> calibration;  // absent when step 1 refused without a probe
@@ -91,6 +107,8 @@ struct FitResult {
   bool budget_caps_reserved = false;  // on CUDA: `budget` capped each candidate's predicted reserved bytes
   // The candidates' CUDA terms are for a CUDA device while the probe ran on the CPU: the speeds are the CPU's.
   bool cuda_plan_from_cpu = false;
+  // Full fine-tuning does not fit (status nothing_fits): the LoRA configuration that would, when one does.
+  std::optional<LoraSuggestion> lora_suggestion;
 };
 
 // Step 1 alone, from the config: weights, gradients and optimizer state against the budget, before any weight is
@@ -118,8 +136,13 @@ class PlanDoesNotFit : public std::runtime_error {
   FitResult result_;
 };
 
+// Steps 1 and 5 before the model is loaded: check_static_memory, and when it refuses full fine-tuning, the LoRA
+// suggestion (which runs the calibration probe of each configuration it tries on `device`).
+std::optional<FitResult> refusal_before_loading(const model::ModelConfig& config, const c10::Device& device,
+                                                const FitRequest& request);
+
 // "--per_device_train_batch_size 4 --gradient_accumulation_steps 2 --gradient_checkpointing --optim adafactor":
-// the TrainingArguments that select `knobs`, in their command-line spelling.
+// the TrainingArguments that select `knobs`, in their command-line spelling (with the LoRA flags of a LoRA plan).
 std::string plan_arguments(const PlanKnobs& knobs, const Calibration& calibration);
 
 }  // namespace fitsum::memory
