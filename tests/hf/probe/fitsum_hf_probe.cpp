@@ -8,6 +8,8 @@
 //   fitsum_hf_probe generate --model DIR --batch BATCH.safetensors --cases CASES.json --out OUT.json
 //       CASES is a list of generate() keyword arguments (HF names). Each case starts from the folder's generation
 //       config, as generate(**kwargs) does; OUT lists each case's `sequences` and `sequence_scores`.
+// Both take `--adapter ADAPTER_DIR`: a PEFT LoRA adapter folder loaded onto the model (io/adapter.h), which then
+// trains only what the adapter trains: the gradients written are the adapter's.
 // Not installed; built with the tests. Errors go to stderr with exit status 1.
 #include <filesystem>
 #include <fstream>
@@ -20,6 +22,7 @@
 
 #include "fitsum/generate/generate.h"
 #include "fitsum/generate/options.h"
+#include "fitsum/io/adapter.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/io/safetensors.h"
 
@@ -30,7 +33,7 @@ using nlohmann::json;
 
 struct Args {
   std::string command;
-  std::string model, batch, cases, out;
+  std::string model, adapter, batch, cases, out;
 };
 
 Args parse(int argc, char** argv) {
@@ -39,11 +42,12 @@ Args parse(int argc, char** argv) {
   a.command = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    std::string* target = flag == "--model"   ? &a.model
-                          : flag == "--batch" ? &a.batch
-                          : flag == "--cases" ? &a.cases
-                          : flag == "--out"   ? &a.out
-                                              : nullptr;
+    std::string* target = flag == "--model"     ? &a.model
+                          : flag == "--adapter" ? &a.adapter
+                          : flag == "--batch"   ? &a.batch
+                          : flag == "--cases"   ? &a.cases
+                          : flag == "--out"     ? &a.out
+                                                : nullptr;
     if (target == nullptr) throw std::invalid_argument("unknown flag " + flag);
     *target = argv[i + 1];
   }
@@ -53,10 +57,11 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-fitsum::model::Seq2SeqLM load(const std::string& dir) {
+fitsum::model::Seq2SeqLM load(const Args& a) {
   fitsum::io::ModelSource source;
-  source.model_name_or_path = dir;
+  source.model_name_or_path = a.model;
   auto loaded = fitsum::io::load_model(source, 0);
+  if (!a.adapter.empty()) fitsum::io::load_adapter(*loaded.model, fitsum::io::open_adapter_folder(a.adapter));
   return loaded.model;
 }
 
@@ -77,7 +82,7 @@ void zero_gradients(fitsum::model::Seq2SeqLMImpl& model) {
 }
 
 void run_forward(const Args& a) {
-  auto model = load(a.model);
+  auto model = load(a);
   model->train(true);  // as in training; the tests' configs set every dropout to 0
   fitsum::io::SafetensorsReader batch(a.batch);
   const auto input_ids = batch.read("input_ids");            // (B, S)
@@ -110,7 +115,7 @@ json read_json(const std::string& path) {
 }
 
 void run_generate(const Args& a) {
-  auto model = load(a.model);
+  auto model = load(a);
   fitsum::io::SafetensorsReader batch(a.batch);
   const auto input_ids = batch.read("input_ids");
   const auto attention_mask = batch.read("attention_mask");
