@@ -7,6 +7,8 @@ on the CPU side by side with `fitsum train` (bench/run_side_by_side.py --hf_pyth
         --gradient_checkpointing --optim adafactor --max_memory_gib 16 [--bf16]
     build/hf-venv/bin/python bench/hf_trainer_bench.py --device cpu --config configs/pegasus-small/config.json \\
         --batch 2 --accumulation 1 --src_len 256 --tgt_len 64 --steps 3
+    build/hf-venv-pip/bin/python bench/hf_trainer_bench.py --device cpu --config configs/pegasus-base/config.json \\
+        --batch 2 --accumulation 1 --lora_r 16 --lora_target_modules q_proj,v_proj   # PEFT's LoRA on a frozen base
 
 Prints one JSON line with the fields of `fitsum bench train`: impl, step_s_median, samples_per_s, tokens_per_s,
 loss_last, and on CUDA peak_allocated_mib / peak_reserved_mib (torch.cuda.max_memory_allocated / _reserved), on the
@@ -70,6 +72,10 @@ def main():
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--max_memory_gib", type=float, default=16.0)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--lora_r", type=int, default=0, help="> 0: PEFT LoRA adapters of this rank, the base frozen")
+    ap.add_argument("--lora_alpha", type=float, default=8.0, help="LoraConfig.lora_alpha (PEFT's default 8)")
+    ap.add_argument("--lora_target_modules", default="q_proj,v_proj",
+                    help="LoraConfig.target_modules: comma-separated names, or all-linear")
     a = ap.parse_args()
 
     from transformers import (PegasusConfig, PegasusForConditionalGeneration, Seq2SeqTrainer,
@@ -83,6 +89,15 @@ def main():
     torch.manual_seed(0)
     config = PegasusConfig.from_json_file(a.config)
     model = PegasusForConditionalGeneration(config).to(device)
+    if a.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+        targets = a.lora_target_modules if a.lora_target_modules == "all-linear" else a.lora_target_modules.split(",")
+        model = get_peft_model(model, LoraConfig(r=a.lora_r, lora_alpha=a.lora_alpha, target_modules=targets,
+                                                 task_type="SEQ_2_SEQ_LM"))
+        if a.gradient_checkpointing:
+            # Reentrant checkpointing of a frozen base passes no gradient to the adapters inside unless the embeddings'
+            # output requires one (peft's prepare_model_for_kbit_training does the same).
+            model.enable_input_require_grads()
 
     steps = a.warmup + a.steps
     dataset = RandomTokens(steps * a.accumulation * a.batch, a.src_len, a.tgt_len, config.vocab_size, seed=0)
@@ -117,7 +132,11 @@ def main():
         torch.cuda.reset_peak_memory_stats()
     out = {"impl": "hf-trainer", "batch": a.batch, "gradient_accumulation_steps": a.accumulation,
            "src_len": a.src_len, "tgt_len": a.tgt_len, "optim": a.optim,
-           "gradient_checkpointing": a.gradient_checkpointing, "bf16": a.bf16, "max_memory_gib": a.max_memory_gib}
+           "gradient_checkpointing": a.gradient_checkpointing, "bf16": a.bf16, "max_memory_gib": a.max_memory_gib,
+           "lora_r": a.lora_r, "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    if a.lora_r > 0:
+        import peft
+        out.update(lora_alpha=a.lora_alpha, lora_target_modules=a.lora_target_modules, peft=peft.__version__)
     try:
         result = trainer.train()
     except torch.cuda.OutOfMemoryError as e:

@@ -14,6 +14,12 @@ step time is the median over rounds of its per-run median; its memory is the lar
         --hf_python build/hf-venv/bin/python        # adds the HF Trainer (bench/hf_trainer_bench.py)
     /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 \\
         --variant "plain=--unfused all" --variant "threads 2+1=--num_threads 2 --blas_threads 1"
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes base --rounds 3 \\
+        --hf_python build/hf-venv-pip/bin/python --lora_r 16      # LoRA: fitsum against HF Trainer + PEFT
+
+With --lora_r both train LoRA adapters of that rank on a frozen base, PEFT's LoraConfig(r, lora_alpha,
+target_modules) on the HF side and the same flags on fitsum's; the eager loop, which has no adapters, is left out and
+the ratios are against the HF Trainer.
 
 Prints a Markdown table (and, with --json FILE, writes every run's output there).
 """
@@ -72,11 +78,20 @@ def main():
     ap.add_argument("--hf_python", help="a Python with transformers (make test-hf's venv): adds the HF Trainer")
     ap.add_argument("--accumulation", type=int, default=1, help="gradient_accumulation_steps of every contender")
     ap.add_argument("--gradient_checkpointing", action="store_true", help="for fitsum and the HF Trainer")
+    ap.add_argument("--lora_r", type=int, default=0, help="> 0: LoRA adapters of this rank for fitsum and HF (PEFT)")
+    ap.add_argument("--lora_alpha", type=float, default=8.0, help="LoRA's lora_alpha (PEFT's default 8)")
+    ap.add_argument("--lora_target_modules", default="q_proj,v_proj",
+                    help="LoRA's target modules for both (PEGASUS has no PEFT default): names, or all-linear")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per process")
     ap.add_argument("--json", help="write every run's JSON output to this file")
     a = ap.parse_args()
 
     fitsum_optim = "adamw_torch" if a.optim == "adamw" else "adafactor"
+    lora = []
+    if a.lora_r > 0:
+        lora = ["--lora_r", str(a.lora_r), "--lora_alpha", f"{a.lora_alpha:g}", "--lora_target_modules",
+                a.lora_target_modules]
+        a.no_eager = True  # the eager loop trains the whole model
     contenders = [] if a.no_eager else [("eager", None)]
     if a.hf_python:
         contenders.append(("hf-trainer", "hf"))
@@ -104,10 +119,10 @@ def main():
                 elif flags == "hf":
                     command = [a.hf_python, os.path.join(ROOT, "bench", "hf_trainer_bench.py"), "--device", "cpu",
                                "--config", CONFIGS[shape], "--optim", fitsum_optim, "--accumulation",
-                               str(a.accumulation)] + common + knobs
+                               str(a.accumulation)] + common + knobs + lora
                 else:
                     command = [a.fitsum, "bench", "train", "--shape", shape, "--optim", fitsum_optim,
-                               "--gradient_accumulation_steps", str(a.accumulation)] + common + knobs + flags
+                               "--gradient_accumulation_steps", str(a.accumulation)] + common + knobs + lora + flags
                 started = time.time()
                 out = run_json(command, a.timeout)
                 out["wall_s"] = time.time() - started
@@ -134,7 +149,9 @@ def main():
             }
         rows.append((shape, matmul, summary))
 
-    base = "eager" if not a.no_eager else "fitsum"
+    base = "eager" if not a.no_eager else "hf-trainer" if lora and a.hf_python else "fitsum"
+    if lora:
+        print(f"\nLoRA r {a.lora_r}, lora_alpha {a.lora_alpha:g}, target modules {a.lora_target_modules}")
     print(f"\nbatch {a.batch}, source {a.src_len}, target {a.tgt_len} tokens, {a.optim}, {a.rounds} rounds of "
           f"{a.steps} timed steps; load average {min(loads):.1f}-{max(loads):.1f}\n")
     header = "| shape | contender | tokens/s | vs " + base + " | peak RSS MiB | vs " + base + \

@@ -172,6 +172,10 @@ ModelFolder open_model_folder(const fs::path& dir) {
   }
   const auto config_file = dir / "config.json";
   if (!names_a_file(config_file, "config.json")) {
+    if (util::folder_has_file(dir, "adapter_config.json")) {  // a LoRA adapter (io/adapter.h) holds no model
+      throw std::runtime_error("'" + dir.string() + "' holds a LoRA adapter (adapter_config.json), not a model; pass " +
+                               "its base model as the model and this folder as --adapter_name_or_path");
+    }
     throw std::runtime_error("no config.json in '" + dir.string() +
                              "'; pass a Hugging Face model folder (config.json plus weights)");
   }
@@ -368,12 +372,15 @@ void save_model_folder(model::Seq2SeqLMImpl& model, const fs::path& out_dir, con
                               : generation_config_from_hf(config_json);
   util::write_json_file_atomic(out_dir / "generation_config.json", generation);
 
-  if (!options.copy_tokenizer_from.empty()) {
-    for (const auto& name : tokenizer_file_names()) {
-      const auto from = options.copy_tokenizer_from / name;
-      if (fs::exists(from) && fs::absolute(from) != fs::absolute(out_dir / name)) {
-        util::write_file_atomic(out_dir / name, util::read_file(from));
-      }
+  copy_tokenizer_files(options.copy_tokenizer_from, out_dir);
+}
+
+void copy_tokenizer_files(const fs::path& from_dir, const fs::path& out_dir) {
+  if (from_dir.empty()) return;
+  for (const auto& name : tokenizer_file_names()) {
+    const auto from = from_dir / name;
+    if (fs::exists(from) && fs::absolute(from) != fs::absolute(out_dir / name)) {
+      util::write_file_atomic(out_dir / name, util::read_file(from));
     }
   }
 }

@@ -78,6 +78,13 @@ ResolvedSource resolve_source(const ModelSource& requested) {
 LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
   auto resolved = resolve_source(source);
   LoadedModel loaded;
+  if (!source.adapter_name_or_path.empty()) {  // the adapter's config is checked before any weight is read
+    if (!resolved.pretrained) {
+      throw std::invalid_argument("adapter_name_or_path adds an adapter to pretrained weights: give its base model as "
+                                  "model_name_or_path, not config_name");
+    }
+    loaded.adapter = open_adapter_folder(source.adapter_name_or_path);
+  }
   loaded.config_json = std::move(resolved.config_json);
   loaded.tokenizer_dir = resolved.tokenizer_dir;
   loaded.model = model::Seq2SeqLM(resolved.config);
@@ -91,6 +98,12 @@ LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed) {
     loaded.random_init = true;
     loaded.description = "random initialisation from " + resolved.config_file.string() + " (seed " +
                          std::to_string(init_seed) + ")";
+  }
+  if (loaded.adapter) {
+    load_adapter(*loaded.model, *loaded.adapter);
+    loaded.description += ", LoRA adapter from " + source.adapter_name_or_path + " (r=" +
+                          std::to_string(loaded.adapter->config.r) + ", " +
+                          loaded.adapter->weights_file.filename().string() + ")";
   }
   return loaded;
 }

@@ -40,7 +40,8 @@ PytorchBinReader::PytorchBinReader(const unsigned char* data, std::size_t size, 
 PytorchBinReader::~PytorchBinReader() = default;
 
 // torch.save names every record "<archive>/<name>": data.pkl, data/<storage key>, version, and in newer versions
-// byteorder, .data/version and .data/serialization_id. Anything else is refused.
+// byteorder, .data/version, .data/serialization_id, and (torch 2.x) .format_version and .storage_alignment. Anything
+// else is refused.
 void PytorchBinReader::check_records(const std::vector<ZipRecord>& records) {
   for (const auto& record : records) {
     if (ends_with(record.name, "/data.pkl") && record.name.find('/') == record.name.size() - 9) {
@@ -60,7 +61,8 @@ void PytorchBinReader::check_records(const std::vector<ZipRecord>& records) {
       if (record.size != 6 || std::memcmp(data_ + record.offset, "little", 6) != 0) {
         fail(source_, "it was saved on a big-endian machine (byteorder is not 'little')");
       }
-    } else if (name != "data.pkl" && name != "version" && name != ".data/version" && name != ".data/serialization_id") {
+    } else if (name != "data.pkl" && name != "version" && name != ".data/version" && name != ".data/serialization_id" &&
+               name != ".format_version" && name != ".storage_alignment") {
       fail(source_, "it holds record '" + record.name + "', which torch.save does not write");
     }
   }

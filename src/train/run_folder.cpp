@@ -116,7 +116,7 @@ std::optional<std::string> check_new_run_folder(const fs::path& output_dir) {
       checkpoints =
           checkpoints || !fs::exists(fs::symlink_status(output_dir / ("checkpoint-" + match[1].str()), missing));
     } else {
-      model = model || name == "model.safetensors";
+      model = model || name == "model.safetensors" || name == "adapter_model.safetensors";
       history = history || name == "trainer_state.json";
     }
   }

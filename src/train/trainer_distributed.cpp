@@ -22,8 +22,35 @@ namespace {
 // What every process must agree on for the job to train one model: a process started with other arguments or
 // data, or a memory plan that chose another micro-batch or optimizer, would otherwise train something else in
 // silence (or wait forever at a collective the others never reach).
+// The frozen parameters (a LoRA run's base, --freeze_embeds' embedding) stay where each process read them from;
+// they must be the same everywhere. Their absolute sum in double precision, chunk by chunk (no copy of a whole
+// tensor), tells a different base apart; it has no cancellation to make it noise.
+double frozen_fingerprint(const torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  constexpr std::int64_t kChunk = 1 << 20;
+  double sum = 0.0;
+  for (const auto& p : model.parameters()) {
+    if (p.requires_grad() || !p.is_floating_point()) continue;
+    const auto flat = p.detach().reshape(-1);
+    for (std::int64_t start = 0; start < flat.numel(); start += kChunk) {
+      sum += flat.narrow(0, start, std::min(kChunk, flat.numel() - start)).abs().sum(torch::kDouble).item<double>();
+    }
+  }
+  return sum;
+}
+
+std::int64_t trainable_elements(const torch::nn::Module& model) {
+  std::int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.requires_grad() ? p.numel() : 0;
+  return n;
+}
+
 void check_processes_agree(ProcessGroup& group, const TrainingArguments& args, const TrainerInputs& in) {
   const std::vector<std::pair<const char*, double>> fields = {
+      {"lora_r", static_cast<double>(args.lora.r)},
+      {"lora_alpha", args.lora.lora_alpha},
+      {"trainable parameters", static_cast<double>(trainable_elements(*in.model))},
+      {"frozen weights' absolute sum", frozen_fingerprint(*in.model)},
       {"per_device_train_batch_size", static_cast<double>(args.per_device_train_batch_size)},
       {"gradient_accumulation_steps", static_cast<double>(args.gradient_accumulation_steps)},
       {"optim", static_cast<double>(static_cast<int>(args.optimizer()))},
@@ -78,17 +105,20 @@ std::vector<std::vector<std::size_t>> in_micro_batches(const std::vector<std::si
 
 }  // namespace
 
-// A sum where the others contribute 0.
+// A sum where the others contribute 0. Frozen parameters (a LoRA run's whole base) do not travel: every process
+// holds them from the same files, as check_processes_agree verified.
 void Trainer::share_rank_zero_weights() {
   torch::NoGradGuard no_grad;
-  for (auto tensors : {in_.model->parameters(), in_.model->buffers()}) {
-    for (auto& t : tensors) {
-      if (!t.is_floating_point()) continue;
-      auto copy = t.detach().contiguous().clone();
-      if (group_->rank() != 0) copy.zero_();
-      group_->all_reduce_sum(copy);
-      t.copy_(copy);
-    }
+  std::vector<torch::Tensor> shared = in_.model->buffers();
+  for (const auto& p : in_.model->parameters()) {
+    if (p.requires_grad()) shared.push_back(p);
+  }
+  for (auto& t : shared) {
+    if (!t.is_floating_point()) continue;
+    auto copy = t.detach().contiguous().clone();
+    if (group_->rank() != 0) copy.zero_();
+    group_->all_reduce_sum(copy);
+    t.copy_(copy);
   }
 }
 

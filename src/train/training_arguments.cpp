@@ -264,6 +264,55 @@ void validate_run_values(const TrainingArguments& a) {
 
 }  // namespace
 
+void TrainingArguments::validate_lora() const {
+  // PEFT's LoraConfig refuses r <= 0; here 0 is the default, no adapters.
+  if (lora.r < 0) {
+    throw std::invalid_argument("lora_r must be a positive integer (0: no adapters, full fine-tuning), got " +
+                                std::to_string(lora.r));
+  }
+  if (!std::isfinite(lora.lora_alpha)) {
+    throw std::invalid_argument("lora_alpha must be a finite number, got " + number_text(lora.lora_alpha));
+  }
+  if (!(lora.lora_dropout >= 0 && lora.lora_dropout < 1)) {
+    throw std::invalid_argument("lora_dropout must be in [0, 1), got " + number_text(lora.lora_dropout));
+  }
+  for (const auto& [field, names] : {std::pair{"lora_target_modules", &lora.target_modules},
+                                     std::pair{"lora_modules_to_save", &lora.modules_to_save}}) {
+    for (const auto& name : *names) {
+      if (name.empty()) throw std::invalid_argument(std::string(field) + " has an empty module name");
+    }
+  }
+  const auto& targets = lora.target_modules;
+  if (targets.size() > 1 && std::find(targets.begin(), targets.end(), "all-linear") != targets.end()) {
+    throw std::invalid_argument("lora_target_modules: all-linear stands alone (PEFT takes it only as the whole value)");
+  }
+  if (base_dtype != "float32" && base_dtype != "bfloat16") {
+    throw std::invalid_argument("base_dtype '" + base_dtype + "' is not one of float32, bfloat16");
+  }
+  if (trains_adapters()) return;
+  // A LoRA setting without adapters would be silently ignored: name the first one given.
+  const model::LoraConfig defaults;
+  const std::pair<const char*, bool> set[] = {
+      {"lora_alpha", lora.lora_alpha != defaults.lora_alpha},
+      {"lora_dropout", lora.lora_dropout != defaults.lora_dropout},
+      {"lora_target_modules", !lora.target_modules.empty()},
+      {"lora_bias", lora.bias != defaults.bias},
+      {"lora_modules_to_save", !lora.modules_to_save.empty()},
+      {"use_rslora", lora.use_rslora != defaults.use_rslora}};
+  for (const auto& [field, given] : set) {
+    if (given) {
+      throw std::invalid_argument(std::string(field) +
+                                  " is a LoRA setting, but no adapters are trained: set lora_r (e.g. 16) to train "
+                                  "adapters, or adapter_name_or_path to continue a PEFT adapter");
+    }
+  }
+  if (base_dtype == "bfloat16") {
+    throw std::invalid_argument(
+        "base_dtype bfloat16 holds the frozen base of a LoRA run in bfloat16, but this run trains the whole model "
+        "(full fine-tuning keeps float32 weights; use --bf16 for bfloat16 autocast): set lora_r to train adapters");
+  }
+}
+
 void TrainingArguments::validate() const {
   const auto positive = [](std::int64_t v, const char* field) {
     if (v < 1) throw std::invalid_argument(std::string(field) + " must be at least 1, got " + std::to_string(v));
@@ -303,6 +352,7 @@ void TrainingArguments::validate() const {
         "float32's range");
   }
   validate_best_model();
+  validate_lora();
   if (output_dir.empty()) throw std::invalid_argument("output_dir is required");
 }
 

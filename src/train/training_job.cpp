@@ -25,6 +25,7 @@
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/lora_setup.h"
 #include "fitsum/train/run_folder.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
@@ -504,6 +505,7 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
     if (auto refused = refusal_before_loading(job, p.budget, runtime.device)) throw memory::PlanDoesNotFit(std::move(*refused));
   }
   auto m = load_model_and_tokenizer(job, report);
+  if (const auto lora = prepare_lora(*m.loaded.model, job.args); !lora.empty()) say(report, lora);  // before planning
   p.model_description = m.loaded.description;
   p.tokenizer_description =
       m.loaded.tokenizer_dir.empty() ? "(none: pre-tokenized data only)" : m.loaded.tokenizer_dir.string();

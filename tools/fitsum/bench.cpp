@@ -2,7 +2,8 @@
 // beside the eager PyTorch baseline (../shared/reference/bench_eager.py prints the same fields).
 //   fitsum bench train   training steps of a PEGASUS shape with random init and random tokens, through the same
 //                        library calls as `fitsum train` (model/micro_step.h and optim/optimizer_step.h): median step
-//                        time, tokens/s, peak resident memory (VmHWM) and the exact peak of tensor bytes.
+//                        time, tokens/s, peak resident memory (VmHWM) and the exact peak of tensor bytes; with
+//                        --lora_r, LoRA adapters on the frozen base (train/lora_setup.h, as fitsum train).
 //   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product) with the products fitsum's
 //                        model runs, the denominator of MFU, and with LibTorch's at::mm.
 #include <algorithm>
@@ -44,12 +45,14 @@
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/train/lora_setup.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/python_numbers.h"
 #include "fitsum/util/runtime.h"
 #include "fitsum/util/threads.h"
 #include "hub_flags.h"
+#include "lora_flags.h"
 
 namespace fitsum::cli {
 
@@ -157,6 +160,8 @@ struct BenchTrainOptions {
   std::uint64_t seed = 0;
   std::vector<std::string>
       unfused;  // loss, embedding, optimizer, dropout, rms_norm, feed_forward: the plain paths, for before/after
+  model::LoraConfig lora;        // --lora_r > 0: adapters on a frozen base, as fitsum train sets them up
+  std::string base_dtype = "float32";
   std::string profile;           // a chrome://tracing file of one more step
   bool malloc_defaults = false;  // keep glibc's allocator settings (util/host_allocator.h)
   ThreadFlags threads;
@@ -184,6 +189,16 @@ void check_finite(double value, const char* flag) {
   }
 }
 
+// The LoRA settings as TrainingArguments carries them, checked as fitsum train checks them.
+train::TrainingArguments lora_arguments(const BenchTrainOptions& o) {
+  train::TrainingArguments args;
+  args.lora = o.lora;
+  args.base_dtype = o.base_dtype;
+  args.seed = static_cast<std::int64_t>(o.seed);
+  args.validate_lora();
+  return args;
+}
+
 void check_bench_options(const BenchTrainOptions& o) {
   check_range(o.steps, 1, 1000000, "--steps");
   check_range(o.warmup, 0, 1000000, "--warmup");
@@ -201,6 +216,7 @@ void check_bench_options(const BenchTrainOptions& o) {
     if (layers) check_range(*layers, 0, kMaxBenchSize, flag);
   }
   if (o.plan && o.max_memory.empty()) throw std::invalid_argument("--plan needs --max_memory");
+  lora_arguments(o);
   if (!FITSUM_HAS_RECORD_PROFILE && !o.profile.empty()) {
     throw std::invalid_argument("--profile needs LibTorch 1.x's recorder; this build has LibTorch " +
                                 std::string(TORCH_VERSION));
@@ -240,6 +256,10 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
   kernels.fused_rms_norm = !unfused(o, "rms_norm");
   kernels.recomputed_feed_forward = !unfused(o, "feed_forward");
   model->set_kernel_choices(kernels);
+  if (o.lora.enabled()) {
+    auto args = lora_arguments(o);
+    std::cerr << "fitsum: " << train::prepare_lora(*model, args) << "\n";
+  }
   model->to(device);
   model->train();
   return model;
@@ -389,6 +409,8 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
   out["gradient_checkpointing_encoder_layers"] = knobs.encoder_checkpointed;
   out["gradient_checkpointing_decoder_layers"] = knobs.decoder_checkpointed;
   out["bf16"] = knobs.bf16;
+  out["lora_r"] = o.lora.r;
+  out["base_dtype"] = o.base_dtype;
   out["device"] = runtime.device.str();
   out["dropout"] = {config.dropout, config.attention_dropout, config.activation_dropout};
   out["unfused"] = o.unfused;
@@ -533,6 +555,7 @@ void add_bench_command(CLI::App& app) {
   t->add_flag("--malloc_defaults", train->malloc_defaults,
               "keep glibc malloc's default settings (fitsum tunes them for training where TCMalloc is not the "
               "allocator: util/host_allocator.h)");
+  add_lora_flags(*t, train->lora, train->base_dtype, nullptr);
   add_thread_flags(*t, train->threads);
   t->callback([train]() {
     try {

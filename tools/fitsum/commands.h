@@ -29,5 +29,6 @@ void add_eval_command(CLI::App& app);
 void add_summarize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_download_command(CLI::App& app);
+void add_merge_command(CLI::App& app);
 
 }  // namespace fitsum::cli

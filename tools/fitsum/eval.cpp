@@ -129,6 +129,9 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--model,--model_name_or_path", a->model_dir, "Hugging Face model folder, or Hub id (org/name)")
       ->required();
   add_hub_flags(*cmd, a->hub);
+  cmd->add_option("--adapter_name_or_path", a->hub.adapter_name_or_path,
+                  "a LoRA adapter folder (PEFT's save_pretrained or a fitsum LoRA run) added to the model, which is "
+                  "its base");
   add_tokenizer_name_flag(*cmd, a->tokenizer_name);
   cmd->add_option("--test_file", a->test_file, "jsonl, json or csv; text or pre-tokenized")->required();
   cmd->add_option("--per_device_eval_batch_size", a->batch_size, "sources per generation batch")->capture_default_str();

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   fitsum::cli::add_summarize_command(app);
   fitsum::cli::add_bench_command(app);
   fitsum::cli::add_download_command(app);
+  fitsum::cli::add_merge_command(app);
   fitsum::cli::read_numbers_as_python(app);
   try {
     // `fitsum train args.json --flag ...`: the JSON file's entries come first, so flags override them.

@@ -12,6 +12,7 @@
 #include "fitsum/util/output_paths.h"
 #include "hf_arguments.h"
 #include "hub_flags.h"
+#include "lora_flags.h"
 #include "runtime_flags.h"
 
 namespace fitsum::cli {
@@ -255,6 +256,8 @@ void add_training_flags(CLI::App& cmd, TrainCommandOptions& o) {
                                          "the memory budget and the knobs the planner may choose "
                                          "(docs/memory.md)"),
                    o);
+  add_lora_flags(*cmd.add_option_group("LoRA", "low-rank adapters on a frozen base, PEFT's LoraConfig"),
+                 o.job.args.lora, o.job.args.base_dtype, &o.job.args.adapter_name_or_path);
   add_evaluation_flags(*cmd.add_option_group("Evaluation", "evaluation during training"), o.job.args);
   add_best_model_flags(*cmd.add_option_group("Best model", "best checkpoint and early stopping"), o.job.args);
   add_logging_flags(*cmd.add_option_group("Logging", "logs and checkpoints"), o.job.args, o.disable_tqdm);
@@ -288,6 +291,10 @@ std::vector<std::string> expand_json_arguments(const CLI::App& command, const st
   std::vector<std::string> expanded;
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string flag = "--" + it.key();
+    if (auto words = lora_json_arguments(it.key(), it.value(), first)) {
+      expanded.insert(expanded.end(), words->begin(), words->end());
+      continue;
+    }
     if (command.get_option_no_throw(flag) == nullptr) {
       const auto suggestion = suggested_flag(command, flag);
       throw UsageError("'" + first + "': unknown key '" + it.key() + "'" +

@@ -86,4 +86,8 @@ void save_model_folder(model::Seq2SeqLMImpl& model, const fs::path& out_dir, con
 // The tokenizer files HF keeps beside a model.
 const std::vector<std::string>& tokenizer_file_names();
 
+// Copies the tokenizer files `from` holds into `out_dir` (each atomically); nothing when `from` is empty or is
+// `out_dir`.
+void copy_tokenizer_files(const fs::path& from, const fs::path& out_dir);
+
 }  // namespace fitsum::io

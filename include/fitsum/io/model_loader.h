@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fitsum/io/adapter.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/model/seq2seq.h"
 
@@ -25,6 +26,8 @@ struct ModelSource {
   std::string revision;            // of Hub ids: a branch, tag or commit (empty: main)
   std::string cache_dir;           // of Hub ids: the cache (empty: HF_HUB_CACHE and its kin)
   std::string token;               // of Hub ids: the token (empty: HF_TOKEN or the token file)
+  // A LoRA adapter folder (io/adapter.h: PEFT's save_pretrained, or a fitsum LoRA run) added to the pretrained model.
+  std::string adapter_name_or_path;
 };
 
 struct LoadedModel {
@@ -34,9 +37,11 @@ struct LoadedModel {
   bool random_init = false;
   LoadReport report;
   std::string description;  // one line for the log
+  std::optional<AdapterFolder> adapter;  // the adapter added (adapter_name_or_path), its config and base
 };
 
-// Throws std::invalid_argument when neither or both sources are given, std::runtime_error for bad folders.
+// Throws std::invalid_argument when neither or both sources are given (or an adapter without pretrained weights),
+// std::runtime_error for bad folders and adapters.
 LoadedModel load_model(const ModelSource& source, std::uint64_t init_seed);
 
 // What load_model will build, found without reading or allocating any weight: the config (config.json plus

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fitsum/model/lora.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/lr_schedule.h"
 
@@ -70,6 +71,14 @@ struct TrainingArguments {
   bool freeze_embeds = false;
   bool bf16 = false;
   bool fp16 = false;
+  // Low-rank adapters (model/lora.h) under PEFT's LoraConfig names: r 0 is full fine-tuning. With adapters the base
+  // is frozen (no gradient, no optimizer state) and only the adapters (and what lora.bias and
+  // lora.modules_to_save name) train. adapter_name_or_path: a PEFT adapter folder to continue training from.
+  model::LoraConfig lora;
+  std::string adapter_name_or_path;
+  // "float32" or "bfloat16": the frozen base's Linear weights held in bfloat16 (LoRA only; full fine-tuning trains
+  // the base, which stays float32).
+  std::string base_dtype = "float32";
   IntervalStrategy logging_strategy = IntervalStrategy::steps;
   double logging_steps = 500;       // >= 1: every that many steps; < 1: that fraction of the total steps
   bool logging_first_step = false;  // also log after the first optimizer step
@@ -129,6 +138,11 @@ struct TrainingArguments {
   // number in its range (no NaN, no infinity where a finite number is meant), before anything is loaded.
   void validate() const;
   void validate_best_model() const;
+  // The LoRA fields alone (part of validate()): PEFT's ranges, no LoRA setting without lora_r or an adapter, and
+  // base_dtype bfloat16 only with adapters.
+  void validate_lora() const;
+  // Whether the run trains adapters (lora_r > 0, or an adapter to continue from) rather than the whole model.
+  bool trains_adapters() const { return lora.enabled() || !adapter_name_or_path.empty(); }
 
   // The optimizer to build; throws std::logic_error while optim is still "auto" (the planner resolves it first).
   optim::OptimizerType optimizer() const;
