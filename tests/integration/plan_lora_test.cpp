@@ -54,7 +54,8 @@ TEST(PlanLora, FlanT5XlAtReducedDepthTrainsTheSuggestedConfigurationUnderTheBudg
   const std::string budget = "1.25GiB";
   const std::string model = " --config_name '" + (source_dir() / "configs" / "flan-t5-xl").string() +
                             "' --config_overrides num_layers=1,num_decoder_layers=1 --train_file '" + data.string() +
-                            "' --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --max_memory " + budget +
+                            "' --max_source_length 16 --max_target_length 8"
+                            " --per_device_train_batch_size 2 --gradient_accumulation_steps 2 --max_memory " + budget +
                             " --device cpu ";
   auto r = run_command(fitsum_binary().string() + " plan" + model);
   ASSERT_EQ(r.exit_code, 3) << r.output;  // full fine-tuning cannot fit, and LoRA is not chosen for the user
@@ -81,8 +82,9 @@ TEST(PlanLora, FlanT5XlAtReducedDepthTrainsTheSuggestedConfigurationUnderTheBudg
   EXPECT_EQ(entries, 1);
 }
 
-// The refusal exits with 3 like any other, prints no plan, and with `--format json` says the same in
-// "explanation"; the suggested flags are the ones `fitsum train` takes.
+// The refusal exits with 3 like any other and prints no plan; the suggested flags are the ones `fitsum train` takes.
+// A refusal from the config alone comes before the data is read, so its LoRA plans are for the max lengths: here
+// the data's.
 TEST(PlanLora, TheRefusalNamesTheLoraFlagsAndThePlannerDoesNotSwitch) {
   const auto dir = temp_dir("plan-lora-refusal");
   const auto data = write_fixed_records(dir, 4, 40, 12, 8000);
@@ -90,7 +92,7 @@ TEST(PlanLora, TheRefusalNamesTheLoraFlagsAndThePlannerDoesNotSwitch) {
       " --config_name '" + (source_dir() / "configs" / "pegasus-tiny" / "config.json").string() +
       "' --config_overrides vocab_size=8000,d_model=256,encoder_layers=4,decoder_layers=4,encoder_ffn_dim=1024,"
       "decoder_ffn_dim=1024,encoder_attention_heads=8,decoder_attention_heads=8 --train_file '" +
-      data.string() + "' --per_device_train_batch_size 2 --device cpu ";
+      data.string() + "' --max_source_length 40 --max_target_length 12 --per_device_train_batch_size 2 --device cpu ";
   auto r = run_command(fitsum_binary().string() + " plan" + model + "--max_memory 60MiB");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(r.output.find("flags: "), std::string::npos) << r.output;
