@@ -141,77 +141,7 @@ double ShapeFit::operator()(const BatchShape& shape) const {
   return sum;
 }
 
-double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_layers, std::int64_t decoder_layers,
-                              std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers,
-                              double decoder_adjust, double encoder_backward_adjust) const {
-  const auto e = static_cast<double>(encoder_layers), d = static_cast<double>(decoder_layers);
-  const auto ce = static_cast<double>(std::clamp<std::int64_t>(checkpointed_encoder_layers, 0, encoder_layers));
-  const auto cd = static_cast<double>(std::clamp<std::int64_t>(checkpointed_decoder_layers, 0, decoder_layers));
-  const double encoder_activations = (e - ce) * encoder_plain(shape) + ce * encoder_checkpointed(shape);
-  double decoder_phase = 0.0, encoder_phase = 0.0;
-  if (cd < d) {
-    decoder_phase =
-        decoder_rest(shape) + encoder_activations + cd * decoder_checkpointed(shape) + (d - cd) * decoder_plain(shape);
-  }
-  if (cd > 0) {
-    const double mixed = cd < d ? std::max(0.0, decoder_mixed(shape)) : 0.0;
-    decoder_phase = std::max(decoder_phase,
-                             decoder_recompute(shape) + encoder_activations + cd * decoder_checkpointed(shape) + mixed);
-  }
-  if (ce < e) encoder_phase = encoder_rest(shape) + encoder_activations;
-  if (ce > 0) {
-    const double mixed = ce < e ? std::max(0.0, encoder_mixed(shape)) : 0.0;
-    encoder_phase = std::max(encoder_phase, encoder_recompute(shape) + ce * encoder_checkpointed(shape) + mixed);
-  }
-  double encoder_forward = 0.0;
-  if (ce < e) encoder_forward = encoder_forward_plain(shape) + encoder_activations;
-  if (ce > 0) {
-    encoder_forward =
-        std::max(encoder_forward, encoder_forward_checkpointed(shape) + (ce - 1) * encoder_checkpointed(shape));
-  }
-  double forward = decoder_forward_plain(shape) + encoder_activations + cd * decoder_checkpointed(shape) +
-                   (d - cd) * decoder_plain(shape);
-  if (cd > 0) {
-    forward = std::max(forward, decoder_forward_checkpointed(shape) + encoder_activations +
-                                    (cd - 1) * decoder_checkpointed(shape));
-  }
-  return std::max({0.0, encoder_forward, forward + decoder_adjust, decoder_phase + decoder_adjust,
-                   encoder_phase + encoder_backward_adjust});
-}
-
-LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape& shape) {
-  const model::LinearCrossEntropyOptions loss;
-  const double tokens = static_cast<double>(shape.batch) * static_cast<double>(shape.target);
-  const double vocab = static_cast<double>(config.vocab_size);
-  LossHeadModes m;
-  m.chunked = 4.0 * tokens * vocab > static_cast<double>(loss.keep_logits_bytes);
-  m.kept = 4.0 * tokens * (vocab + static_cast<double>(config.d_model));
-  m.chunk = 4.0 * tokens * std::min(vocab, std::max(256.0, std::floor(static_cast<double>(loss.chunk_bytes) / (4.0 * tokens))));
-  return m;
-}
-
-double micro_step_flops(const model::ModelConfig& config, const BatchShape& shape, std::int64_t encoder_checkpointed,
-                        std::int64_t decoder_checkpointed, double* recompute, bool frozen_base) {
-  const auto f = model::forward_matmul_flops(config, shape.batch, shape.source, shape.target);
-  const double again = static_cast<double>(encoder_checkpointed) * f.encoder_layer +
-                       static_cast<double>(decoder_checkpointed) * f.decoder_layer;
-  if (recompute) *recompute = again;
-  const double training = model::training_matmul_flops(config, shape.batch, shape.source, shape.target);
-  return (frozen_base ? training * 2.0 / 3.0 : training) + again;
-}
-
 // ---- Calibration ----
-
-model::ParameterCounts counts_with_frozen_embeddings(const model::ModelConfig& config) {
-  auto counts = model::count_parameters(config);
-  const auto elements = config.vocab_size * config.d_model;  // model.shared (and the tied LM head)
-  counts.trainable -= elements;
-  counts.frozen += elements;
-  counts.matrix_elements -= elements;
-  counts.matrix_rows_plus_cols -= config.vocab_size + config.d_model;
-  counts.trainable_tensors.erase(counts.trainable_tensors.begin());  // model.shared, counted first
-  return counts;
-}
 
 namespace {
 
@@ -311,16 +241,40 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
 // Which bytes belong to which layer: per shape, the differences between the copies of 1 + 1 and 2 + 2 layers. The
 // encoder phase holds only encoder activations, so its difference is one encoder layer's; the stored bytes'
 // difference is one layer of each stack. Then each quantity is fitted in the shape.
+const ProbeSample* find_sample(const std::vector<ProbeSample>& samples, const BatchShape& s, std::int64_t e,
+                               std::int64_t d, ProbeCheckpointing checkpointing) {
+  for (const auto& p : samples) {
+    if (p.shape.batch == s.batch && p.shape.source == s.source && p.shape.target == s.target &&
+        p.encoder_layers == e && p.decoder_layers == d && p.checkpointing == checkpointing) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+// With a frozen base, what a checkpointed bottom layer stores beyond a plain one, beyond an ordinary layer's
+// difference (LayerMemory::encoder_bottom_checkpointed): from the stored bytes of the 2 + 2 copy with no layer, the
+// bottom encoder layer, and the bottom layer of each stack checkpointed. Left zero without those probes.
+void fit_bottom_layers(const std::vector<BatchShape>& deep, const std::vector<ProbeSample>& samples, LayerMemory& m) {
+  std::vector<double> encoder, decoder;
+  for (const auto& s : deep) {
+    const auto* p22 = find_sample(samples, s, 2, 2, ProbeCheckpointing::none);
+    const auto* e22 = find_sample(samples, s, 2, 2, ProbeCheckpointing::bottom_encoder);
+    const auto* b22 = find_sample(samples, s, 2, 2, ProbeCheckpointing::bottom);
+    if (!p22 || !e22 || !b22) return;
+    const auto stored = [](const ProbeSample* p) { return static_cast<double>(p->stored_bytes); };
+    encoder.push_back(stored(e22) - stored(p22) - (m.encoder_checkpointed(s) - m.encoder_plain(s)));
+    decoder.push_back(stored(b22) - stored(e22) - (m.decoder_checkpointed(s) - m.decoder_plain(s)));
+  }
+  m.encoder_bottom_checkpointed = fit_shape(deep, encoder, Terms::encoder_layer);
+  m.decoder_bottom_checkpointed = fit_shape(deep, decoder, Terms::decoder_layer);
+}
+
 LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::vector<ProbeSample>& samples) {
   const std::vector<BatchShape> deep(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(kDeepProbeShapes));
   const auto find = [&](const BatchShape& s, std::int64_t e, std::int64_t d,
                         ProbeCheckpointing checkpointing) -> const ProbeSample& {
-    for (const auto& p : samples) {
-      if (p.shape.batch == s.batch && p.shape.source == s.source && p.shape.target == s.target &&
-          p.encoder_layers == e && p.decoder_layers == d && p.checkpointing == checkpointing) {
-        return p;
-      }
-    }
+    if (const auto* p = find_sample(samples, s, e, d, checkpointing)) return *p;
     throw std::logic_error("planner probe: a sample is missing");
   };
   const auto value = [](std::uint64_t v) { return static_cast<double>(v); };
@@ -375,6 +329,7 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   }
   m.encoder_mixed = fit_shape(deep, em, Terms::encoder_layer);
   m.decoder_mixed = fit_shape(deep, dm, Terms::decoder_layer);
+  fit_bottom_layers(deep, samples, m);
   return m;
 }
 
@@ -436,10 +391,11 @@ auto fits_of(LayerMemoryT& m) {
                     &m.encoder_rest,          &m.encoder_recompute,
                     &m.encoder_forward_plain, &m.encoder_forward_checkpointed,
                     &m.decoder_forward_plain, &m.decoder_forward_checkpointed,
-                    &m.encoder_mixed,         &m.decoder_mixed};
+                    &m.encoder_mixed,         &m.decoder_mixed,
+                    &m.encoder_bottom_checkpointed, &m.decoder_bottom_checkpointed};
 }
 
-constexpr double kNumbersVersion = 1.0;
+constexpr double kNumbersVersion = 2.0;
 constexpr std::size_t kSampleNumbers = 13;
 
 }  // namespace
@@ -508,7 +464,7 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
     s.encoder_layers = static_cast<std::int64_t>(count("a sample's encoder layers"));
     s.decoder_layers = static_cast<std::int64_t>(count("a sample's decoder layers"));
     const auto checkpointing = count("a sample's checkpointing");
-    if (checkpointing > static_cast<double>(ProbeCheckpointing::bottom)) {
+    if (checkpointing > static_cast<double>(ProbeCheckpointing::bottom_encoder)) {
       throw std::invalid_argument("calibration numbers: a sample's checkpointing is " + std::to_string(checkpointing));
     }
     s.checkpointing = static_cast<ProbeCheckpointing>(static_cast<int>(checkpointing));
@@ -537,12 +493,15 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
     const auto e = depth, d = depth;
     auto copy = reduced_copy(config, e, d, device, options);
     if (depth == 2 && options.lora.enabled()) set_lora_memory(c, lora_memory(*copy, config));
-    for (const auto checkpointing : {ProbeCheckpointing::none, ProbeCheckpointing::all, ProbeCheckpointing::bottom}) {
-      if (depth == 1 && checkpointing == ProbeCheckpointing::bottom) continue;
+    std::vector<ProbeCheckpointing> modes{ProbeCheckpointing::none, ProbeCheckpointing::all};
+    if (depth == 2) modes.push_back(ProbeCheckpointing::bottom);
+    if (depth == 2 && options.lora.enabled()) modes.push_back(ProbeCheckpointing::bottom_encoder);
+    for (const auto checkpointing : modes) {
       const auto layers = checkpointing == ProbeCheckpointing::none  ? std::int64_t{0}
                           : checkpointing == ProbeCheckpointing::all ? all
                                                                      : std::int64_t{1};
-      copy->set_gradient_checkpointing(layers, layers);
+      const auto decoder_layers = checkpointing == ProbeCheckpointing::bottom_encoder ? 0 : layers;
+      copy->set_gradient_checkpointing(layers, decoder_layers);
       // Warm-up: allocates the gradients (kept between steps, as optim::zero_gradients keeps them) and first-use
       // buffers, so each probe sees only its own transient. A tiny batch does that as well as a real one: the
       // gradients have the parameters' sizes whatever the shape (at pegasus-large's widths a real shape costs a
@@ -553,8 +512,8 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
         const auto& shape = shapes[i];
         auto sample = measure_micro_step(*copy, shape, options, device, 1);
         sample.checkpointing = checkpointing;
-        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(layers, d), nullptr,
-                                        options.lora.enabled());
+        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(decoder_layers, d),
+                                        nullptr, options.lora.enabled());
         c.samples.push_back(sample);
       }
     }

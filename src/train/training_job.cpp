@@ -15,6 +15,7 @@
 
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
+#include "fitsum/io/adapter.h"
 #include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/hub.h"
 #include "fitsum/io/output_folder_lock.h"
@@ -333,6 +334,12 @@ memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples,
   return worst;
 }
 
+// The adapters a run trains, planned before they exist: lora_r's, or the adapter_config.json of the one it continues.
+model::LoraConfig planned_lora(const TrainingArguments& args) {
+  if (args.lora.enabled() || !io::is_adapter_folder(args.adapter_name_or_path)) return args.lora;
+  return io::open_adapter_folder(args.adapter_name_or_path).config;
+}
+
 memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKnobs& fixed,
                                     const memory::BatchShape& worst, std::uint64_t budget, int world_size) {
   memory::FitRequest request;
@@ -351,6 +358,8 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
   if (fixed.checkpointing) request.checkpointed_layers = args.checkpointed_layers();
   request.bf16 = args.bf16;
   request.freeze_embeds = args.freeze_embeds;
+  request.lora = planned_lora(args);
+  request.base_bfloat16 = request.lora.enabled() && args.base_dtype == "bfloat16";
   request.label_smoothing = args.label_smoothing_factor;
   return request;
 }
@@ -576,6 +585,7 @@ memory::FitResult plan_training(TrainingJob job, const util::Runtime& runtime, c
   if (weights) {
     auto& model = *m.loaded.model;
     model.to(runtime.device);
+    prepare_lora(model, job.args);  // the CUDA allocator model replays the trainable tensors alone
     fit = memory::fit_training(model, request);
   } else {
     fit = memory::fit_training(m.config, runtime.device, request);

@@ -234,8 +234,9 @@ TEST(PlannerLora, TheRefusalSaysSoWhenNoLoraConfigurationFits) {
   const auto refused = plan_for(suggestion_model(), suggestion_request(16 * kMiB));
   ASSERT_EQ(refused.status, memory::FitStatus::nothing_fits) << refused.explanation;
   EXPECT_FALSE(refused.lora_suggestion);
-  EXPECT_NE(refused.explanation.find("No LoRA configuration fits either: the cheapest tried, --lora_r 8 --base_dtype "
-                                     "bfloat16, needs "),
+  // Below the bfloat16 base's weights alone: refused before any probe, naming the first of the cheapest rungs.
+  EXPECT_NE(refused.explanation.find("No LoRA configuration fits either: the cheapest tried, --lora_r 16 "
+                                     "--lora_target_modules all-linear --base_dtype bfloat16, needs "),
             std::string::npos)
       << refused.explanation;
 }

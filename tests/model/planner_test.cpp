@@ -199,7 +199,7 @@ TEST(Planner, ACalibrationTravelsAsNumbers) {
   truncated.pop_back();
   EXPECT_NE(refusal(truncated).find("for 2 samples"), std::string::npos) << refusal(truncated);
   auto negative = numbers;
-  negative[1 + 84 + 2] = -1.0;  // adamw's transient bytes
+  negative[1 + 96 + 2] = -1.0;  // adamw's transient bytes, after the version and 16 fits of 6 coefficients
   EXPECT_NE(refusal(negative).find("not a count"), std::string::npos) << refusal(negative);
   EXPECT_NE(refusal({2.0}).find("not a calibration's"), std::string::npos) << refusal({2.0});
 }

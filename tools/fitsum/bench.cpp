@@ -286,6 +286,8 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   request.worst = {1, o.src_len, o.tgt_len};
   request.effective_batch = o.batch * o.gradient_accumulation_steps;
   request.bf16 = o.bf16;
+  request.lora = o.lora;  // the probe's copies carry the same adapters
+  request.base_bfloat16 = o.lora.enabled() && o.base_dtype == "bfloat16";
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;
   if (!o.plan) {
     request.micro_batch = knobs.micro_batch;

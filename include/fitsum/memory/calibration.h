@@ -59,6 +59,14 @@ struct LayerMemory {
   ShapeFit decoder_forward_checkpointed;  // the same while its one checkpointed layer runs, beyond the encoder's
   ShapeFit encoder_mixed;  // the encoder phase's recompute beyond the above, with plain layers above (>= 0)
   ShapeFit decoder_mixed;  // the decoder phase's likewise
+  // With a frozen base (LoRA) a stack's bottom layer is not like the others: its input (the embeddings) needs no
+  // gradient, so kept plain it stores only what its adapters need, while checkpointed it stores its input like any
+  // checkpointed layer. The rests above hold the bottom layers as they were in their probe (plain, or checkpointed
+  // with the rest); these are what a checkpointed bottom layer stores beyond a plain one, beyond what an ordinary
+  // layer's difference is (encoder_checkpointed - encoder_plain), measured on a copy with only its bottom encoder
+  // layer checkpointed. Zero without adapters, where the bottom layer's input needs a gradient like every other's.
+  ShapeFit encoder_bottom_checkpointed;
+  ShapeFit decoder_bottom_checkpointed;
   // Transient bytes of a micro-step of `shape` with the bottom `encoder_checkpointed` / `decoder_checkpointed`
   // layers of `encoder_layers` / `decoder_layers` checkpointed. `decoder_adjust` is added to the phases after the
   // encoder's forward (the decoder's forward and backward), `encoder_backward_adjust` to the encoder's backward
@@ -96,8 +104,9 @@ struct LossHeadModes {
 };
 LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape& shape);
 
-// Which layers of a probe copy recompute: none, all, or only the bottom one of each stack (2 + 2 copy).
-enum class ProbeCheckpointing { none, all, bottom };
+// Which layers of a probe copy recompute: none, all, only the bottom one of each stack (2 + 2 copy), or (with LoRA)
+// only the bottom encoder layer (2 + 2 copy).
+enum class ProbeCheckpointing { none, all, bottom, bottom_encoder };
 
 struct ProbeSample {
   BatchShape shape;
