@@ -39,6 +39,7 @@ TEST(LoraCli, TrainsAdaptersAndSaysWhatTrains) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("LoRA r 4, alpha 16 (scaling 4) on 12 layers (v_proj, q_proj)"), std::string::npos)
       << r.output;
+  EXPECT_NE(r.output.find("; adapter saved to "), std::string::npos) << r.output;  // not a model
 }
 
 TEST(LoraCli, ArgsJsonCarriesALoraObjectWithPeftKeys) {

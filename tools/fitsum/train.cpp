@@ -159,9 +159,10 @@ void run_train(const TrainCommandOptions& o, const CLI::App& command) {
   const std::string span = result.start_step > 0 ? " (from step " + std::to_string(result.start_step) + " to " +
                                                        std::to_string(result.global_step) + ")"
                                                  : "";
-  std::printf("done: %lld step%s%s in %.1f s, train_loss %.6f; model saved to %s\n", static_cast<long long>(trained),
+  std::printf("done: %lld step%s%s in %.1f s, train_loss %.6f; %s saved to %s\n", static_cast<long long>(trained),
               trained == 1 ? "" : "s", span.c_str(), result.metrics["train_runtime"].get<double>(),
-              result.metrics["train_loss"].get<double>(), args.output_dir.c_str());
+              result.metrics["train_loss"].get<double>(), args.trains_adapters() ? "adapter" : "model",
+              args.output_dir.c_str());
 }
 
 }  // namespace
