@@ -13,6 +13,7 @@
 #include "fitsum/io/safetensors.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/files.h"
+#include "fitsum/util/strings.h"
 
 namespace fitsum::io {
 
@@ -26,9 +27,7 @@ constexpr const char* kPeftVersion = "0.21.2";
 // before the tensors' shapes are compared.
 constexpr std::int64_t kMaxRank = std::int64_t{1} << 16;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using util::ends_with;
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::ostringstream out;

@@ -9,6 +9,7 @@
 #include "fitsum/model/dropout.h"
 #include "fitsum/model/few_rows_linear.h"
 #include "fitsum/model/seq2seq.h"
+#include "fitsum/util/strings.h"
 
 namespace fitsum::model {
 
@@ -20,9 +21,7 @@ bool ends_with_component(const std::string& name, const std::string& suffix) {
          name[name.size() - suffix.size() - 1] == '.';
 }
 
-bool ends_with(const std::string& name, const std::string& suffix) {
-  return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
+using util::ends_with;
 
 bool is_adapter_part(const std::string& name) {
   return name.find(".lora_A") != std::string::npos || name.find(".lora_B") != std::string::npos ||
