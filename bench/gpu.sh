@@ -4,11 +4,14 @@
 #      (torch.utils.cmake_prefix_path of $FITSUM_GPU_PYTHON, any 2.x version), in build-gpu/, without the
 #      SentencePiece shim; ldd and the c10d NCCL process group (an all-reduce on one rank);
 #   2. parity on CUDA (tests/gpu): float32 at the CPU tolerances, bfloat16 autocast within its documented bounds;
-#      data-parallel training on CUDA (bench/gpu_data_parallel.sh: NCCL with two GPUs, else Gloo on one);
 #   3. the memory planner on CUDA, the seed's configuration of pegasus-large (random init) under --max_memory:
 #      `fitsum plan` predicts allocated and reserved bytes (the CUDA allocator model's terms), `fitsum bench train`
-#      measures torch.cuda.max_memory_allocated / max_memory_reserved; then the planner's own choice (bench --plan);
-#   4. both configurations side by side with HF transformers' Trainer (skipped when the clock is short).
+#      measures torch.cuda.max_memory_allocated / max_memory_reserved; then the planner's own choice (bench --plan)
+#      under the cap, under the seed's card (FITSUM_GPU_CARD, 7.79GiB) and under 80 GiB (its speed: MFU), AdamW
+#      with the optimizer offloaded under the card, and two more cells; each row's prediction against its peaks;
+#   4. data-parallel on CUDA (NCCL with two GPUs, else Gloo on one);
+#   5. the seed's and the planned configurations side by side with HF transformers' Trainer (skipped when the
+#      clock is short: the stages run in this order, the most needed first).
 #
 # Such a machine reaches nothing outside, and the reference fixtures beside the project do not travel with it.
 # So, first, where the Debian packages are:
@@ -17,7 +20,7 @@
 # then on the GPU machine, from the project's root, with .gpu carried along:
 #     bash bench/gpu.sh                three files in $OUT (or .gpu/out): results.json, gpu.log, logs.tar.gz
 #     bash bench/gpu.sh --dry-run      prints every command it would run, runs none (works anywhere)
-# Every stage runs under a time limit taken from one budget (FITSUM_GPU_BUDGET_S, default 480 s); a stage that
+# Every stage runs under a time limit taken from one budget (FITSUM_GPU_BUDGET_S, default 540 s); a stage that
 # cannot get its minimum is skipped and said so. Knobs: FITSUM_GPU_STEPS (timed optimizer steps, default 2),
 # FITSUM_GPU_SRC_LEN / _TGT_LEN (512 / 128), FITSUM_GPU_CAP (16GiB), FITSUM_PLANNED_FLAGS (when the planner's run
 # fails), FITSUM_GPU_SKIP_HF=1, FITSUM_GPU_PYTHON (python3), FITSUM_CUDA_ARCH (9.0), FITSUM_GPU_BUILD_DIR (build-gpu),
@@ -46,7 +49,7 @@ case "${1:-}" in
     ;;
 esac
 
-budget="${FITSUM_GPU_BUDGET_S:-480}"
+budget="${FITSUM_GPU_BUDGET_S:-540}"
 out="${OUT:-$root/.gpu/out}"
 work="$root/.gpu/work"  # every log; packed into $out/logs.tar.gz
 if [[ $mode == dry ]]; then
@@ -64,6 +67,7 @@ steps="${FITSUM_GPU_STEPS:-2}"
 src_len="${FITSUM_GPU_SRC_LEN:-512}"
 tgt_len="${FITSUM_GPU_TGT_LEN:-128}"
 cap="${FITSUM_GPU_CAP:-16GiB}"
+card="${FITSUM_GPU_CARD:-7.79GiB}"  # the seed's card: its usable memory
 cap_gib="${cap%GiB}"
 python="${FITSUM_GPU_PYTHON:-python3}"
 large=build-gpu/pegasus-large/config.json  # the config alone: no tokenizer is needed (the GPU build has no SentencePiece)
@@ -159,11 +163,6 @@ echo "== parity tests on CUDA"
 run parity-tests 120 20 "$work/gpu_tests.log" "./$build/tests/fitsum_gpu_tests" --gtest_output="json:$work/gpu_tests.json"
 show grep -E "^\[  FAILED  \]|^\[  PASSED  \]|Failure$" "$work/gpu_tests.log" | sort -u | head -12 | sed 's/^/    /'
 
-echo "== data-parallel on CUDA: 2 processes x accumulation 1 against 1 x 2, the tiny fixture"
-run data-parallel 90 20 "$work/data_parallel.log" bash bench/gpu_data_parallel.sh "./$build/fitsum" \
-  "$root/.gpu/shared/fixtures/tiny-pegasus" "$work/data-parallel"
-show cat "$work/data_parallel.log"
-
 echo "== planner on CUDA: pegasus-large, the seed's configuration, --max_memory $cap, $src_len / $tgt_len tokens"
 seed_flags=(--per_device_train_batch_size 1 --gradient_accumulation_steps 64 --no_resplit --optim adafactor
   --gradient_checkpointing)
@@ -172,11 +171,33 @@ run plan-seed 90 20 "$work/plan.json" "./$build/fitsum" plan --device cuda --con
 
 echo "== measured: fitsum bench train, $steps timed steps"
 bench=(bench train --device cuda --config_name "$large" --src_len "$src_len" --tgt_len "$tgt_len" --steps "$steps"
-  --warmup 1 --max_memory "$cap")
-run fitsum-seed 120 30 "$work/fitsum-seed.json" "./$build/fitsum" "${bench[@]}" --batch 1 \
+  --warmup 1)
+run fitsum-seed 120 30 "$work/fitsum-seed.json" "./$build/fitsum" "${bench[@]}" --max_memory "$cap" --batch 1 \
   --gradient_accumulation_steps 64 --gradient_checkpointing --optim adafactor
-run fitsum-planned 120 30 "$work/fitsum-planned.json" "./$build/fitsum" "${bench[@]}" --batch 1 \
+run fitsum-planned 120 30 "$work/fitsum-planned.json" "./$build/fitsum" "${bench[@]}" --max_memory "$cap" --batch 1 \
   --gradient_accumulation_steps 64 --bf16 --plan
+
+echo "== the seed's card ($card): the planner's choice trains under it; AdamW with the optimizer offloaded"
+run plan-card 60 15 "$work/plan-card.json" "./$build/fitsum" plan --device cuda --config_name "$large" \
+  --max_source_length "$src_len" --max_target_length "$tgt_len" --per_device_train_batch_size 1 \
+  --gradient_accumulation_steps 64 --max_memory "$card" --format json
+run fitsum-card 120 30 "$work/fitsum-card.json" "./$build/fitsum" "${bench[@]}" --max_memory "$card" --batch 1 \
+  --gradient_accumulation_steps 64 --bf16 --plan
+run fitsum-offload 150 40 "$work/fitsum-offload.json" "./$build/fitsum" "${bench[@]}" --max_memory "$card" \
+  --batch 1 --gradient_accumulation_steps 64 --gradient_checkpointing --optim adamw_torch --offload_optimizer cpu
+
+echo "== 80 GiB: the planner's choice, for speed (MFU); two more cells of the planner under $cap"
+run fitsum-80g 120 30 "$work/fitsum-80g.json" "./$build/fitsum" "${bench[@]}" --max_memory 80GiB --batch 1 \
+  --gradient_accumulation_steps 64 --bf16 --plan
+run fitsum-cell-a 90 25 "$work/fitsum-cell-a.json" "./$build/fitsum" "${bench[@]}" --max_memory "$cap" --batch 4 \
+  --gradient_accumulation_steps 16 --bf16 --optim adafactor
+run fitsum-cell-b 90 25 "$work/fitsum-cell-b.json" "./$build/fitsum" "${bench[@]}" --max_memory "$cap" --batch 8 \
+  --gradient_accumulation_steps 8 --bf16 --gradient_checkpointing --optim adamw_torch
+
+echo "== data-parallel on CUDA: 2 processes x accumulation 1 against 1 x 2, the tiny fixture"
+run data-parallel 90 20 "$work/data_parallel.log" bash bench/gpu_data_parallel.sh "./$build/fitsum" \
+  "$root/.gpu/shared/fixtures/tiny-pegasus" "$work/data-parallel"
+show cat "$work/data_parallel.log"
 
 # The planner's choice as the HF Trainer's flags (all layers checkpointed when it checkpoints some).
 planned="${FITSUM_PLANNED_FLAGS:---batch 4 --accumulation 16 --bf16}"

@@ -10,6 +10,8 @@ import os
 import sys
 
 MIB = 1024 * 1024
+# The measured runs, in gpu.sh's order: <impl>-<config>.json.
+CONFIGS = ("seed", "planned", "card", "offload", "80g", "cell-a", "cell-b")
 
 
 def read(path):
@@ -57,9 +59,9 @@ def parity_tests(work):
             "seconds": report.get("time", "")}
 
 
-def plan_summary(work):
+def plan_summary(work, name="plan.json"):
     try:
-        with open(os.path.join(work, "plan.json")) as f:
+        with open(os.path.join(work, name)) as f:
             plan = json.load(f)
     except (OSError, ValueError):
         return None
@@ -84,6 +86,43 @@ def compare(plan, seed):
     return rows
 
 
+# Dense bfloat16 tensor-core rates (no sparsity), FLOP/s, by the name nvidia-smi prints: MFU's denominator.
+DENSE_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362.05e12, "A10": 125e12}
+
+
+def dense_bf16_rate(machine):
+    override = os.environ.get("FITSUM_GPU_PEAK_TFLOPS")
+    if override:
+        return float(override) * 1e12
+    name = machine[0] if machine else ""
+    for key, rate in DENSE_BF16.items():
+        if key in name:
+            return rate
+    return None
+
+
+def predictions(rows, peak_rate):
+    """Each fitsum row's predicted against measured peaks (the target: within 10%, never more than 5% under) and
+    its MFU: the step's products, recomputation included, against the device's dense bf16 rate."""
+    out = []
+    for r in rows:
+        if r.get("impl") != "fitsum" or "error" in r:
+            continue
+        row = {"config": r["config"]}
+        for key in ("allocated", "reserved"):
+            measured, predicted = r.get(f"peak_{key}_mib"), r.get(f"predicted_{key}_mib")
+            if measured and predicted:
+                error = 100 * (predicted / measured - 1)
+                row[key] = {"predicted_mib": round(predicted, 1), "measured_mib": round(measured, 1),
+                            "error_percent": round(error, 1), "holds": -5.0 <= error <= 10.0}
+        step = r.get("step_s_median")
+        if peak_rate and step and r.get("flops_per_step"):
+            flops = r["flops_per_step"] + r.get("recompute_flops_per_step", 0.0)
+            row["mfu_percent"] = round(100 * flops / step / peak_rate, 1)
+        out.append(row)
+    return out
+
+
 def print_report(result):
     for s in result["stages"]:
         if s["status"] != "ok":
@@ -101,6 +140,11 @@ def print_report(result):
     for c in result["planner_vs_measured"]:
         print(f"  {c['what']}: predicted {c['predicted_mib']:.0f} MiB, measured {c['measured_mib']:.0f} MiB "
               f"({c['error_percent']:+.1f}%)")
+    for p in result["predictions"]:
+        cells = [f"{k} {p[k]['predicted_mib']:.0f}/{p[k]['measured_mib']:.0f} MiB ({p[k]['error_percent']:+.1f}%"
+                 f"{'' if p[k]['holds'] else ', OUT OF BOUNDS'})" for k in ("allocated", "reserved") if k in p]
+        mfu = f", MFU {p['mfu_percent']:.1f}%" if "mfu_percent" in p else ""
+        print(f"  {p['config']}: predicted/measured " + "; ".join(cells) + mfu)
     print("| config | impl | batch x accum | ckpt | bf16 | samples/s | step s | peak alloc MiB | peak reserved MiB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in result["side_by_side"]:
@@ -117,7 +161,7 @@ def print_report(result):
 def main():
     work, target = sys.argv[1], sys.argv[2]
     rows = []
-    for config in ("seed", "planned"):
+    for config in CONFIGS:
         for impl in ("fitsum", "hf"):
             row = last_json_line(os.path.join(work, f"{impl}-{config}.json"))
             if row is not None:
@@ -126,7 +170,8 @@ def main():
     seed = next((r for r in rows if r.get("impl") == "fitsum" and r["config"] == "seed"), None)
     result = {"machine": read(os.path.join(work, "machine.txt")).splitlines(), "stages": stages(work),
               "parity_tests": parity_tests(work), "plan_seed": plan, "planner_vs_measured": compare(plan, seed),
-              "side_by_side": rows}
+              "side_by_side": rows, "plan_card": plan_summary(work, "plan-card.json")}
+    result["predictions"] = predictions(rows, dense_bf16_rate(result["machine"]))
     with open(target, "w") as f:
         json.dump(result, f, indent=1)
     print_report(result)

@@ -407,6 +407,13 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
   }
   out["flops_per_step"] = static_cast<double>(knobs.accumulation) *
                           model::training_matmul_flops(config, knobs.micro_batch, o.src_len, o.tgt_len);
+  // What checkpointing adds: the checkpointed layers' forward products, run again in backward (MFU's numerator
+  // counts them: hardware FLOPs).
+  const auto layer = model::forward_matmul_flops(config, knobs.micro_batch, o.src_len, o.tgt_len);
+  out["recompute_flops_per_step"] =
+      static_cast<double>(knobs.accumulation) *
+      (static_cast<double>(knobs.encoder_checkpointed) * layer.encoder_layer +
+       static_cast<double>(knobs.decoder_checkpointed) * layer.decoder_layer);
   out["gradient_checkpointing"] = knobs.checkpointing();
   out["gradient_checkpointing_encoder_layers"] = knobs.encoder_checkpointed;
   out["gradient_checkpointing_decoder_layers"] = knobs.decoder_checkpointed;
