@@ -32,12 +32,14 @@ struct Run {
   std::string error;
 };
 
+// 9 source and 7 label tokens: a step loss is the float32 sum over 7 tokens divided by 7 in float64, which float32
+// cannot hold, so a sum kept in float32 anywhere would show in the logged bits.
 Run train_one_example(train::TrainingArguments args, const std::string& name) {
   args.output_dir = (temp_dir(name) / "out").string();
   args.per_device_train_batch_size = 1;
   train::TrainerInputs inputs;
   inputs.model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
-  inputs.train_examples.push_back(uniform_example(9, 6, 0));
+  inputs.train_examples.push_back(uniform_example(9, 7, 0));
   Run run;
   train::TrainerCallbacks callbacks;
   callbacks.on_log = [&](const nlohmann::ordered_json& entry) { run.logs.push_back(entry); };
@@ -91,18 +93,18 @@ TEST(DeviceReads, LoggedLossAndGradNormEqualHostReadsBitForBit) {
 
   auto model = load_fixture_model(shared_dir() / "fixtures" / "tiny-pegasus", false);
   model->train();
-  const std::vector<data::Example> examples{uniform_example(9, 6, 0)};
+  const std::vector<data::Example> examples{uniform_example(9, 7, 0)};
   const auto batch = data::collate(examples, {0});
   const auto parameters = optim::trainable_parameters(*model);
   std::vector<torch::Tensor> list;
   for (const auto& [name, p] : parameters) list.push_back(p);
-  const double denominator = 6.0;
+  const double denominator = 7.0;
   std::vector<double> losses, norms;
   for (int step = 0; step < 4; ++step) {
     model::MicroBatchOptions options;
     options.loss_scale = 1.0 / denominator;
     const auto loss = model::forward_backward(*model, batch.input_ids, batch.attention_mask, batch.labels, options);
-    ASSERT_EQ(loss.tokens, 6);
+    ASSERT_EQ(loss.tokens, 7);
     double loss_sum = 0.0;
     loss_sum += loss.sum.item<double>();
     losses.push_back(loss_sum / denominator);
@@ -119,6 +121,7 @@ TEST(DeviceReads, LoggedLossAndGradNormEqualHostReadsBitForBit) {
   later += losses[3];
   EXPECT_EQ(run.logs[1]["loss"].get<double>(), later / 2.0);
   EXPECT_EQ(run.logs[1]["grad_norm"].get<double>(), norms[3]);
+  EXPECT_NE(static_cast<double>(static_cast<float>(losses[0])), losses[0]);  // the premise above
   double total = 0.0;
   for (const double l : losses) total += l;
   EXPECT_EQ(run.logs[2]["train_loss"].get<double>(), total / 4.0);
