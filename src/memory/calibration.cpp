@@ -18,6 +18,7 @@
 #include "fitsum/model/micro_step.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/util/device_timer.h"
 #include "fitsum/util/random_state.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -59,12 +60,6 @@ std::uint64_t measure_transient(const c10::Device& device, Work&& work) {
   return static_cast<std::uint64_t>(std::max<std::int64_t>(0, peak - before));
 }
 
-void synchronize(const c10::Device& device) {
-#ifdef FITSUM_WITH_CUDA
-  if (device.is_cuda()) torch::cuda::synchronize();
-#endif
-}
-
 // The optimizer step (with clipping) on one stand-alone tensor shaped like the model's largest parameter: its
 // temporaries are per parameter, so the largest one sets the transient; the time scales with the elements.
 OptimizerCost measure_optimizer(optim::OptimizerType type, const torch::Tensor& largest, std::int64_t elements,
@@ -82,15 +77,14 @@ OptimizerCost measure_optimizer(optim::OptimizerType type, const torch::Tensor& 
   const std::vector<torch::Tensor> params{weight};
   optim::clip_grad_norm(params, 1.0);
   optimizer->step();  // allocates the state
-  synchronize(device);
   OptimizerCost cost;
-  const auto start = Clock::now();
+  util::DeviceTimer timer(device);  // CUDA events around the step, or the host clock
+  timer.start();
   cost.transient_bytes = measure_transient(device, [&] {
     optim::clip_grad_norm(params, 1.0);
     optimizer->step();
   });
-  synchronize(device);
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds = timer.seconds();
   cost.seconds =
       seconds * static_cast<double>(elements) / static_cast<double>(std::max<std::int64_t>(1, weight.numel()));
   return cost;
@@ -215,8 +209,8 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
         reset_peak_memory(device);
       });
     };
-    synchronize(device);
-    const auto start = Clock::now();
+    util::DeviceTimer timer(device);  // CUDA events around the micro-step, or the host clock
+    timer.start();
     before = read_memory(device).current_bytes;
     reset_peak_memory(device);
     auto loss = model::micro_batch_loss(copy, ids, mask, labels, micro);
@@ -224,8 +218,7 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
     reset_peak_memory(device);
     (loss.sum * micro.loss_scale).backward();
     const auto encoder_peak = read_memory(device).peak_bytes;
-    synchronize(device);
-    sample.seconds = std::min(sample.seconds, std::chrono::duration<double>(Clock::now() - start).count());
+    sample.seconds = std::min(sample.seconds, timer.seconds());
     if (r == 0) {
       const auto positive = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(0, v)); };
       sample.stored_bytes = positive(after_forward.current_bytes - before);

@@ -220,6 +220,10 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
 
 }  // namespace
 
+bool bias_has_nonzero(const at::Tensor& bias) {
+  return bias.defined() && bias.numel() > 0 && bias.ne(0).any().item<bool>();
+}
+
 TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
                                const at::Tensor& labels, const LinearCrossEntropyOptions& options) {
   TORCH_CHECK(hidden.dim() >= 2 && hidden.size(-1) == weight.size(1), "linear_cross_entropy: hidden ", hidden.sizes(),
@@ -230,7 +234,8 @@ TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
   const auto flat = labels.reshape({-1});
   TORCH_CHECK(flat.size(0) * hidden.size(-1) == hidden.numel(), "linear_cross_entropy: labels ", labels.sizes(),
               " do not match hidden ", hidden.sizes());
-  auto rows = flat.ne(-100).nonzero().squeeze(1);  // (M)
+  const auto* known = options.known;
+  auto rows = known ? known->rows : flat.ne(-100).nonzero().squeeze(1);  // (M)
   auto targets = flat.index_select(0, rows);
   TokenLoss out;
   out.tokens = rows.size(0);
@@ -239,10 +244,12 @@ TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
     return out;
   }
   const auto vocab = weight.size(0);
-  const auto low = targets.min().item<std::int64_t>();
-  const auto high = targets.max().item<std::int64_t>();
-  TORCH_CHECK(low >= 0 && high < vocab, "labels must be -100 or token ids in [0, ", vocab, "), found ",
-              low < 0 ? low : high);
+  if (!known || !known->ids_checked) {
+    const auto low = targets.min().item<std::int64_t>();
+    const auto high = targets.max().item<std::int64_t>();
+    TORCH_CHECK(low >= 0 && high < vocab, "labels must be -100 or token ids in [0, ", vocab, "), found ",
+                low < 0 ? low : high);
+  }
   const auto chunk = std::min(vocab, std::max<std::int64_t>(256, options.chunk_bytes / (4 * out.tokens)));
   // Decided here, in grad mode: a custom Function's forward runs with grad mode off.
   const bool weight_in_place = accumulates_in_place(weight);
@@ -250,7 +257,7 @@ TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
   const bool gradient_in_forward = wants_gradient && out.tokens * vocab * 4 <= options.keep_logits_bytes;
   // Autograd functions take defined tensors only: no bias is an empty one. A bias of zeros (PEGASUS's
   // final_logits_bias, a buffer nobody trains) is skipped too: adding it costs a pass over the (M, V) logits.
-  const bool has_bias = bias.defined() && bias.numel() > 0 && bias.ne(0).any().item<bool>();
+  const bool has_bias = known ? known->bias_nonzero && bias.defined() && bias.numel() > 0 : bias_has_nonzero(bias);
   const auto bias_or_empty = has_bias ? bias.reshape({1, vocab}) : torch::empty({0}, weight.options());
   out.sum = LinearCrossEntropyFunction::apply(hidden, weight, bias_or_empty, rows, targets, options.label_smoothing,
                                               chunk, gradient_in_forward, weight_in_place);

@@ -13,6 +13,7 @@
 #include "fitsum/model/dropout.h"
 #include "fitsum/model/feed_forward.h"
 #include "fitsum/model/few_rows_linear.h"
+#include "fitsum/model/host_checked_ids.h"
 #include "fitsum/model/tied_embedding.h"
 #include "fitsum/util/torch_compat.h"
 
@@ -407,11 +408,9 @@ void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
 }
 
 torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
-  // Once per sequence: later decoding steps feed back ids the model itself chose from its own vocabulary.
-  if (past == 0) {
-    check_ids_in_vocabulary(ids, embed_tokens_->weight.size(0),
-                            kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids");
-  }
+  // Once per sequence (later decoding steps feed back ids the model chose), unless checked on the host already.
+  const char* name = kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids";
+  if (past == 0 && !ids_checked_on_host()) check_ids_in_vocabulary(ids, embed_tokens_->weight.size(0), name);
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
   if (t5_) return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);  // no scale, no positions
   h = h * embed_scale_;
@@ -545,9 +544,10 @@ torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
 }
 
 TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
-                                    double label_smoothing) {
+                                    double label_smoothing, const KnownLabels* known) {
   LinearCrossEntropyOptions options;
   options.label_smoothing = label_smoothing;
+  options.known = known;
   return linear_cross_entropy(head_input(decoder_hidden), lm_head_weight(), final_logits_bias, labels, options);
 }
 

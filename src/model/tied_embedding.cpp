@@ -29,10 +29,10 @@ class EmbeddingLookup : public torch::autograd::Function<EmbeddingLookup> {
       auto rows = ids.reshape({-1});                              // (N)
       auto grad = grad_outputs[0].reshape({-1, weight.size(1)});  // (N, D)
       if (padding_idx >= 0) {
-        // Positions holding the padding id contribute nothing (HF: nn.Embedding(padding_idx=pad)).
-        const auto keep = rows.ne(padding_idx).nonzero().squeeze(1);
-        rows = rows.index_select(0, keep);
-        grad = grad.index_select(0, keep);
+        // Positions holding the padding id contribute nothing (HF: nn.Embedding(padding_idx=pad)): their rows add
+        // an exact zero into the padding row, whose gradient stays zero. Selecting only the other positions would
+        // need their count on the host (nonzero), which on CUDA waits for the device in every backward.
+        grad = torch::where(rows.ne(padding_idx).unsqueeze(1), grad, torch::zeros({}, grad.options()));
       }
       gradient_buffer(weight).index_add_(0, rows, grad.to(weight.scalar_type()));
     }

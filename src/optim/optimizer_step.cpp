@@ -16,17 +16,17 @@ void zero_gradients(torch::optim::Optimizer& optimizer) {
   }
 }
 
-double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
+torch::Tensor optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
                       const UpdateOptions& options) {
   util::IntraOpThreadsGuard threads(options.threads);
   auto* treated = dynamic_cast<TreatedUpdate*>(&optimizer);
   if (treated == nullptr) {
-    const double norm = clip_grad_norm(parameters, options.max_grad_norm, options.sum_over_processes);
+    auto norm = clip_grad_norm(parameters, options.max_grad_norm, options.sum_over_processes);
     optimizer.step();
     zero_gradients(optimizer);
     return norm;
   }
-  const double norm = gradient_norm(parameters, options.sum_over_processes);
+  auto norm = gradient_norm(parameters, options.sum_over_processes);
   treated->update({clip_factor(norm, options.max_grad_norm), /*zero_after=*/true});
   return norm;
 }

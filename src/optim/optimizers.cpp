@@ -119,12 +119,12 @@ void AdamW::update(const GradientTreatment& treatment) {
         scalars.eps = o.eps();
         scalars.weight_decay = o.weight_decay();
         scalars.step = s.step;
-        scalars.grad_scale = treatment.scale;
+        scalars.grad_scale = host_clip_factor(treatment);  // a CPU tensor: no device is waited for
         scalars.zero_grad = treatment.zero_after;
         fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq, scalars);
         continue;
       }
-      if (treatment.scale != 1.0) grad.mul_(treatment.scale);
+      if (treatment.scale.defined()) grad.mul_(treatment.scale);
       p.mul_(1.0 - o.lr() * o.weight_decay());
       s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
       s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
@@ -249,7 +249,7 @@ void Adafactor::update(const GradientTreatment& treatment) {
         scalars.eps1 = o.eps1();
         scalars.clip_threshold = o.clip_threshold();
         scalars.weight_decay = o.weight_decay();
-        scalars.grad_scale = treatment.scale;
+        scalars.grad_scale = host_clip_factor(treatment);  // a CPU tensor: no device is waited for
         scalars.zero_grad = treatment.zero_after;
         if (p.dim() >= 2) {
           fused_adafactor_matrix_step(p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, scalars);
@@ -258,7 +258,7 @@ void Adafactor::update(const GradientTreatment& treatment) {
         }
         continue;
       }
-      if (treatment.scale != 1.0) grad.mul_(treatment.scale);  // clipped in its own dtype, as clip_grad_norm_
+      if (treatment.scale.defined()) grad.mul_(treatment.scale);  // clipped in its own dtype, as clip_grad_norm_
       // HF upcasts half-precision parameters and gradients; the state is always fp32.
       adafactor_tensor_update(p, grad.to(torch::kFloat), s, o, beta2t);
       if (treatment.zero_after) grad.zero_();
@@ -369,8 +369,8 @@ void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTenso
   }
 }
 
-double gradient_norm(const std::vector<torch::Tensor>& parameters,
-                     const std::function<void(torch::Tensor&)>& sum_over_processes) {
+torch::Tensor gradient_norm(const std::vector<torch::Tensor>& parameters,
+                            const std::function<void(torch::Tensor&)>& sum_over_processes) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> norms;
   for (const auto& p : parameters) {
@@ -380,31 +380,43 @@ double gradient_norm(const std::vector<torch::Tensor>& parameters,
       norms.push_back(torch::zeros({}, p.options().dtype(torch::kFloat)));
     }
   }
-  if (norms.empty()) return 0.0;
+  if (norms.empty()) {
+    return torch::zeros({}, torch::TensorOptions(torch::kFloat).device(parameters.empty() ? torch::Device(torch::kCPU)
+                                                                                          : parameters[0].device()));
+  }
   auto stacked = torch::stack(norms);
   // Each parameter's norm is on one process and 0 on the others, so the sum gathers them exactly: the norm is one
   // process's, bit for bit.
   if (sum_over_processes) sum_over_processes(stacked);
-  return stacked.norm(2).item<double>();
+  return stacked.norm(2);
 }
 
-double clip_factor(double norm, double max_norm) {
-  if (max_norm <= 0.0) return 1.0;
-  const double coef = max_norm / (norm + 1e-6);
-  return coef < 1.0 ? coef : 1.0;
+torch::Tensor clip_factor(const torch::Tensor& norm, double max_norm) {
+  if (max_norm <= 0.0) return {};
+  // In double, as max_norm / (norm + 1e-6) on the host; a NaN norm compares false and gives 1, as `coef < 1` does.
+  const auto options = torch::TensorOptions(torch::kDouble).device(norm.device());
+  const auto coef = torch::full({}, max_norm, options).div(norm.to(torch::kDouble).add(1e-6));
+  return torch::where(coef.lt(1.0), coef, torch::ones({}, options));
 }
 
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
-                      const std::function<void(torch::Tensor&)>& sum_over_processes) {
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_processes) {
   torch::NoGradGuard no_grad;
-  const double total_norm = gradient_norm(parameters, sum_over_processes);
-  const double coef = clip_factor(total_norm, max_norm);
-  if (coef != 1.0) {
+  auto total_norm = gradient_norm(parameters, sum_over_processes);
+  const auto coef = clip_factor(total_norm, max_norm);
+  if (coef.defined()) {
     for (const auto& p : parameters) {
-      if (p.grad().defined()) p.grad().mul_(coef);
+      if (p.grad().defined()) p.grad().mul_(coef);  // the device multiplies by 1 rather than the host asking
     }
   }
   return total_norm;
+}
+
+double host_clip_factor(const GradientTreatment& treatment) {
+  if (!treatment.scale.defined()) return 1.0;
+  TORCH_CHECK(treatment.scale.device().is_cpu() && treatment.scale.scalar_type() == torch::kDouble,
+              "host_clip_factor: the factor of a fused CPU update must be a float64 CPU tensor");
+  return *treatment.scale.data_ptr<double>();
 }
 
 }  // namespace fitsum::optim

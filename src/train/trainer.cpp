@@ -24,6 +24,7 @@
 #include "fitsum/model/micro_step.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
+#include "fitsum/train/device_batch.h"
 #include "fitsum/train/diagnostics.h"
 #include "fitsum/train/evaluation.h"
 #include "fitsum/train/floating_point_ops.h"
@@ -66,6 +67,7 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   }
   auto& model = *in_.model;
   model.to(in_.device);
+  head_bias_nonzero_ = model::bias_has_nonzero(model.final_logits_bias);  // a buffer nobody trains: read once
   if (args_.gradient_checkpointing) {
     const auto [encoder_layers, decoder_layers] = args_.checkpointed_layers();
     model.set_gradient_checkpointing(encoder_layers, decoder_layers);
@@ -132,24 +134,28 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   reduce_step(outcome, accumulated.loss_sum, accumulated.samples);
   train_samples_ += accumulated.samples;
   if (outcome.interrupted) return outcome;
-  outcome.loss = accumulated.loss_sum / denominator;
-  outcome.grad_norm = update_parameters();
+  // Divided by a tensor, not a scalar: CUDA multiplies by a scalar's reciprocal, which rounds differently.
+  outcome.loss = accumulated.loss_sum.div(torch::full({}, denominator, accumulated.loss_sum.options()));
+  outcome.grad_norm = update_parameters().to(torch::kDouble);
   return outcome;
 }
 
 model::TokenLoss Trainer::micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
                                               std::int64_t& input_tokens, std::int64_t& input_elements) {
-  auto batch = data::collate(in_.train_examples, examples, in_.collator);
-  auto ids = batch.input_ids.to(in_.device);
-  auto mask = batch.attention_mask.to(in_.device);
-  auto labels = batch.labels.to(in_.device);
+  DeviceBatchOptions transfer;
+  transfer.device = in_.device;
+  transfer.vocab_size = in_.model->config().vocab_size;
+  transfer.pin_memory = args_.dataloader_pin_memory;
+  transfer.bias_nonzero = head_bias_nonzero_;
+  const auto batch = to_device(data::collate(in_.train_examples, examples, in_.collator), transfer);
   model::MicroBatchOptions options;
   options.loss_scale = loss_scale;
   options.label_smoothing = args_.label_smoothing_factor;
   options.bf16 = args_.bf16;
-  auto token_loss = model::micro_batch_loss(*in_.model, ids, mask, labels, options);
-  input_tokens = mask.sum().item<std::int64_t>();
-  input_elements = ids.numel();  // padding included, as HF's estimate_tokens counts input_ids.numel()
+  options.known = &batch.known;
+  auto token_loss = model::micro_batch_loss(*in_.model, batch.input_ids, batch.attention_mask, batch.labels, options);
+  input_tokens = batch.input_tokens;
+  input_elements = batch.input_elements;  // padding included, as HF's estimate_tokens counts input_ids.numel()
   return token_loss;
 }
 
@@ -158,6 +164,7 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
   const auto step_rng = util::random_state(in_.device);
   for (;;) {  // one pass per attempt: redone only when an out-of-memory error hit a backward
     Accumulated done;
+    done.loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(in_.device));
     bool redo = false;
     for (std::size_t i = 0; i < micro_batches.size();) {
       const auto mb = micro_batches[i];
@@ -191,7 +198,7 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
         redo = true;
         break;
       }
-      done.loss_sum += token_loss.sum.item<double>();
+      done.loss_sum.add_(token_loss.sum.detach().to(torch::kDouble));  // on the device: read at the next log
       done.outcome.tokens += input_tokens + token_loss.tokens;
       done.outcome.input_elements += input_elements;
       done.samples += static_cast<std::int64_t>(mb.size());
@@ -325,6 +332,7 @@ void Trainer::begin_run() {
                           " (raise max_steps or num_train_epochs to train further)");
   }
   in_.model->train();
+  statistics_.start(in_.device, loss_since_log_, total_loss_, last_grad_norm_);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
   memory::reset_peak_memory(in_.device);
   log_start_ = Clock::now();
@@ -336,10 +344,8 @@ void Trainer::record_step(const StepOutcome& outcome) {
   step_in_epoch_ += 1;
   oom_steps_in_a_row_ = oom_splits_in_step_ > 0 ? oom_steps_in_a_row_ + 1 : 0;
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(schedule_.lr(global_step_));
-  loss_since_log_ += outcome.loss;
+  statistics_.add(global_step_, outcome.loss, outcome.grad_norm);
   steps_since_log_ += 1;
-  total_loss_ += outcome.loss;
-  last_grad_norm_ = outcome.grad_norm;
   tokens_since_log_ += outcome.tokens;
   train_tokens_ += outcome.tokens;
   total_flos_ += floating_point_ops(outcome.input_elements, non_embedding_parameters_);
@@ -351,7 +357,19 @@ bool Trainer::due(IntervalStrategy strategy, std::int64_t every, bool end_of_epo
          (strategy == IntervalStrategy::epoch && end_of_epoch);
 }
 
+void Trainer::read_step_statistics() {
+  if (!statistics_.unread()) return;
+  const auto read = statistics_.read();
+  loss_since_log_ = read.loss_since_log;
+  total_loss_ = read.total_loss;
+  last_grad_norm_ = read.last_grad_norm;
+  if (read.non_finite_step > 0) {
+    stop_on_non_finite(read.non_finite_step, read.non_finite_loss, read.non_finite_grad_norm, *in_.model);
+  }
+}
+
 void Trainer::log_training(double epoch_value) {
+  read_step_statistics();
   const double seconds = seconds_since(log_start_);
   const auto mem = memory::read_memory(in_.device);
   nlohmann::ordered_json entry;
@@ -374,6 +392,7 @@ void Trainer::log_training(double epoch_value) {
   }
   log(entry);
   loss_since_log_ = 0.0;
+  statistics_.reset_since_log();
   steps_since_log_ = 0;
   tokens_since_log_ = 0;
   memory::reset_peak_memory(in_.device);
@@ -388,6 +407,7 @@ void Trainer::after_step(bool end_of_epoch, double epoch_value) {
     log_training(epoch_value);
   }
   if (!in_.eval_examples.empty() && due(args_.eval_strategy, eval_steps_, end_of_epoch)) {
+    read_step_statistics();  // a diverged run stops before it evaluates
     // Every process evaluates its share and has the metrics (and whether a stop request interrupted them); rank 0
     // logs them and judges the best model and early stopping, whose verdict reaches every process, so that all take
     // the same path to the next collective.
@@ -433,9 +453,6 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths) {
       save_checkpoint(step_rng);
       return false;
     }
-    if (!std::isfinite(outcome.loss) || !std::isfinite(outcome.grad_norm)) {
-      stop_on_non_finite(global_step_ + 1, outcome.loss, outcome.grad_norm, *in_.model);
-    }
     record_step(outcome);
     if (oom_steps_in_a_row_ >= 2) replan_after_repeated_oom();
     const bool end_of_epoch = step_in_epoch_ == static_cast<std::int64_t>(steps.size());
@@ -452,6 +469,7 @@ bool Trainer::run_epoch(const std::vector<std::size_t>& lengths) {
 }
 
 TrainResult Trainer::finish_run() {
+  read_step_statistics();
   nlohmann::ordered_json summary;
   summary["epoch"] = static_cast<double>(global_step_) / static_cast<double>(steps_per_epoch_);
   summary["step"] = global_step_;

@@ -176,6 +176,7 @@ nlohmann::ordered_json Trainer::trainer_state_json() const {
 }
 
 void Trainer::save_checkpoint(const torch::Tensor& rng) {
+  read_step_statistics();  // the checkpoint holds the run's loss sums; a diverged run saves nothing
   if (!owner_.empty()) {
     save_sharded_checkpoint(rng);
     return;

@@ -13,6 +13,7 @@
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/gradient_reducer.h"
 #include "fitsum/train/trainer.h"
+#include "fitsum/util/device_reads.h"
 #include "fitsum/util/random_state.h"
 
 namespace fitsum::train {
@@ -241,20 +242,26 @@ std::vector<std::vector<std::size_t>> Trainer::micro_batches_of(const std::vecto
   return in_micro_batches(examples, n * rank / world, n * (rank + 1) / world, static_cast<std::size_t>(micro_batch));
 }
 
-void Trainer::reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples) {
+// The one collective and the one read of a data-parallel step: the counts are every process's, and whether any
+// process was asked to stop decides the step on all of them, so they must reach the host. The loss sum rides along
+// in the same buffer and stays on the device.
+void Trainer::reduce_step(StepOutcome& outcome, torch::Tensor& loss_sum, std::int64_t& samples) {
   if (world_size_ == 1) return;
-  auto totals = torch::tensor({loss_sum, static_cast<double>(samples), static_cast<double>(outcome.tokens),
+  auto counts = torch::tensor({static_cast<double>(samples), static_cast<double>(outcome.tokens),
                                outcome.interrupted ? 1.0 : 0.0, static_cast<double>(outcome.input_elements)},
                               torch::kDouble);
+  auto totals = torch::cat({loss_sum.reshape({1}), counts.to(loss_sum.device())});
   group_->all_reduce_sum(totals);
-  loss_sum = totals[0].item<double>();
-  samples = static_cast<std::int64_t>(totals[1].item<double>());
-  outcome.tokens = static_cast<std::int64_t>(totals[2].item<double>());
-  outcome.interrupted = totals[3].item<double>() > 0.0;
-  outcome.input_elements = static_cast<std::int64_t>(totals[4].item<double>());
+  loss_sum = totals[0];
+  const auto host = util::read_to_host(totals.narrow(0, 1, 4)).contiguous();
+  const auto* v = host.data_ptr<double>();
+  samples = static_cast<std::int64_t>(v[0]);
+  outcome.tokens = static_cast<std::int64_t>(v[1]);
+  outcome.interrupted = v[2] > 0.0;
+  outcome.input_elements = static_cast<std::int64_t>(v[3]);
 }
 
-double Trainer::update_parameters() {
+torch::Tensor Trainer::update_parameters() {
   optim::UpdateOptions update;
   update.max_grad_norm = args_.max_grad_norm;
   update.threads = in_.update_threads;
@@ -262,7 +269,7 @@ double Trainer::update_parameters() {
     reducer_->expose_owned();
     update.sum_over_processes = [this](torch::Tensor& t) { group_->all_reduce_sum(t); };
   }
-  const double norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
+  auto norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
   share_updated_parameters();  // and, with a sharded update, clears the sums
   return norm;
 }
@@ -277,6 +284,7 @@ Trainer::Accumulated Trainer::accumulate_sharded(const std::vector<std::vector<s
   std::size_t rounds = 0;
   for (int r = 0; r < world_size_; ++r) rounds = std::max(rounds, micro_batches_of(step, r, round_micro_batch_).size());
   Accumulated done;
+  done.loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(in_.device));
   for (std::size_t round = 0; round < rounds; ++round) {
     if (round < own.size()) {
       train_sharded_micro_batch(own[round], denominator, done);
@@ -298,7 +306,7 @@ void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples
   auto parts =
       in_micro_batches(examples, 0, examples.size(), static_cast<std::size_t>(args_.per_device_train_batch_size));
   const auto start_rng = util::random_state(in_.device);
-  double loss_sum = 0.0;
+  auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(in_.device));
   std::int64_t tokens = 0;
   std::int64_t elements = 0;
   for (std::size_t i = 0; i < parts.size();) {
@@ -324,18 +332,18 @@ void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples
       reducer_->abandon();
       split_after_oom(parts, i, "backward", "redoing the micro-batch", e);
       util::set_random_state(in_.device, start_rng);
-      loss_sum = 0.0;
+      loss_sum.zero_();
       tokens = 0;
       elements = 0;
       i = 0;
       continue;
     }
-    loss_sum += token_loss.sum.item<double>();
+    loss_sum.add_(token_loss.sum.detach().to(torch::kDouble));
     tokens += input_tokens + token_loss.tokens;
     elements += input_elements;
     ++i;
   }
-  into.loss_sum += loss_sum;
+  into.loss_sum.add_(loss_sum);
   into.outcome.tokens += tokens;
   into.outcome.input_elements += elements;
   into.samples += static_cast<std::int64_t>(examples.size());

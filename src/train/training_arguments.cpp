@@ -400,6 +400,7 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
       resume_from_checkpoint.empty() ? nullptr : nlohmann::ordered_json(resume_from_checkpoint);
   j["group_by_length"] = group_by_length;
   j["dataloader_drop_last"] = dataloader_drop_last;
+  j["dataloader_pin_memory"] = dataloader_pin_memory;
   j["predict_with_generate"] = predict_with_generate;
   j["generation_num_beams"] = generation_num_beams ? nlohmann::ordered_json(*generation_num_beams) : nullptr;
   j["generation_max_length"] = generation_max_length ? nlohmann::ordered_json(*generation_max_length) : nullptr;

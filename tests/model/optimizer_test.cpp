@@ -119,9 +119,9 @@ TEST(Optimizers, ClipGradNormMatchesTorch) {
   auto p2 = torch::zeros({1}, torch::requires_grad());
   p1.mutable_grad() = torch::tensor({3.0f, 0.0f});
   p2.mutable_grad() = torch::tensor({4.0f});
-  EXPECT_NEAR(optim::clip_grad_norm({p1, p2}, 1.0), 5.0, 1e-6);
+  EXPECT_NEAR(optim::clip_grad_norm({p1, p2}, 1.0).item<double>(), 5.0, 1e-6);
   EXPECT_NEAR(p1.grad()[0].item<double>(), 3.0 / (5.0 + 1e-6), 1e-7);
-  EXPECT_NEAR(optim::clip_grad_norm({p1, p2}, 0.0), 1.0, 1e-6);  // measure only
+  EXPECT_NEAR(optim::clip_grad_norm({p1, p2}, 0.0).item<double>(), 1.0, 1e-6);  // measure only
   EXPECT_THROW(optim::parse_optimizer_type("sgd"), std::invalid_argument);
 }
 

@@ -47,6 +47,7 @@
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/lora_setup.h"
 #include "fitsum/util/bytes.h"
+#include "fitsum/util/device_timer.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/python_numbers.h"
 #include "fitsum/util/runtime.h"
@@ -342,8 +343,17 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
   optim::UpdateOptions update;
   update.max_grad_norm = o.max_grad_norm;
   update.threads = runtime.threads.update;
+  // What the trainer knows of its batches on the host (train/device_batch.h): every label position is real and
+  // every id was drawn in the vocabulary, so the micro-steps read nothing back from the device, as training's.
+  model::KnownLabels known;
+  known.rows = torch::arange(batch.labels.numel(), torch::TensorOptions(torch::kLong).device(device));
+  known.ids_checked = true;
+  known.bias_nonzero = model::bias_has_nonzero(model.final_logits_bias);
+  micro.known = &known;
   torch::manual_seed(o.seed);
   StepTimes t;
+  torch::Tensor last_loss_sum;
+  util::DeviceTimer step_timer(device), update_timer(device);  // CUDA events, or the host clock
   const bool profile = FITSUM_HAS_RECORD_PROFILE && profile_out != nullptr;
   for (int step = 0; step < o.warmup + o.steps + (profile ? 1 : 0); ++step) {
     if (step == o.warmup) memory::reset_peak_memory(device);
@@ -352,26 +362,26 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
     std::optional<torch::autograd::profiler::RecordProfile> record;
     if (profiled) record.emplace(*profile_out);
 #endif
-    synchronize(device);
-    const auto start = Clock::now();
-    double loss_sum = 0.0;
-    std::int64_t loss_tokens = 0;
+    step_timer.start();
+    auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));
     for (std::int64_t m = 0; m < knobs.accumulation; ++m) {
       const auto token_loss =
           model::forward_backward(model, batch.input_ids, batch.attention_mask, batch.labels, micro);
-      loss_sum += token_loss.sum.item<double>();
-      loss_tokens += token_loss.tokens;
+      loss_sum.add_(token_loss.sum.to(torch::kDouble));  // read once, after the timed steps
     }
-    t.loss = loss_sum / static_cast<double>(loss_tokens);
-    const auto update_start = Clock::now();
+    last_loss_sum = loss_sum;
+    update_timer.start();
     optim::optimizer_step(optimizer, parameters, update);
-    synchronize(device);
+    const double update_seconds = update_timer.seconds();  // waits for the step's end
+    const double step_seconds = step_timer.seconds();
     if (step == 0) t.first_step_s = seconds_since_process_start();
     if (step >= o.warmup && !profiled) {
-      t.step.push_back(seconds_since(start));
-      t.update.push_back(seconds_since(update_start));
+      t.step.push_back(step_seconds);
+      t.update.push_back(update_seconds);
     }
   }
+  const auto loss_tokens = static_cast<double>(knobs.accumulation * known.rows.numel());
+  if (last_loss_sum.defined()) t.loss = last_loss_sum.item<double>() / loss_tokens;
   return t;
 }
 
@@ -484,12 +494,12 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
     for (int i = 0; i < 3; ++i) product();
     synchronize(device);
     std::vector<double> times;
+    util::DeviceTimer timer(device);  // CUDA events around each product, or the host clock
     const auto begin = Clock::now();
     while (times.size() < 5 || seconds_since(begin) < o.seconds) {
-      const auto start = Clock::now();
+      timer.start();
       product();
-      synchronize(device);
-      times.push_back(seconds_since(start));
+      times.push_back(timer.seconds());
     }
     return std::make_pair(median(times), times.size());
   };

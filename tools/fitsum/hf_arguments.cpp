@@ -94,7 +94,6 @@ const HfArgument table[] = {
     {"length_column_name", Kind::value, "*", ""},
     {"ddp_find_unused_parameters", Kind::boolean, "*", ""},
     {"ddp_broadcast_buffers", Kind::boolean, "*", ""},
-    {"dataloader_pin_memory", Kind::boolean, "*", ""},
     {"dataloader_persistent_workers", Kind::boolean, "*", ""},
     {"skip_memory_metrics", Kind::boolean, "*", ""},  // fitsum always logs peak memory
     {"use_legacy_prediction_loop", Kind::boolean, "*", ""},

@@ -84,6 +84,8 @@ void add_optimization_flags(CLI::App& g, train::TrainingArguments& t) {
       "--data_seed", [&t](const std::int64_t& n) { t.data_seed = n; },
       "seed of the shuffle alone (default: seed; --group_by_length orders by --seed, as HF does)");
   g.add_flag("--dataloader_drop_last", t.dataloader_drop_last, "leave out each epoch's last incomplete batch");
+  g.add_flag("--dataloader_pin_memory", t.dataloader_pin_memory,
+             "on CUDA, pin each batch in host memory and copy it asynchronously (default true)");
   g.add_option("--resume_from_checkpoint", t.resume_from_checkpoint, "a checkpoint folder, or 'latest'");
 }
 

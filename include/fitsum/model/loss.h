@@ -27,6 +27,18 @@ at::Tensor label_cross_entropy(const at::Tensor& logits, const at::Tensor& label
 // Summed (optionally smoothed) cross-entropy of logits (B, T, V) against labels (B, T).
 TokenLoss label_loss_sum(const at::Tensor& logits, const at::Tensor& labels, double label_smoothing = 0.0);
 
+// What the host already knows of a micro-batch's labels (train/device_batch.h finds it in the collated CPU tensors
+// before they are copied to the device), so that the loss reads nothing back from the device: on CUDA, finding the
+// label rows (nonzero), checking the ids' range and testing the bias each wait for the device.
+struct KnownLabels {
+  at::Tensor rows;            // (M) int64 on the labels' device: positions in labels.reshape(-1) that are not -100
+  bool ids_checked = false;   // every input and label id was checked to lie in [0, vocabulary) on the host
+  bool bias_nonzero = true;   // whether the head's bias has an entry that is not 0 (read once per run)
+};
+
+// Whether `bias` (the head's, a buffer) has an entry that is not 0: a bias of zeros is skipped.
+bool bias_has_nonzero(const at::Tensor& bias);
+
 struct LinearCrossEntropyOptions {
   double label_smoothing = 0.0;
   // When a gradient is wanted and the float32 logits of all label tokens (M x V) take at most this many bytes,
@@ -35,6 +47,7 @@ struct LinearCrossEntropyOptions {
   std::int64_t keep_logits_bytes = std::int64_t{128} << 20;
   // Bytes of one chunk of logits (label tokens x vocabulary columns); the chunk is at least 256 columns wide.
   std::int64_t chunk_bytes = std::int64_t{32} << 20;
+  const KnownLabels* known = nullptr;  // given: nothing is read back from the device
 };
 
 // label_loss_sum(hidden x weight^T + bias, labels) without materialising the logits.

@@ -24,6 +24,10 @@ struct MicroBatchOptions {
   // Called with the encoder's output (B, S, D) before the decoder uses it, e.g. to register a gradient hook: the
   // memory planner's probe tells the decoder's backward phase from the encoder's by it.
   std::function<void(torch::Tensor&)> on_encoder_output;
+  // What the host found in the collated batch before copying it (model/loss.h): with it, the stacks skip their
+  // check of the ids (done on the host, model/host_checked_ids.h) and the fused loss reads nothing back from the
+  // device, so a micro-step queues its work without waiting for the device. Unset: found on the device.
+  const KnownLabels* known = nullptr;
 };
 
 // The forward half alone. The trainer calls it and the backward separately, to tell an out-of-memory error in the

@@ -241,8 +241,10 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   torch::Tensor lm_logits(const torch::Tensor& decoder_hidden);
   // The summed token loss of decoder states (B, T, D) against labels (B, T): label_loss_sum(lm_logits(hidden),
   // labels, label_smoothing) computed by the fused LM head + cross-entropy (model/loss.h), which never holds the
-  // (B, T, V) logits. What training uses; lm_logits is for generation.
-  TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels, double label_smoothing = 0.0);
+  // (B, T, V) logits. What training uses; lm_logits is for generation. `known`: what the host found in the labels
+  // (model/loss.h), so that nothing is read back from the device.
+  TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels, double label_smoothing = 0.0,
+                       const KnownLabels* known = nullptr);
   // Full pass with teacher forcing: decoder inputs are labels shifted right (HF shift_tokens_right).
   Seq2SeqOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& labels);

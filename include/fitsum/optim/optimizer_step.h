@@ -25,9 +25,10 @@ struct UpdateOptions {
 // which detach_() refuses; fitsum never builds a graph of gradients (no create_graph), so there is nothing to cut.
 void zero_gradients(torch::optim::Optimizer& optimizer);
 
-// clip_grad_norm, optimizer.step(), zero_gradients. Returns the norm before clipping. fitsum's optimizers
+// clip_grad_norm, optimizer.step(), zero_gradients. Returns the norm before clipping, a 0-dim float32 tensor on the
+// gradients' device (read it when it is needed: each read waits for the device). fitsum's optimizers
 // (TreatedUpdate) clip and zero inside their update's passes over memory; the result is the same, bit for bit.
-double optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
+torch::Tensor optimizer_step(torch::optim::Optimizer& optimizer, const std::vector<torch::Tensor>& parameters,
                       const UpdateOptions& options);
 
 }  // namespace fitsum::optim

@@ -34,8 +34,10 @@ class NamedParamState : public torch::optim::OptimizerParamState {
 // clip_grad_norm's in-place multiply does, bit for bit), and zeroing once they are read. The fused kernels do both
 // inside their passes over memory, which saves a read and write of every gradient for the multiply and a write for
 // the zeroing; elsewhere the same tensor ops run before and after the update.
+// The factor is a 0-dim float64 tensor on the gradients' device (undefined: 1), so that clipping asks the host for
+// nothing; the fused kernels, which run on CPU tensors only, read it there (host_clip_factor).
 struct GradientTreatment {
-  double scale = 1.0;
+  at::Tensor scale;
   bool zero_after = false;
 };
 
@@ -153,18 +155,21 @@ NamedTensors export_optimizer_state(const torch::optim::Optimizer& optimizer, co
 void import_optimizer_state(torch::optim::Optimizer& optimizer, const NamedTensors& parameters,
                             const std::map<std::string, torch::Tensor>& state);
 
-// torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients together (returned, before clipping); when above
-// max_norm every gradient is scaled by max_norm / (norm + 1e-6). max_norm <= 0 only measures. With
+// torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients together (returned, before clipping, as a 0-dim
+// float32 tensor on the gradients' device: nothing is read back to the host); when above max_norm every gradient is
+// scaled by max_norm / (norm + 1e-6). max_norm <= 0 only measures. With
 // `sum_over_processes` (ZeRO stage 2, where each process holds the gradients of its own parameters only) the norm is
 // of every process's gradients: the per-parameter norms, 0 where a process has no gradient, are summed over the
 // processes (an exact gather), so it equals one process's norm.
-double clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
-                      const std::function<void(torch::Tensor&)>& sum_over_processes = {});
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm,
+                             const std::function<void(torch::Tensor&)>& sum_over_processes = {});
 
 // clip_grad_norm's two halves: the norm (nothing scaled), and the factor it scales by (1 when the norm is within
-// max_norm, or max_norm <= 0).
-double gradient_norm(const std::vector<torch::Tensor>& parameters,
-                     const std::function<void(torch::Tensor&)>& sum_over_processes = {});
-double clip_factor(double norm, double max_norm);
+// max_norm or not a number; undefined, meaning 1, when max_norm <= 0), computed in float64 on the norm's device.
+torch::Tensor gradient_norm(const std::vector<torch::Tensor>& parameters,
+                            const std::function<void(torch::Tensor&)>& sum_over_processes = {});
+torch::Tensor clip_factor(const torch::Tensor& norm, double max_norm);
+// The factor as a double, for the fused CPU kernels (a CPU tensor's value: no device to wait for).
+double host_clip_factor(const GradientTreatment& treatment);
 
 }  // namespace fitsum::optim

@@ -44,6 +44,7 @@
 #include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/step_statistics.h"
 #include "fitsum/train/training_arguments.h"
 
 namespace fitsum::tokenizer {
@@ -141,9 +142,11 @@ class Trainer {
   static fs::path resolve_checkpoint(const std::string& resume_from_checkpoint, const fs::path& output_dir);
 
  private:
+  // The loss and gradient norm stay on the device (0-dim float64) until a log, evaluation, save or the end reads
+  // them (StepStatistics): a step asks the host for nothing.
   struct StepOutcome {
-    double loss = 0.0;
-    double grad_norm = 0.0;
+    torch::Tensor loss;
+    torch::Tensor grad_norm;
     std::int64_t tokens = 0;
     std::int64_t input_elements = 0;  // of the padded input_ids of every micro-batch (HF's estimate_tokens)
     bool interrupted = false;
@@ -151,19 +154,24 @@ class Trainer {
   // What this process's micro-batches of a step add up to, before the sum over the processes.
   struct Accumulated {
     StepOutcome outcome;
-    double loss_sum = 0.0;
+    torch::Tensor loss_sum;  // () float64 on the device
     std::int64_t samples = 0;
   };
   StepOutcome run_step(const std::vector<std::vector<std::size_t>>& micro_batches);
   // The forward of one micro-batch: its summed token loss (the backward scales it by loss_scale), its input
-  // tokens and the elements of its padded input_ids. Throws c10::OutOfMemoryError with nothing touched.
+  // tokens and the elements of its padded input_ids, counted on the host before the batch is copied to the device
+  // (train/device_batch.h). Throws c10::OutOfMemoryError with nothing touched.
   model::TokenLoss micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
                                        std::int64_t& input_tokens, std::int64_t& input_elements);
   // The micro-batches of one process into its gradients (.grad), summed over the processes during the backward of
   // the last one; an out-of-memory error in a backward redoes the whole step with the split micro-batches.
   Accumulated accumulate(const std::vector<std::vector<std::size_t>>& step, double denominator);
-  // Clips (with the norm over every process), updates, shares the updated parameters. Returns the norm.
-  double update_parameters();
+  // Clips (with the norm over every process), updates, shares the updated parameters. Returns the norm (a 0-dim
+  // tensor on the device).
+  torch::Tensor update_parameters();
+  // Reads the step statistics from the device into loss_since_log_, total_loss_ and last_grad_norm_ when a step
+  // was taken since the last read; stops the run when a step's loss or gradient norm was not finite.
+  void read_step_statistics();
   // Splits micro_batches[index] in two after an out-of-memory error in `phase` (the message then says `then`); a
   // single example cannot be split, so that turns on full checkpointing instead, or rethrows when it is already on.
   void split_after_oom(std::vector<std::vector<std::size_t>>& micro_batches, std::size_t index, const char* phase,
@@ -227,7 +235,7 @@ class Trainer {
   void train_sharded_micro_batch(const std::vector<std::size_t>& examples, double denominator, Accumulated& into);
   // Sums loss, samples, tokens and the stop flag over the processes (the gradients were summed during the
   // backward); one process: nothing to do.
-  void reduce_step(StepOutcome& outcome, double& loss_sum, std::int64_t& samples);
+  void reduce_step(StepOutcome& outcome, torch::Tensor& loss_sum, std::int64_t& samples);
   // A stop request seen by any process (every process must call it at the same point).
   bool stop_requested();
   // Every process evaluates its share of the batches and ends with the whole result (EvaluationOptions::shards).
@@ -274,6 +282,8 @@ class Trainer {
   std::int64_t steps_since_log_ = 0;
   double total_loss_ = 0.0;  // summed step losses of the whole run
   double last_grad_norm_ = 0.0;
+  StepStatistics statistics_;  // the three above, on the device, read when needed
+  bool head_bias_nonzero_ = true;  // model::KnownLabels::bias_nonzero, read once as the trainer is built
   // HF's total_flos: 6 x non-embedding parameters x padded input elements, summed over every micro-batch of every
   // process (trainer_state.json keeps it across resumes).
   double total_flos_ = 0.0;

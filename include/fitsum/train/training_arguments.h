@@ -92,6 +92,7 @@ struct TrainingArguments {
   std::string resume_from_checkpoint;     // a checkpoint folder, or "latest"
   bool group_by_length = false;
   bool dataloader_drop_last = false;  // HF's: each process's last incomplete batch of an epoch is not trained on
+  bool dataloader_pin_memory = true;  // HF's: on CUDA, batches are pinned and copied asynchronously
   // The per-process batch HF's DataLoader cuts the epoch order into: the user's per_device_train_batch_size, kept
   // here by apply_plan when the memory planner runs it as smaller micro-batches, so that every optimizer step holds
   // the examples transformers' Trainer would give it (data/sampler.h). Empty: per_device_train_batch_size.
