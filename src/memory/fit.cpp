@@ -78,6 +78,7 @@ std::optional<FitResult> check_static_memory(const model::ModelConfig& config, c
     auto m = static_training_memory(counts, type, StorageDtype::fp32);
     m.optimizer_state = sharded_optimizer_state(counts, type, StorageDtype::fp32, stage >= 1 ? request.world_size : 1);
     if (stage >= 2) m.gradients = sharded_gradients(counts, request.world_size, request.bucket_bytes);
+    if (request.offload != OffloadPolicy::none) m.optimizer_state = 0;  // it may live on the host
     return m;
   };
   FitResult r;
@@ -172,6 +173,12 @@ PlanRequest plan_request(const FitRequest& request, const c10::Device& device, s
   p.budget = request.budget;
   p.margin = request.margin;
   p.evaluation = request.evaluation;
+  p.offload = request.offload;
+  if (p.offload != OffloadPolicy::none) {
+    p.host_budget = request.host_budget > 0 ? request.host_budget : available_memory(torch::kCPU);
+    p.host_device_bytes_per_second =
+        device.is_cuda() || request.for_cuda_device ? kPcieBytesPerSecond : kMemcpyBytesPerSecond;
+  }
   return p;
 }
 
@@ -375,6 +382,7 @@ std::string plan_arguments(const PlanKnobs& knobs, const Calibration& c) {
   }
   out << " --optim " << optim::to_string(knobs.optimizer);
   if (knobs.bf16) out << " --bf16";
+  if (knobs.offload_optimizer) out << " --offload_optimizer cpu";
   if (knobs.world_size > 1 && knobs.zero_stage > 0) out << " --zero_stage " << knobs.zero_stage;
   if (c.lora.enabled()) {
     out << " " << lora_arguments(c.lora, c.base_bfloat16);

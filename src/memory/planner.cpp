@@ -88,7 +88,23 @@ void apply_memory_budget(const c10::Device& device, std::uint64_t bytes) {
 
 // ---- Prediction ----
 
-Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShape& worst) {
+namespace {
+
+// An offloaded optimizer's terms: its state, its update's transient and the copies go to the host; its update and
+// the copies each way add to the step.
+void offload_terms(const Calibration& c, const PlanKnobs& knobs, double bytes_per_second, Prediction& p) {
+  p.transfer_bytes = p.gradients;
+  p.host = p.optimizer_state + p.optimizer_transient + 2 * p.transfer_bytes;
+  p.optimizer_state = 0;
+  p.optimizer_transient = 0;
+  p.transfer_seconds = 2.0 * static_cast<double>(p.transfer_bytes) / bytes_per_second;
+  p.host_update_seconds = c.optimizer(knobs.optimizer).seconds;
+}
+
+}  // namespace
+
+Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShape& worst,
+                   double host_device_bytes_per_second) {
   const BatchShape shape{knobs.micro_batch, worst.source, worst.target};
   const auto ce = std::clamp<std::int64_t>(knobs.encoder_checkpointed, 0, c.encoder_layers);
   const auto cd = std::clamp<std::int64_t>(knobs.decoder_checkpointed, 0, c.decoder_layers);
@@ -111,13 +127,15 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
     p.optimizer_transient =
         std::max(p.optimizer_transient, optim::largest_broadcast_bucket(tensor_elements(c.counts), knobs.world_size));
   }
+  if (knobs.offload_optimizer) offload_terms(c, knobs, host_device_bytes_per_second, p);
   p.peak = p.weights + p.gradients + p.optimizer_state + std::max(p.activations, p.optimizer_transient);
   double recompute = 0.0;
   const double micro_flops = micro_step_flops(c.config, shape, ce, cd, &recompute, c.lora.enabled());
   const auto accumulation = static_cast<double>(knobs.accumulation);
   p.step_flops = accumulation * micro_flops;
   p.recompute_flops = accumulation * recompute;
-  p.step_seconds = accumulation * c.speed.seconds(micro_flops) + c.optimizer(knobs.optimizer).seconds;
+  p.step_seconds =
+      accumulation * c.speed.seconds(micro_flops) + c.optimizer(knobs.optimizer).seconds + p.transfer_seconds;
   const double tokens =
       static_cast<double>(knobs.micro_batch * knobs.accumulation) * static_cast<double>(worst.source + worst.target);
   p.tokens_per_second = p.step_seconds > 0 ? tokens / p.step_seconds : 0.0;
@@ -175,9 +193,22 @@ std::uint64_t needed_bytes(const Candidate& k, const PlanRequest& request) {
   return with_margin(budgeted_bytes(k, request), request.margin);
 }
 
+// The CUDA allocator model's terms of a candidate; an offloaded optimizer keeps no state on the device.
+CudaMemoryTerms candidate_cuda_terms(const CudaPlanInputs& inputs, const PlanKnobs& knobs, std::int64_t source,
+                                     std::uint64_t transient) {
+  if (!knobs.offload_optimizer) {
+    return predict_cuda_memory(inputs, knobs.optimizer, knobs.micro_batch, source, transient);
+  }
+  const auto block = static_cast<std::uint64_t>(knobs.micro_batch * source * inputs.model.d_model) * 4;
+  auto tensors =
+      training_tensors(inputs.model.parameter_shapes, inputs.model.buffer_bytes, 4, knobs.optimizer, transient, block);
+  tensors.optimizer_state.clear();
+  return predict_cuda_memory(tensors, inputs.conf, inputs.device);
+}
+
 Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::int64_t micro_batch,
                          std::int64_t encoder_checkpointed, std::int64_t decoder_checkpointed,
-                         optim::OptimizerType kind, int zero_stage) {
+                         optim::OptimizerType kind, int zero_stage, bool offload) {
   const BatchShape worst{1, request.source_length, request.target_length};
   Candidate candidate;
   candidate.knobs.micro_batch = micro_batch;
@@ -189,14 +220,16 @@ Candidate make_candidate(const Calibration& c, const PlanRequest& request, std::
   candidate.knobs.world_size = request.world_size;
   candidate.knobs.zero_stage = zero_stage;
   candidate.knobs.bucket_bytes = request.bucket_bytes;
-  candidate.prediction = predict(c, candidate.knobs, worst);
+  candidate.knobs.offload_optimizer = offload;
+  candidate.prediction = predict(c, candidate.knobs, worst, request.host_device_bytes_per_second);
   if (request.cuda) {
     const auto& p = candidate.prediction;
-    candidate.cuda = predict_cuda_memory(*request.cuda, kind, micro_batch, worst.source,
-                                         std::max(p.activations, p.optimizer_transient));
+    candidate.cuda = candidate_cuda_terms(*request.cuda, candidate.knobs, worst.source,
+                                          std::max(p.activations, p.optimizer_transient));
   }
   add_planned_evaluation(c, request, candidate);
-  candidate.fits = needed_bytes(candidate, request) <= request.budget;
+  candidate.host_fits = !offload || with_margin(candidate.prediction.host, request.margin) <= request.host_budget;
+  candidate.fits = needed_bytes(candidate, request) <= request.budget && candidate.host_fits;
   return candidate;
 }
 
@@ -216,18 +249,28 @@ std::vector<optim::OptimizerType> optimizer_choices(const PlanRequest& request) 
   return {request.optimizer, other};
 }
 
-// Every optimizer with every ZeRO stage the request allows (stages 1 and 2 only with several processes).
-std::vector<std::pair<optim::OptimizerType, int>> optimizer_and_stage_choices(
-    const PlanRequest& request, const std::vector<optim::OptimizerType>& optimizers) {
+struct OptimizerChoice {
+  optim::OptimizerType kind;
+  int zero_stage;
+  bool offload;
+};
+
+// Every optimizer with every ZeRO stage the request allows (stages 1 and 2 only with several processes), on the
+// device and offloaded as the request allows (an offloaded optimizer only with stage 0, which keeps the whole state).
+std::vector<OptimizerChoice> optimizer_choices_of(const PlanRequest& request,
+                                                  const std::vector<optim::OptimizerType>& optimizers) {
   std::vector<int> stages = {0};
   if (request.zero_stage) {
     stages = {request.world_size > 1 ? *request.zero_stage : 0};
   } else if (request.world_size > 1) {
     stages = {0, 1, 2};
   }
-  std::vector<std::pair<optim::OptimizerType, int>> out;
+  std::vector<OptimizerChoice> out;
   for (const auto kind : optimizers) {
-    for (const auto stage : stages) out.emplace_back(kind, stage);
+    for (const auto stage : stages) {
+      if (request.offload != OffloadPolicy::cpu) out.push_back({kind, stage, false});
+      if (request.offload != OffloadPolicy::none && stage == 0) out.push_back({kind, stage, true});
+    }
   }
   return out;
 }
@@ -254,7 +297,9 @@ std::optional<std::size_t> choose(const std::vector<Candidate>& candidates,
     // Within the band of the fastest: the fixed rule alone.
     const auto& best = candidates[*chosen];
     bool wins = false;
-    if (k.knobs.zero_stage != best.knobs.zero_stage) {
+    if (k.knobs.offload_optimizer != best.knobs.offload_optimizer) {
+      wins = !k.knobs.offload_optimizer;  // offloading only where it buys speed or a fit
+    } else if (k.knobs.zero_stage != best.knobs.zero_stage) {
       wins = k.knobs.zero_stage < best.knobs.zero_stage;  // sharding only where it buys speed or a fit
     } else if (k.prediction.recompute_flops != best.prediction.recompute_flops) {
       wins = k.prediction.recompute_flops < best.prediction.recompute_flops;
@@ -272,7 +317,7 @@ std::string describe_knobs(const PlanKnobs& k, const Calibration& c) {
   std::ostringstream s;
   s << "micro-batch " << k.micro_batch << " x " << k.accumulation << " accumulation, checkpointing "
     << checkpointing_label(k, c.encoder_layers, c.decoder_layers) << ", " << optim::to_string(k.optimizer)
-    << (k.bf16 ? ", bf16" : "");
+    << (k.bf16 ? ", bf16" : "") << (k.offload_optimizer ? ", the optimizer offloaded to the host" : "");
   if (k.world_size > 1) {
     s << ", " << k.world_size << " processes"
       << (k.zero_stage >= 2   ? " with the optimizer state and gradients sharded (ZeRO stage 2)"
@@ -282,6 +327,20 @@ std::string describe_knobs(const PlanKnobs& k, const Calibration& c) {
   return s.str();
 }
 
+// Offloaded candidates that fit the device but not the host: what the smallest of them needs of the host.
+std::string host_refusal(const Plan& plan, const PlanRequest& request) {
+  const Candidate* smallest = nullptr;
+  for (const auto& k : plan.candidates) {
+    if (!k.knobs.offload_optimizer || k.host_fits || needed_bytes(k, request) > request.budget) continue;
+    if (!smallest || k.prediction.host < smallest->prediction.host) smallest = &k;
+  }
+  if (!smallest) return "";
+  return "; with the optimizer offloaded to the host it fits the device, but needs " +
+         util::format_bytes(with_margin(smallest->prediction.host, request.margin)) +
+         " of host memory (optimizer state, weight and gradient copies, with the margin) and max_host_memory is " +
+         util::format_bytes(request.host_budget) + ": raise --max_host_memory";
+}
+
 std::string explain_plan(const Plan& plan, const PlanRequest& request, const Calibration& c) {
   std::ostringstream why;
   const int margin_percent = static_cast<int>(request.margin * 100);
@@ -289,6 +348,7 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, const Cal
   if (!plan.chosen) {
     why << "no candidate fits in " << util::format_bytes(request.budget) << ": the smallest needs "
         << util::format_bytes(plan.minimum_budget) << " (" << what << " plus a " << margin_percent << "% margin)";
+    why << host_refusal(plan, request);
     return why.str();
   }
   const auto& best = plan.candidates[*plan.chosen];
@@ -326,15 +386,15 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
   plan.decoder_layers = d;
   plan.minimum_budget = std::numeric_limits<std::uint64_t>::max();
   for (const auto m : micro_batch_choices(request)) {
-    for (const auto& [kind, zero] : optimizer_and_stage_choices(request, optimizers)) {
+    for (const auto& [kind, zero, offload] : optimizer_choices_of(request, optimizers)) {
       if (request.checkpointed_layers) {
         const auto [ce, cd] = *request.checkpointed_layers;
-        plan.candidates.push_back(make_candidate(c, request, m, std::min(ce, e), std::min(cd, d), kind, zero));
+        plan.candidates.push_back(make_candidate(c, request, m, std::min(ce, e), std::min(cd, d), kind, zero, offload));
         plan.minimum_budget = std::min(plan.minimum_budget, needed_bytes(plan.candidates.back(), request));
         continue;
       }
-      auto none = make_candidate(c, request, m, 0, 0, kind, zero);
-      auto every = make_candidate(c, request, m, e, d, kind, zero);
+      auto none = make_candidate(c, request, m, 0, 0, kind, zero, offload);
+      auto every = make_candidate(c, request, m, e, d, kind, zero, offload);
       plan.minimum_budget = std::min({plan.minimum_budget, needed_bytes(none, request), needed_bytes(every, request)});
       // Between the two, the set with the least recomputation that fits: every (ce, cd) is tried, which is exact
       // because the bottom layers of a stack are the cheapest to checkpoint (see the top of planner.h).
@@ -343,7 +403,7 @@ Plan choose_plan(const Calibration& c, const PlanRequest& request) {
         for (std::int64_t ce = 0; ce <= e; ++ce) {
           for (std::int64_t cd = 0; cd <= d; ++cd) {
             if ((ce == 0 && cd == 0) || (ce == e && cd == d)) continue;
-            auto k = make_candidate(c, request, m, ce, cd, kind, zero);
+            auto k = make_candidate(c, request, m, ce, cd, kind, zero, offload);
             if (!k.fits) continue;
             if (!partial || k.prediction.recompute_flops < partial->prediction.recompute_flops ||
                 (k.prediction.recompute_flops == partial->prediction.recompute_flops &&

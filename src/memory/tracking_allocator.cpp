@@ -11,18 +11,33 @@ namespace fitsum::memory {
 
 namespace {
 
-// Every block starts with a header holding its size, so the deleter needs nothing but the data pointer: LibTorch's
-// raw_allocate() requires the DataPtr's context to be the data pointer itself.
+// Every block starts with a header holding its size and the count it was taken from (device or host), so the
+// deleter needs nothing but the data pointer: LibTorch's raw_allocate() requires the DataPtr's context to be the
+// data pointer itself.
 constexpr std::size_t kHeaderBytes = 64;  // keeps the data 64-byte aligned, as c10's own allocator does
 
 std::atomic<std::int64_t>* g_current = nullptr;
+std::atomic<std::int64_t>* g_host_current = nullptr;
 c10::DeleterFnPtr g_free_block = nullptr;  // the replaced allocator's raw deleter
+
+// The header's second word: which count the block was taken from.
+constexpr std::int64_t kDeviceBlock = 0;
+constexpr std::int64_t kHostBlock = 1;
+
+thread_local int t_host_scopes = 0;
 
 void release_block(void* data) {
   if (data == nullptr) return;
   auto* base = static_cast<char*>(data) - kHeaderBytes;
-  g_current->fetch_sub(*reinterpret_cast<std::int64_t*>(base));
+  const auto* header = reinterpret_cast<const std::int64_t*>(base);
+  (header[1] == kHostBlock ? g_host_current : g_current)->fetch_sub(header[0]);
   g_free_block(base);
+}
+
+void raise_peak(std::atomic<std::int64_t>& peak, std::int64_t now) {
+  std::int64_t seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
 }
 
 }  // namespace
@@ -32,6 +47,7 @@ TrackingCpuAllocator& TrackingCpuAllocator::instance() {
   static TrackingCpuAllocator* allocator = [] {
     auto* created = new TrackingCpuAllocator(c10::GetCPUAllocator());
     g_current = &created->current_;
+    g_host_current = &created->host_current_;
     g_free_block = created->replaced_->raw_deleter();
     TORCH_CHECK(g_free_block != nullptr, "LibTorch's CPU allocator has no raw deleter; cannot track memory");
     c10::SetCPUAllocator(created, /*priority=*/100);
@@ -40,8 +56,31 @@ TrackingCpuAllocator& TrackingCpuAllocator::instance() {
   return *allocator;
 }
 
+HostMemoryScope::HostMemoryScope(bool enabled) : enabled_(enabled) {
+  if (enabled_) ++t_host_scopes;
+}
+
+HostMemoryScope::~HostMemoryScope() {
+  if (enabled_) --t_host_scopes;
+}
+
 c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) FITSUM_ALLOCATE_CONST {
   const auto size = static_cast<std::int64_t>(bytes);
+  if (t_host_scopes > 0) {
+    raise_peak(host_peak_, host_current_.fetch_add(size) + size);
+    char* base = nullptr;
+    try {
+      base = static_cast<char*>(replaced_->raw_allocate(bytes + kHeaderBytes));
+    } catch (...) {
+      host_current_.fetch_sub(size);
+      throw;
+    }
+    auto* header = reinterpret_cast<std::int64_t*>(base);
+    header[0] = size;
+    header[1] = kHostBlock;
+    void* data = base + kHeaderBytes;
+    return {data, data, &release_block, c10::Device(c10::DeviceType::CPU)};
+  }
   const std::int64_t limit = limit_.load();
   std::int64_t now = current_.fetch_add(size) + size;
   if (limit > 0 && now > limit) {
@@ -51,9 +90,7 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) FITSUM_ALLOCATE_CONST 
                      " with ", util::format_bytes(static_cast<std::uint64_t>(now - size)), " in use under a budget of ",
                      util::format_bytes(static_cast<std::uint64_t>(limit)), " (max_memory)");
   }
-  std::int64_t peak = peak_.load();
-  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
-  }
+  raise_peak(peak_, now);
   char* base = nullptr;
   try {
     base = static_cast<char*>(replaced_->raw_allocate(bytes + kHeaderBytes));
@@ -61,7 +98,9 @@ c10::DataPtr TrackingCpuAllocator::allocate(size_t bytes) FITSUM_ALLOCATE_CONST 
     current_.fetch_sub(size);
     throw;
   }
-  *reinterpret_cast<std::int64_t*>(base) = size;
+  auto* header = reinterpret_cast<std::int64_t*>(base);
+  header[0] = size;
+  header[1] = kDeviceBlock;
   void* data = base + kHeaderBytes;
   return {data, data, &release_block, c10::Device(c10::DeviceType::CPU)};
 }

@@ -309,13 +309,18 @@ NamedTensors trainable_parameters(torch::nn::Module& model) {
 }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings,
-                                                        const std::optional<std::set<std::string>>& only) {
+                                                        const std::optional<std::set<std::string>>& only,
+                                                        const NamedTensors* in_place_of) {
   const auto decay_names = decay_parameter_names(model);
   const std::set<std::string> decay(decay_names.begin(), decay_names.end());
+  std::map<std::string, torch::Tensor> replacement;
+  if (in_place_of) replacement.insert(in_place_of->begin(), in_place_of->end());
   std::vector<torch::Tensor> with_decay, without_decay;
   for (const auto& [name, p] : trainable_parameters(model)) {
     if (only && !only->count(name)) continue;
-    (decay.count(name) ? with_decay : without_decay).push_back(p);
+    const auto it = replacement.find(name);
+    TORCH_CHECK(!in_place_of || it != replacement.end(), "no tensor in place of parameter '", name, "'");
+    (decay.count(name) ? with_decay : without_decay).push_back(in_place_of ? it->second : p);
   }
   if (settings.type == OptimizerType::adamw_torch) {
     AdamWOptions base(settings.learning_rate);

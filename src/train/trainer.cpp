@@ -29,6 +29,7 @@
 #include "fitsum/train/evaluation.h"
 #include "fitsum/train/floating_point_ops.h"
 #include "fitsum/train/gradient_reducer.h"
+#include "fitsum/train/optimizer_offload.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/random_state.h"
@@ -86,7 +87,9 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   non_embedding_parameters_ = non_embedding_parameter_count(model);
   for (const auto& [name, p] : parameters_) parameter_list_.push_back(p);
   join_process_group();
-  optimizer_ = optim::make_optimizer(model, settings, owned_parameter_names());
+  offload_ = make_optimizer_offload(args_, parameters_, in_.device);
+  optimizer_ = optim::make_optimizer(model, settings, owned_parameter_names(),
+                                     offload_ ? &offload_->host_parameters() : nullptr);
 
   sampler_ = sampler_options();
   steps_per_epoch_ = static_cast<std::int64_t>(data::steps_per_epoch(in_.train_examples.size(), sampler_));
@@ -325,6 +328,7 @@ void Trainer::begin_run() {
   if (!args_.resume_from_checkpoint.empty()) {
     resume(resolve_checkpoint(args_.resume_from_checkpoint, args_.output_dir));
   }
+  if (offload_) offload_->pull_weights();  // the host copies of the weights a resume loaded
   start_step_ = global_step_;
   if (global_step_ >= max_steps_ && callbacks_.on_message) {
     callbacks_.on_message("nothing left to train: the run resumed at step " + std::to_string(global_step_) +
@@ -383,6 +387,7 @@ void Trainer::log_training(double epoch_value) {
   entry["tokens_per_second"] = seconds > 0 ? static_cast<double>(tokens_since_log_) / seconds : 0.0;
   if (in_.predicted_peak_bytes) entry["predicted_peak_bytes"] = *in_.predicted_peak_bytes;
   entry["peak_memory_bytes"] = mem.peak_bytes;
+  if (offload_) entry["peak_host_memory_bytes"] = offload_->peak_host_bytes();
   if (oom_splits_since_log_ > 0) entry["oom_splits"] = oom_splits_since_log_;
   oom_splits_since_log_ = 0;
   if (in_.device.is_cuda()) {

@@ -11,10 +11,12 @@
 #include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/checkpoint_state.h"
 #include "fitsum/io/safetensors.h"
+#include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/model/lora.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/best_model.h"
 #include "fitsum/train/distributed.h"
+#include "fitsum/train/optimizer_offload.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/random_state.h"
@@ -301,7 +303,7 @@ std::string Trainer::optimizer_file_name() const {
 }
 
 void Trainer::write_optimizer_state(const fs::path& dir) const {
-  io::write_safetensors(dir / optimizer_file_name(), optim::export_optimizer_state(*optimizer_, parameters_),
+  io::write_safetensors(dir / optimizer_file_name(), optim::export_optimizer_state(*optimizer_, optimizer_parameters()),
                         {{"format", "fitsum-optimizer"},
                          {"optim", optim::to_string(args_.optimizer())},
                          {"zero_stage", std::to_string(owner_.empty() ? 0 : args_.zero_stage)}});
@@ -348,10 +350,15 @@ void Trainer::read_optimizer_state(const fs::path& checkpoint) {
     for (const auto& e : reader.entries()) {
       const auto dot = e.name.rfind('.');
       if (dot != std::string::npos && names.count(e.name.substr(0, dot)))
-        state[e.name] = reader.read(e.name).to(in_.device);
+        state[e.name] = reader.read(e.name).to(offload_ ? torch::Device(torch::kCPU) : in_.device);
     }
   }
-  optim::import_optimizer_state(*optimizer_, parameters_, state);
+  memory::HostMemoryScope host(offload_ != nullptr);  // an offloaded optimizer's state is the host's
+  optim::import_optimizer_state(*optimizer_, optimizer_parameters(), state);
+}
+
+const std::vector<std::pair<std::string, torch::Tensor>>& Trainer::optimizer_parameters() const {
+  return offload_ ? offload_->host_parameters() : parameters_;
 }
 
 // The job's one checkpoint when each process holds part of the optimizer state: rank 0 makes the temporary folder

@@ -12,6 +12,7 @@
 #include "fitsum/optim/sharding.h"
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/gradient_reducer.h"
+#include "fitsum/train/optimizer_offload.h"
 #include "fitsum/train/trainer.h"
 #include "fitsum/util/device_reads.h"
 #include "fitsum/util/random_state.h"
@@ -204,6 +205,8 @@ void Trainer::share_updated_parameters() {
 void Trainer::zero_gradients() {
   if (reducer_) {
     reducer_->clear();
+  } else if (offload_) {
+    offload_->zero_device_gradients();
   } else {
     optim::zero_gradients(*optimizer_);
   }
@@ -269,7 +272,8 @@ torch::Tensor Trainer::update_parameters() {
     reducer_->expose_owned();
     update.sum_over_processes = [this](torch::Tensor& t) { group_->all_reduce_sum(t); };
   }
-  auto norm = optim::optimizer_step(*optimizer_, parameter_list_, update);
+  auto norm =
+      offload_ ? offload_->step(*optimizer_, update) : optim::optimizer_step(*optimizer_, parameter_list_, update);
   share_updated_parameters();  // and, with a sharded update, clears the sums
   return norm;
 }

@@ -38,6 +38,17 @@ std::optional<optim::OptimizerType> parse_optim(const std::string& name) {
   return optim::parse_optimizer_type(name, "optim");
 }
 
+std::optional<optim::OffloadDevice> parse_offload_optimizer(const std::string& text) {
+  if (text == "auto") return std::nullopt;
+  try {
+    return optim::parse_offload_device(text);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("offload_optimizer '" + text +
+                                "' is not one of none, cpu (the optimizer's state and update in host memory) or "
+                                "auto (the memory planner's choice, under --max_memory)");
+  }
+}
+
 std::pair<std::int64_t, std::int64_t> TrainingArguments::checkpointed_layers() const {
   if (!gradient_checkpointing) return {0, 0};
   const auto both = gradient_checkpointing_layers.value_or(std::numeric_limits<std::int64_t>::max());
@@ -253,6 +264,11 @@ void validate_run_values(const TrainingArguments& a) {
                                 ": 0 (no sharding), 1 (optimizer state sharded across the processes) or 2 (gradients "
                                 "sharded too)");
   }
+  if (a.offloads_optimizer() && a.zero_stage >= 1) {
+    throw std::invalid_argument("offload_optimizer cpu with zero_stage " + std::to_string(a.zero_stage) +
+                                " is not implemented (the offloaded optimizer keeps the whole state on each host); "
+                                "use zero_stage 0 with offload_optimizer cpu, or offload_optimizer none");
+  }
   if (!(a.ddp_bucket_cap_mb > 0.0) || a.ddp_bucket_cap_mb > 1048576.0) {
     throw std::invalid_argument("ddp_bucket_cap_mb must be above 0 and at most 1048576 (MiB), got " +
                                 number_text(a.ddp_bucket_cap_mb));
@@ -420,6 +436,7 @@ nlohmann::ordered_json TrainingArguments::to_json() const {
   j["ddp_timeout"] = ddp_timeout;
   j["zero_stage"] = zero_stage;
   j["ddp_bucket_cap_mb"] = ddp_bucket_cap_mb;
+  j["offload_optimizer"] = offload_optimizer ? optim::to_string(*offload_optimizer) : "auto";
   return j;
 }
 

@@ -361,6 +361,7 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
   request.lora = planned_lora(args);
   request.base_bfloat16 = request.lora.enabled() && args.base_dtype == "bfloat16";
   request.label_smoothing = args.label_smoothing_factor;
+  add_offload_request(args, request);
   return request;
 }
 
@@ -377,6 +378,7 @@ void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const m
   args.optim = knobs.optimizer;
   args.bf16 = knobs.bf16;
   args.zero_stage = knobs.zero_stage;
+  args.offload_optimizer = knobs.offload_optimizer ? optim::OffloadDevice::cpu : optim::OffloadDevice::none;
   if (knobs.eval_batch > 0) args.per_device_eval_batch_size = knobs.eval_batch;
 }
 

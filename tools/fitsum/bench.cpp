@@ -46,6 +46,7 @@
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/lora_setup.h"
+#include "fitsum/train/optimizer_offload.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/device_timer.h"
 #include "fitsum/util/host_allocator.h"
@@ -147,6 +148,8 @@ struct BenchTrainOptions {
   std::int64_t gradient_accumulation_steps = 1;
   std::string max_memory;
   bool plan = false;  // with --max_memory: the planner chooses micro-batch, checkpointing and optimizer
+  std::optional<optim::OffloadDevice> offload = optim::OffloadDevice::none;  // unset: auto, the planner's choice
+  std::uint64_t max_host_memory = 0;                                         // 0: no check
   int steps = 5;
   int warmup = 1;
   std::string optim = "adafactor";
@@ -281,6 +284,7 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
       o.gradient_checkpointing ? o.checkpointed_decoder_layers.value_or(config.decoder_layers) : 0;
   knobs.optimizer = optim::parse_optimizer_type(o.optim, "--optim");
   knobs.bf16 = o.bf16;
+  knobs.offload_optimizer = o.offload == optim::OffloadDevice::cpu;
   if (o.max_memory.empty()) return knobs;
   memory::FitRequest request;
   request.budget = memory::resolve_memory_budget(o.max_memory, device);
@@ -290,6 +294,9 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   request.lora = o.lora;  // the probe's copies carry the same adapters
   request.base_bfloat16 = o.lora.enabled() && o.base_dtype == "bfloat16";
   request.cuda_alloc_conf = runtime.cuda_alloc_conf;
+  request.offload = !o.offload ? memory::OffloadPolicy::free
+                               : (knobs.offload_optimizer ? memory::OffloadPolicy::cpu : memory::OffloadPolicy::none);
+  request.host_budget = o.max_host_memory;
   if (!o.plan) {
     request.micro_batch = knobs.micro_batch;
     request.optimizer = knobs.optimizer;
@@ -331,7 +338,8 @@ struct StepTimes {
 // Warm-up steps, then the timed ones (and one more under the profiler with --profile): accumulation micro-steps on
 // the same batch (speed does not care), then the optimizer step, exactly as the trainer runs them.
 StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, torch::optim::Optimizer& optimizer,
-                      const memory::PlanKnobs& knobs, const util::Runtime& runtime, std::ostream* profile_out) {
+                      const memory::PlanKnobs& knobs, const util::Runtime& runtime, std::ostream* profile_out,
+                      train::OptimizerOffload* offload) {
   const auto& device = runtime.device;
   const auto batch = random_batch(o, knobs.micro_batch, model.config().vocab_size, device);
   std::vector<torch::Tensor> parameters;
@@ -371,7 +379,7 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
     }
     last_loss_sum = loss_sum;
     update_timer.start();
-    optim::optimizer_step(optimizer, parameters, update);
+    offload ? offload->step(optimizer, update) : optim::optimizer_step(optimizer, parameters, update);
     const double update_seconds = update_timer.seconds();  // waits for the step's end
     const double step_seconds = step_timer.seconds();
     if (step == 0) t.first_step_s = seconds_since_process_start();
@@ -452,14 +460,21 @@ void run_bench_train(const BenchTrainOptions& o) {
   settings.learning_rate = o.learning_rate;
   settings.weight_decay = o.weight_decay;
   settings.fused = !unfused(o, "optimizer");
-  auto optimizer = optim::make_optimizer(*model, settings);
-  const auto times = timed_steps(o, *model, *optimizer, knobs, runtime, o.profile.empty() ? nullptr : &profile_stream);
+  auto offload = knobs.offload_optimizer ? std::make_unique<train::OptimizerOffload>(
+                                               optim::trainable_parameters(*model), runtime.device, knobs.optimizer,
+                                               o.max_host_memory)
+                                         : nullptr;
+  auto optimizer = optim::make_optimizer(*model, settings, {}, offload ? &offload->host_parameters() : nullptr);
+  const auto times = timed_steps(o, *model, *optimizer, knobs, runtime, o.profile.empty() ? nullptr : &profile_stream,
+                                 offload.get());
   if (!profile_path.empty()) {
     profile_stream.close();
     if (!profile_stream) throw std::runtime_error("--profile: writing '" + profile_path + "' failed");
     std::cerr << "fitsum: wrote the profile of one step to " << profile_path << "\n";
   }
   auto out = bench_json(o, model->config(), knobs, runtime, times);
+  out["offload_optimizer"] = offload ? "cpu" : "none";
+  if (offload) out["peak_host_mib"] = static_cast<double>(offload->peak_host_bytes()) / kMiB;
   if (planned) out["predicted_peak_mib"] = static_cast<double>(planned->prediction.peak) / kMiB;
   if (planned && planned->cuda) {  // on CUDA: the allocator model's prediction, beside the measured peaks
     out["predicted_allocated_mib"] = static_cast<double>(planned->cuda->allocated) / kMiB;
@@ -549,6 +564,12 @@ void add_bench_command(CLI::App& app) {
   t->add_flag("--plan", train->plan,
               "with --max_memory: let the planner choose micro-batch (keeping --batch x "
               "--gradient_accumulation_steps), checkpointing and optimizer, then measure its choice");
+  t->add_option_function<std::string>(
+      "--offload_optimizer", [train](const std::string& s) { train->offload = train::parse_offload_optimizer(s); },
+      "none, cpu (optimizer state and update on the host) or auto (with --plan: the planner's choice)");
+  t->add_option_function<std::string>(
+      "--max_host_memory", [train](const std::string& s) { train->max_host_memory = util::parse_bytes(s); },
+      "with --offload_optimizer: the host memory it may use, e.g. 32GiB");
   t->add_option("--steps", train->steps, "timed steps (the median is reported)")->capture_default_str();
   t->add_option("--warmup", train->warmup, "untimed steps first")->capture_default_str();
   t->add_option("--optim", train->optim, "adafactor or adamw_torch")->capture_default_str();

@@ -29,6 +29,16 @@ std::string cuda_line(const memory::CudaMemoryTerms& t) {
   return out.str();
 }
 
+// The chosen candidate's offload terms in one line (docs/memory.md, "Optimizer offload").
+std::string offload_line(const memory::Prediction& p) {
+  std::ostringstream out;
+  out << "offload (chosen): host " << util::format_bytes(p.host)
+      << " (optimizer state, weight and gradient copies, the update's transient); "
+      << util::format_bytes(p.transfer_bytes) << " copied each way per step, " << p.transfer_seconds
+      << " s of copies and " << p.host_update_seconds << " s of host update in the step's time\n";
+  return out.str();
+}
+
 }  // namespace
 
 std::string plan_table(const memory::FitResult& fit) {
@@ -41,17 +51,27 @@ std::string plan_table(const memory::FitResult& fit) {
   const auto stage = [&](const memory::Candidate& k) {
     return parallel ? "    " + std::to_string(k.knobs.zero_stage) : "";
   };
-  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-11s %4s%s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#", "micro",
-                "accum", "ckpt", "optim", "bf16", parallel ? " zero" : "", "peak MiB", "weights", "grads", "opt",
-                "activ", "tokens/s", "step s", "fits");
+  // With offloaded candidates, a column saying which offload and what each needs of the host.
+  const bool offloading = std::any_of(plan.candidates.begin(), plan.candidates.end(),
+                                      [](const memory::Candidate& k) { return k.knobs.offload_optimizer; });
+  const auto host = [&](const memory::Candidate& k) {
+    if (!offloading) return std::string();
+    return k.knobs.offload_optimizer
+               ? " " + std::string(8 - std::min<std::size_t>(8, mib(k.prediction.host).size()), ' ') +
+                     mib(k.prediction.host)
+               : std::string("        -");
+  };
+  std::snprintf(line, sizeof line, "%-3s %5s %5s %-22s %-11s %4s%s%s | %9s %9s %9s %9s %9s | %10s %8s %s\n", "#",
+                "micro", "accum", "ckpt", "optim", "bf16", parallel ? " zero" : "", offloading ? " host MiB" : "",
+                "peak MiB", "weights", "grads", "opt", "activ", "tokens/s", "step s", "fits");
   out << line;
   for (std::size_t i = 0; i < plan.candidates.size(); ++i) {
     const auto& k = plan.candidates[i];
     const auto& p = k.prediction;
-    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-11s %4s%s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n",
+    std::snprintf(line, sizeof line, "%-3zu %5lld %5lld %-22s %-11s %4s%s%s | %9s %9s %9s %9s %9s | %10.0f %8.3f %s%s\n",
                   i, static_cast<long long>(k.knobs.micro_batch), static_cast<long long>(k.knobs.accumulation),
                   memory::checkpointing_label(k.knobs, c.encoder_layers, c.decoder_layers).c_str(),
-                  optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", stage(k).c_str(),
+                  optim::to_string(k.knobs.optimizer), k.knobs.bf16 ? "yes" : "no", stage(k).c_str(), host(k).c_str(),
                   mib(p.peak).c_str(), mib(p.weights).c_str(), mib(p.gradients).c_str(), mib(p.optimizer_state).c_str(),
                   mib(std::max(p.activations, p.optimizer_transient)).c_str(), p.tokens_per_second, p.step_seconds,
                   k.fits ? "yes" : "no", plan.chosen && *plan.chosen == i ? "  <- chosen" : "");
@@ -66,6 +86,9 @@ std::string plan_table(const memory::FitResult& fit) {
         << " above weights, gradients and optimizer state (loss pass, generation with its key/value cache)\n";
   }
   if (plan.chosen && plan.candidates[*plan.chosen].cuda) out << cuda_line(*plan.candidates[*plan.chosen].cuda);
+  if (plan.chosen && plan.candidates[*plan.chosen].knobs.offload_optimizer) {
+    out << offload_line(plan.candidates[*plan.chosen].prediction);
+  }
   if (fit.cuda_plan_from_cpu) {
     out << "speeds (tokens/s, step s) are this machine's CPU's, measured by the probe: memory is predicted for the "
            "CUDA device, speed is not, and on the GPU the fastest fitting candidate may be another\n";
@@ -87,6 +110,7 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
   }
   if (k.knobs.eval_batch > 0) j["per_device_eval_batch_size"] = k.knobs.eval_batch;
   j["predicted_peak_bytes"] = k.prediction.peak;
+  j["offload_optimizer"] = k.knobs.offload_optimizer ? "cpu" : "none";
   j["predicted_step_flops"] = k.prediction.step_flops;
   j["predicted_recompute_flops"] = k.prediction.recompute_flops;
   j["predicted_tokens_per_s"] = k.prediction.tokens_per_second;
@@ -99,6 +123,13 @@ nlohmann::ordered_json candidate_json(const memory::Candidate& k) {
                     {"optimizer_step_transient", k.prediction.optimizer_transient}};
   if (k.knobs.eval_batch > 0) j["breakdown"]["evaluation"] = k.prediction.evaluation;
   if (k.cuda) j["breakdown"]["cuda"] = memory::to_json(*k.cuda);
+  if (k.knobs.offload_optimizer) {  // the host's terms; optimizer_state and the step's transient above are then 0
+    j["breakdown"]["host"] = {{"bytes", k.prediction.host},
+                              {"fits_max_host_memory", k.host_fits},
+                              {"transfer_bytes_each_way", k.prediction.transfer_bytes},
+                              {"transfer_seconds", k.prediction.transfer_seconds},
+                              {"host_update_seconds", k.prediction.host_update_seconds}};
+  }
   return j;
 }
 

@@ -8,6 +8,7 @@
 
 #include "argument_text.h"
 #include "data_flags.h"
+#include "fitsum/util/bytes.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/output_paths.h"
 #include "hf_arguments.h"
@@ -27,6 +28,19 @@ CLI::Option* add_parsed(CLI::App& group, const std::string& name, T& field, Pars
       .add_option_function<std::string>(
           name, [&field, parse](const std::string& text) { field = parse(text); }, help)
       ->default_str(default_text);
+}
+
+// --max_host_memory: a size, or auto (0: the machine's available memory when the host memory is needed).
+std::uint64_t parse_host_memory(const std::string& text) {
+  if (text == "auto") return 0;
+  std::uint64_t bytes = 0;
+  try {
+    bytes = util::parse_bytes(text);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("--max_host_memory: ") + e.what());
+  }
+  if (bytes == 0) throw std::invalid_argument("--max_host_memory must be above 0 (a size such as 32GiB, or auto)");
+  return bytes;
 }
 
 void add_model_flags(CLI::App& g, io::ModelSource& model) {
@@ -112,6 +126,14 @@ void add_memory_flags(CLI::App& g, TrainCommandOptions& o) {
              "recipe for PEGASUS; saves its gradient and optimizer state");
   g.add_flag("--bf16", t.bf16, "bfloat16 autocast with float32 weights and optimizer");
   g.add_flag("--fp16", t.fp16, "refused (PEGASUS and T5 overflow float16); use --bf16");
+  add_parsed(g, "--offload_optimizer", t.offload_optimizer, train::parse_offload_optimizer,
+             "none, cpu (the optimizer's state and update in host memory, the weights and gradients on the device), "
+             "or auto (the planner offloads where that is the fastest plan that fits --max_memory)",
+             "none");
+  g.add_option_function<std::string>(
+       "--max_host_memory", [&t](const std::string& s) { t.max_host_memory = parse_host_memory(s); },
+       "host memory an offloaded optimizer may use, e.g. 32GiB (default: the machine's available memory)")
+      ->default_str("auto");
   g.add_flag("--no_resplit", o.no_resplit,
              "keep per_device_train_batch_size and gradient_accumulation_steps as given when planning");
   g.add_option("--memory_report", o.memory_report,

@@ -48,6 +48,10 @@ struct FitRequest {
   int world_size = 1;
   std::optional<int> zero_stage;
   std::int64_t bucket_bytes = optim::kReduceBucketBytes;  // ZeRO stage 2's (ddp_bucket_cap_mb)
+  // --offload_optimizer (none, cpu, auto: the planner's choice) and --max_host_memory (0: the machine's available
+  // memory), which an offloaded optimizer's host bytes must fit (PlanRequest::offload).
+  OffloadPolicy offload = OffloadPolicy::none;
+  std::uint64_t host_budget = 0;
   bool freeze_embeds = false;  // --freeze_embeds: the shared embedding and the tied LM head are not trained
   // Low-rank adapters (r 0: full fine-tuning) and --base_dtype bfloat16 for their frozen base (lora_memory.h).
   model::LoraConfig lora;

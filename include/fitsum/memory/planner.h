@@ -79,6 +79,8 @@ struct PlanKnobs {
   int world_size = 1;
   int zero_stage = 0;  // 2: the gradients are sharded too (train/gradient_reducer.h), in buckets of bucket_bytes
   std::int64_t bucket_bytes = optim::kReduceBucketBytes;
+  // The optimizer's state and update on the host (--offload_optimizer cpu, train/optimizer_offload.h).
+  bool offload_optimizer = false;
   bool checkpointing() const { return encoder_checkpointed > 0 || decoder_checkpointed > 0; }
 };
 
@@ -96,10 +98,26 @@ struct Prediction {
   double recompute_flops = 0.0;  // of which recomputation
   double step_seconds = 0.0;
   double tokens_per_second = 0.0;  // at the worst shape: B x (S + T) tokens per row
+  // An offloaded optimizer (PlanKnobs::offload_optimizer; then optimizer_state and optimizer_transient above, the
+  // device's, are 0): the host's bytes (the optimizer state, the host copies of the weights and gradients, the
+  // update's transient), the bytes copied each way in a step (the gradients out, the weights back), and the seconds
+  // of those copies and of the host's update, both in step_seconds.
+  std::uint64_t host = 0;
+  std::uint64_t transfer_bytes = 0;
+  double transfer_seconds = 0.0;
+  double host_update_seconds = 0.0;
 };
 
-// `worst` gives the lengths; its batch is ignored (the knobs' micro-batch is used).
-Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const BatchShape& worst);
+// Host <-> device copy rates for an offloaded optimizer's time term: PCIe 4.0 x16 as pinned copies reach it
+// (about 25 GB/s each way; PCIe 5 doubles it, so this is the conservative one), and on the CPU build, where the
+// device is the host, a memcpy's.
+constexpr double kPcieBytesPerSecond = 25e9;
+constexpr double kMemcpyBytesPerSecond = 10e9;
+
+// `worst` gives the lengths; its batch is ignored (the knobs' micro-batch is used). `host_device_bytes_per_second`
+// times an offloaded optimizer's copies.
+Prediction predict(const Calibration& calibration, const PlanKnobs& knobs, const BatchShape& worst,
+                   double host_device_bytes_per_second = kMemcpyBytesPerSecond);
 // Adds what evaluating `load` at batch `eval_batch` holds beside the weights, gradients and optimizer state to a
 // prediction: Prediction::evaluation, and the peak when evaluation's is higher.
 void add_evaluation(const model::ModelConfig& config, EvaluationLoad load, std::int64_t eval_batch,
@@ -114,6 +132,9 @@ std::uint64_t with_margin(std::uint64_t bytes, double margin);
 
 // Candidates predicted within this fraction of the fastest are equally fast: timing noise must not decide.
 constexpr double kSpeedTie = 0.03;
+
+// Whether the optimizer may be offloaded to the host (--offload_optimizer none, cpu or auto).
+enum class OffloadPolicy { none, cpu, free };
 
 // How the optimizer is chosen.
 enum class OptimizerPolicy {
@@ -148,6 +169,12 @@ struct PlanRequest {
   // candidate gets the largest eval batch up to that one which fits beside its resident memory (evaluation's
   // results do not depend on the batch); a candidate fits only if evaluation of one example does.
   std::optional<EvaluationLoad> evaluation;
+  // --offload_optimizer: none (no candidate offloads), cpu (every one does) or auto (both kinds; an offloaded one is
+  // chosen only where it is the fastest that fits, and loses ties). An offloaded candidate fits only when its host
+  // bytes, with the margin, are within host_budget (--max_host_memory); its copies run at this rate.
+  OffloadPolicy offload = OffloadPolicy::none;
+  std::uint64_t host_budget = 0;
+  double host_device_bytes_per_second = kMemcpyBytesPerSecond;
 };
 
 struct Candidate {
@@ -155,6 +182,7 @@ struct Candidate {
   Prediction prediction;
   std::optional<CudaMemoryTerms> cuda;  // PlanRequest::cuda set: allocated, reserved and the terms between
   bool fits = false;
+  bool host_fits = true;  // an offloaded candidate's host bytes within the host budget (fits requires it)
 };
 
 struct Plan {

@@ -37,6 +37,14 @@ class TrackingCpuAllocator final : public c10::Allocator {
   // Allocations refused because of the limit, since the start.
   std::int64_t refused_allocations() const { return refused_.load(); }
 
+  // The host's own count, apart from the device's: what a thread allocates inside a HostMemoryScope (an offloaded
+  // optimizer's state and buffers, which live in host memory while the training device is, on the CPU, the same
+  // memory). Neither the device's peak nor its limit sees these bytes; a block is given back to the count it was
+  // taken from, whichever thread frees it.
+  std::int64_t host_current_bytes() const { return host_current_.load(); }
+  std::int64_t host_peak_bytes() const { return host_peak_.load(); }
+  void reset_host_peak() { host_peak_.store(host_current_.load()); }
+
  private:
   explicit TrackingCpuAllocator(c10::Allocator* replaced) : replaced_(replaced) {}
 
@@ -44,7 +52,22 @@ class TrackingCpuAllocator final : public c10::Allocator {
   mutable std::atomic<std::int64_t> current_{0};
   mutable std::atomic<std::int64_t> peak_{0};
   mutable std::atomic<std::int64_t> refused_{0};
+  mutable std::atomic<std::int64_t> host_current_{0};
+  mutable std::atomic<std::int64_t> host_peak_{0};
   std::atomic<std::int64_t> limit_{0};
+};
+
+// While alive, this thread's CPU allocations count as host memory (TrackingCpuAllocator::host_current_bytes);
+// scopes nest. `enabled` false makes it a no-op, for code that counts host memory only in some runs.
+class HostMemoryScope {
+ public:
+  explicit HostMemoryScope(bool enabled = true);
+  ~HostMemoryScope();
+  HostMemoryScope(const HostMemoryScope&) = delete;
+  HostMemoryScope& operator=(const HostMemoryScope&) = delete;
+
+ private:
+  bool enabled_;
 };
 
 }  // namespace fitsum::memory

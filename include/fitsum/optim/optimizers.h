@@ -145,9 +145,11 @@ std::vector<std::string> decay_parameter_names(torch::nn::Module& model);
 NamedTensors trainable_parameters(torch::nn::Module& model);
 
 // Two groups, decay and no decay, over the trainable parameters; with `only`, over those of them it names (a
-// process's share under ZeRO stage 1, sharding.h).
+// process's share under ZeRO stage 1, sharding.h). With `in_place_of`, the optimizer updates those tensors instead
+// of the model's parameters of the same names (the host copies of an offloaded optimizer, train/optimizer_offload.h).
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(torch::nn::Module& model, const OptimizerSettings& settings,
-                                                        const std::optional<std::set<std::string>>& only = {});
+                                                        const std::optional<std::set<std::string>>& only = {},
+                                                        const NamedTensors* in_place_of = nullptr);
 
 // Name-keyed optimizer state for checkpoints: "<param name>.<state>" -> tensor (step counters as int64 scalars).
 NamedTensors export_optimizer_state(const torch::optim::Optimizer& optimizer, const NamedTensors& parameters);

@@ -60,6 +60,7 @@ namespace fitsum::train {
 namespace fs = std::filesystem;
 class ProcessGroup;
 class GradientReducer;
+class OptimizerOffload;
 
 // Everything the trainer needs besides the arguments; model code and data come in ready, the trainer owns the loop.
 struct TrainerInputs {
@@ -318,6 +319,10 @@ class Trainer {
   // Multi-process: sums the gradients over the processes (stages 0 and 1: one buffer whose slices are .grad).
   std::unique_ptr<GradientReducer> reducer_;
   std::int64_t round_micro_batch_ = 0;  // ZeRO stage 2: the micro-batch every process agreed on (one sum each)
+  // --offload_optimizer cpu: the host copies optimizer_ updates (train/optimizer_offload.h); none otherwise.
+  std::unique_ptr<OptimizerOffload> offload_;
+  // What optimizer_ updates, by name: the host copies under offload, else parameters_.
+  const std::vector<std::pair<std::string, torch::Tensor>>& optimizer_parameters() const;
 };
 
 }  // namespace fitsum::train

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fitsum/model/lora.h"
+#include "fitsum/optim/offload.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/lr_schedule.h"
 
@@ -29,6 +30,8 @@ bool parse_report_to(const std::vector<std::string>& values);
 
 // HF's `optim` names, and "auto": the memory planner chooses (empty optional).
 std::optional<optim::OptimizerType> parse_optim(const std::string& name);
+// offload_optimizer: none, cpu, DeepSpeed's {"device": "cpu"}, or "auto" (std::nullopt: the planner chooses).
+std::optional<optim::OffloadDevice> parse_offload_optimizer(const std::string& text);
 
 struct TrainingArguments {
   // Bounds of validate(): batch sizes and examples per optimizer step, epochs, interval lengths (in steps).
@@ -129,6 +132,14 @@ struct TrainingArguments {
   int zero_stage = 0;
   double ddp_bucket_cap_mb = 25.0;
   std::int64_t ddp_bucket_bytes() const;
+
+  // The optimizer's state and update on the host (train/optimizer_offload.h): DeepSpeed's offload_optimizer.device.
+  // Unset is "auto": the memory planner (max_memory) chooses, offloading only where that is the fastest plan that
+  // fits (without a plan: none). Not combined with a ZeRO stage that shards the optimizer (validate refuses it).
+  // max_host_memory caps the host bytes it needs (0: the machine's available memory, MemAvailable).
+  std::optional<optim::OffloadDevice> offload_optimizer = optim::OffloadDevice::none;
+  std::uint64_t max_host_memory = 0;
+  bool offloads_optimizer() const { return offload_optimizer == optim::OffloadDevice::cpu; }
 
   // Where the run is reported besides stdout and trainer_state.json: "tensorboard" (event files under logging_dir)
   // or none. logging_dir defaults to HF's output_dir/runs/<Mon DD_HH-MM-SS>_<hostname>.

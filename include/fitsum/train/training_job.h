@@ -74,6 +74,9 @@ memory::BatchShape worst_batch_shape(const std::vector<data::Example>& examples,
 // With several processes (`world_size`), each gets the same plan; the ZeRO stage is the planner's unless fixed.
 memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKnobs& fixed,
                                     const memory::BatchShape& worst, std::uint64_t budget, int world_size = 1);
+// The planner's offload knob from `args` (train/optimizer_offload.cpp): offload_optimizer (auto: the planner's
+// choice) and max_host_memory.
+void add_offload_request(const TrainingArguments& args, memory::FitRequest& request);
 
 // Sets micro-batch, accumulation, checkpointing and optimizer of `args` to the knobs'.
 void apply_plan(TrainingArguments& args, const memory::PlanKnobs& knobs, const model::ModelConfig& config);
