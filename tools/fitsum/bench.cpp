@@ -36,6 +36,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #endif
 
+#include "bench_support.h"
 #include "commands.h"
 #include "fitsum/io/hf_config.h"
 #include "fitsum/memory/device_memory.h"
@@ -59,81 +60,6 @@
 namespace fitsum::cli {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Seconds since this process started (the kernel's start time, so loading LibTorch counts): what a user waits for
-// the first step, comparable with bench/hf_trainer_bench.py's first_step_s. NaN where /proc is not there.
-double seconds_since_process_start() {
-  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
-  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-  double now = 0.0;
-  const auto after_name = text.rfind(')');
-  if (after_name == std::string::npos || !(uptime >> now)) return std::nan("");
-  std::istringstream fields(text.substr(after_name + 2));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i) {
-  }
-  return now - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0.0;
-  std::sort(values.begin(), values.end());
-  const auto n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-// The process's peak resident set (VmHWM), as bench_eager.py reads it.
-double peak_rss_mib() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // "VmHWM:  123 kB"
-  }
-  return -1.0;
-}
-
-constexpr double kMiB = 1024.0 * 1024.0;
-
-struct ThreadFlags {
-  int num_threads = 0;
-  int blas_threads = 0;
-  int update_threads = 0;
-};
-
-void add_thread_flags(CLI::App& cmd, ThreadFlags& t) {
-  const auto defaults = util::default_thread_settings();
-  cmd.add_option("--num_threads", t.num_threads,
-                 "LibTorch intra-op threads (0: fitsum's default, " + std::to_string(defaults.intra_op) + ")");
-  cmd.add_option("--blas_threads", t.blas_threads,
-                 "BLAS threads for matrix products (0: fitsum's default, " +
-                     (defaults.blas > 0 ? std::to_string(defaults.blas)
-                                        : std::string("none to set: this BLAS runs on the intra-op threads")) +
-                     ")");
-  cmd.add_option(
-      "--update_threads", t.update_threads,
-      "intra-op threads of the optimizer step (0: fitsum's default, " + std::to_string(defaults.update) + ")");
-}
-
-// The same process setup as `fitsum train` (util/runtime.h), so that benchmarks measure what training runs.
-util::Runtime setup_bench_runtime(const ThreadFlags& t, const std::string& device, bool tune_host_allocator) {
-  if (device != "cpu" && device != "cuda")
-    throw std::invalid_argument("--device '" + device + "' is not one of cpu, cuda");
-  util::RuntimeOptions options;
-  options.device = device;
-  options.threads = {t.num_threads, t.blas_threads, t.update_threads};
-  options.tune_host_allocator = tune_host_allocator;
-  auto runtime = util::setup_runtime(options);
-  for (const auto& warning : runtime.warnings) std::cerr << "fitsum: warning: " << warning << "\n";
-  return runtime;
-}
-
-void synchronize(const torch::Device& device) {
-  if (device.is_cuda()) torch::cuda::synchronize();
-}
 
 // ---- fitsum bench train ----
 
@@ -179,12 +105,6 @@ bool unfused(const BenchTrainOptions& o, const char* what) {
 // The sizes a benchmark takes: past them no shape fits a machine, and their products stay within 64 bits.
 constexpr std::int64_t kMaxBenchSize = std::int64_t{1} << 24;
 
-void check_range(std::int64_t value, std::int64_t low, std::int64_t high, const char* flag) {
-  if (value < low || value > high) {
-    throw std::invalid_argument(std::string(flag) + " must be in [" + std::to_string(low) + ", " +
-                                std::to_string(high) + "], got " + std::to_string(value));
-  }
-}
 
 void check_finite(double value, const char* flag) {
   if (!(value >= 0 && std::isfinite(value))) {
@@ -483,63 +403,6 @@ void run_bench_train(const BenchTrainOptions& o) {
   std::cout << out.dump() << std::endl;
 }
 
-// ---- fitsum bench matmul ----
-
-struct BenchMatmulOptions {
-  std::int64_t size = 1024;
-  double seconds = 1.0;
-  std::string device = "cpu";
-  ThreadFlags threads;
-};
-
-void run_bench_matmul(const BenchMatmulOptions& o) {
-  // n x n fp32 operands: 65536 is 16 GiB each. A measuring time past a day is a mistake, not a benchmark (1e300
-  // seconds would never end).
-  check_range(o.size, 1, 65536, "--size");
-  if (!(o.seconds >= 0 && o.seconds <= 86400)) {
-    throw std::invalid_argument("--seconds must be in [0, 86400], got " + util::exact_decimal(o.seconds));
-  }
-  const auto runtime = setup_bench_runtime(o.threads, o.device, /*tune_host_allocator=*/false);
-  const auto& device = runtime.device;
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
-  auto a = torch::randn({o.size, o.size}, generator).to(device);
-  auto b = torch::randn({o.size, o.size}, generator).to(device);
-  // The median time of one product, after three to warm the threads and caches.
-  const auto time_product = [&](const std::function<void()>& product) {
-    for (int i = 0; i < 3; ++i) product();
-    synchronize(device);
-    std::vector<double> times;
-    util::DeviceTimer timer(device);  // CUDA events around each product, or the host clock
-    const auto begin = Clock::now();
-    while (times.size() < 5 || seconds_since(begin) < o.seconds) {
-      timer.start();
-      product();
-      times.push_back(timer.seconds());
-    }
-    return std::make_pair(median(times), times.size());
-  };
-  auto c = torch::empty({o.size, o.size}, a.options());
-  const auto [libtorch_seconds, libtorch_repeats] = time_product([&] { torch::mm_out(c, a, b); });
-  // The products fitsum's model runs (oneDNN's where available, model/onednn_linear.h; else LibTorch's).
-  const auto [seconds, repeats] = time_product([&] { c = model::dense_mm(a, b); });
-  const double n = static_cast<double>(o.size);
-  nlohmann::ordered_json out;
-  out["impl"] = "fitsum";
-  out["benchmark"] = "matmul";
-  out["size"] = o.size;
-  out["threads"] = at::get_num_threads();
-  out["blas_threads"] = util::blas_threads();
-  out["blas"] = util::blas_description();
-  out["host_allocator"] = util::host_allocator_description();
-  out["device"] = device.str();
-  out["products"] = model::onednn_available() && device.is_cpu() ? "oneDNN" : "LibTorch";
-  out["repeats"] = repeats;
-  out["gflops"] = 2.0 * n * n * n / seconds / 1e9;  // the denominator of MFU
-  out["libtorch_repeats"] = libtorch_repeats;
-  out["libtorch_gflops"] = 2.0 * n * n * n / libtorch_seconds / 1e9;
-  std::cout << out.dump() << std::endl;
-}
-
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
@@ -605,13 +468,7 @@ void add_bench_command(CLI::App& app) {
     }
   });
 
-  auto matmul = std::make_shared<BenchMatmulOptions>();
-  auto* m = bench->add_subcommand("matmul", "The fp32 matrix-product rate (n x n x n); prints one JSON line");
-  m->add_option("--size", matmul->size, "n")->capture_default_str();
-  m->add_option("--seconds", matmul->seconds, "measure for at least this long")->capture_default_str();
-  m->add_option("--device", matmul->device, "cpu or cuda")->capture_default_str();
-  add_thread_flags(*m, matmul->threads);
-  m->callback([matmul]() { run_bench_matmul(*matmul); });
+  add_bench_matmul_command(*bench);
 }
 
 }  // namespace fitsum::cli
