@@ -9,6 +9,12 @@
 #      measures torch.cuda.max_memory_allocated / max_memory_reserved; then the planner's own choice (bench --plan)
 #      under the cap, under the seed's card (FITSUM_GPU_CARD, 7.79GiB) and under 80 GiB (its speed: MFU), AdamW
 #      with the optimizer offloaded under the card, and two more cells; each row's prediction against its peaks;
+#      and for the seed's and the planned run, what the GPU did: the caching allocator's own history (bench train
+#      --record_allocator: every allocation, free and segment action from the process's start, at most
+#      FITSUM_GPU_TRACE_ENTRIES entries, default 300000, about 30 MB of JSON and a few MB gzip-compressed; the
+#      recording stops between micro-steps before the buffer would drop its first entries), replayed at once
+#      through fitsum's allocator model (bench allocator, replay-*.txt in the logs), and a Kineto trace of two more
+#      steps of two micro-steps each (bench train --record_profile), all gzip-compressed into $OUT;
 #   4. data-parallel on CUDA (NCCL with two GPUs, else Gloo on one);
 #   5. the seed's and the planned configurations side by side with HF transformers' Trainer (skipped when the
 #      clock is short: the stages run in this order, the most needed first).
@@ -18,7 +24,9 @@
 #     bash bench/gpu.sh --prepare      copies into .gpu/ (ignored by git): the nlohmann_json and CLI11 headers,
 #                                      GoogleTest's sources and ../shared/fixtures/tiny-pegasus (about 2 MB)
 # then on the GPU machine, from the project's root, with .gpu carried along:
-#     bash bench/gpu.sh                three files in $OUT (or .gpu/out): results.json, gpu.log, logs.tar.gz
+#     bash bench/gpu.sh                seven files in $OUT (or .gpu/out): results.json, gpu.log, logs.tar.gz,
+#                                      allocator-{seed,planned}.json.gz, profile-{seed,planned}.json.gz (each
+#                                      under 16 MB: a larger one is removed and said so)
 #     bash bench/gpu.sh --dry-run      prints every command it would run, runs none (works anywhere)
 # Every stage runs under a time limit taken from one budget (FITSUM_GPU_BUDGET_S, default 540 s); a stage that
 # cannot get its minimum is skipped and said so. Knobs: FITSUM_GPU_STEPS (timed optimizer steps, default 2),
@@ -171,11 +179,31 @@ run plan-seed 90 20 "$work/plan.json" "./$build/fitsum" plan --device cuda --con
 
 echo "== measured: fitsum bench train, $steps timed steps"
 bench=(bench train --device cuda --config_name "$large" --src_len "$src_len" --tgt_len "$tgt_len" --steps "$steps"
-  --warmup 1)
+  --warmup 1 --record_allocator_entries "${FITSUM_GPU_TRACE_ENTRIES:-300000}")
+records() { echo --record_allocator "$out/allocator-$1.json.gz" --record_profile "$out/profile-$1.json.gz"; }
+# shellcheck disable=SC2046  # the record flags are words
 run fitsum-seed 120 30 "$work/fitsum-seed.json" "./$build/fitsum" "${bench[@]}" --max_memory "$cap" --batch 1 \
-  --gradient_accumulation_steps 64 --gradient_checkpointing --optim adafactor
+  --gradient_accumulation_steps 64 --gradient_checkpointing --optim adafactor $(records seed)
+# shellcheck disable=SC2046
 run fitsum-planned 120 30 "$work/fitsum-planned.json" "./$build/fitsum" "${bench[@]}" --max_memory "$cap" --batch 1 \
-  --gradient_accumulation_steps 64 --bf16 --plan
+  --gradient_accumulation_steps 64 --bf16 --plan $(records planned)
+echo "== the allocator model replayed against each recorded history"
+for name in seed planned; do
+  if [[ $mode == dry || -s "$out/allocator-$name.json.gz" ]]; then
+    run "replay-$name" 60 5 "$work/replay-$name.txt" "./$build/fitsum" bench allocator "$out/allocator-$name.json.gz"
+    show grep -E "^(first divergence|verdict|peak)" "$work/replay-$name.txt" | sed 's/^/    /'
+  fi
+done
+# At most 8 files of 16 MB come back: a record past that is dropped (its replay above is kept in the logs).
+if [[ $mode == run ]]; then
+  for f in "$out"/allocator-*.json.gz "$out"/profile-*.json.gz; do
+    [[ -f $f ]] || continue
+    if (($(stat -c %s "$f") > 16 * 1024 * 1024)); then
+      echo "gpu.sh: $(basename "$f") is over 16 MB ($(stat -c %s "$f") bytes): removed (lower FITSUM_GPU_TRACE_ENTRIES)"
+      rm -f "$f"
+    fi
+  done
+fi
 
 echo "== the seed's card ($card): the planner's choice trains under it; AdamW with the optimizer offloaded"
 run plan-card 60 15 "$work/plan-card.json" "./$build/fitsum" plan --device cuda --config_name "$large" \
@@ -230,5 +258,5 @@ if [[ $mode == dry ]]; then
 fi
 "$python" bench/gpu_summary.py "$work" "$out/results.json" || echo "gpu.sh: the summary failed"
 failures=$(awk -F'\t' '$2 != "ok" && $2 != "skipped"' "$stages" | wc -l)
-echo "gpu.sh: done in $SECONDS s, $failures failed stage(s); $out: results.json, gpu.log, logs.tar.gz"
+echo "gpu.sh: done in $SECONDS s, $failures failed stage(s); $out: results.json, gpu.log, logs.tar.gz, $(find "$out" -maxdepth 1 -name '*.json.gz' -printf '%f ')"
 exit $((failures > 0))

@@ -51,13 +51,15 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
 
 // Exact bytes allocated by `work` beyond what was live when it started, on the CPU through the tracking allocator
 // and on CUDA through the caching allocator's statistics.
+// `peak_reserved` receives the device's reserved peak meanwhile (max_memory_reserved; the CPU's equals allocated).
 template <typename Work>
-std::uint64_t measure_transient(const c10::Device& device, Work&& work) {
+std::uint64_t measure_transient(const c10::Device& device, Work&& work, std::uint64_t& peak_reserved) {
   const auto before = read_memory(device).current_bytes;
   reset_peak_memory(device);
   work();
-  const auto peak = read_memory(device).peak_bytes;
-  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, peak - before));
+  const auto after = read_memory(device);
+  peak_reserved = static_cast<std::uint64_t>(after.peak_reserved_bytes);
+  return static_cast<std::uint64_t>(std::max<std::int64_t>(0, after.peak_bytes - before));
 }
 
 // The optimizer step (with clipping) on one stand-alone tensor shaped like the model's largest parameter: its
@@ -83,7 +85,7 @@ OptimizerCost measure_optimizer(optim::OptimizerType type, const torch::Tensor& 
   cost.transient_bytes = measure_transient(device, [&] {
     optim::clip_grad_norm(params, 1.0);
     optimizer->step();
-  });
+  }, cost.peak_reserved_bytes);
   const double seconds = timer.seconds();
   cost.seconds =
       seconds * static_cast<double>(elements) / static_cast<double>(std::max<std::int64_t>(1, weight.numel()));
@@ -195,17 +197,24 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
   sample.seconds = std::numeric_limits<double>::max();
   for (int r = 0; r < repetitions; ++r) {
     std::int64_t before = 0, decoder_peak = 0, encoder_forward_peak = 0;
+    MemorySnapshot peaks;  // the micro-step's peaks of allocated and reserved bytes over the phases' reads
+    const auto read = [&] {
+      const auto m = read_memory(device);
+      peaks.peak_bytes = std::max(peaks.peak_bytes, m.peak_bytes);
+      peaks.peak_reserved_bytes = std::max(peaks.peak_reserved_bytes, m.peak_reserved_bytes);
+      return m;
+    };
     model::MicroBatchOptions micro;
     micro.loss_scale = 1.0 / static_cast<double>(shape.batch * shape.target);
     micro.label_smoothing = options.label_smoothing;
     micro.bf16 = options.bf16;
     micro.on_encoder_output = [&](torch::Tensor& encoded) {
       // The forward pass's encoder part ends here.
-      encoder_forward_peak = read_memory(device).peak_bytes;
+      encoder_forward_peak = read().peak_bytes;
       reset_peak_memory(device);
       if (!encoded.requires_grad()) return;
       encoded.register_hook([&](const torch::Tensor&) {
-        decoder_peak = read_memory(device).peak_bytes;
+        decoder_peak = read().peak_bytes;
         reset_peak_memory(device);
       });
     };
@@ -214,10 +223,10 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
     before = read_memory(device).current_bytes;
     reset_peak_memory(device);
     auto loss = model::micro_batch_loss(copy, ids, mask, labels, micro);
-    const auto after_forward = read_memory(device);
+    const auto after_forward = read();
     reset_peak_memory(device);
     (loss.sum * micro.loss_scale).backward();
-    const auto encoder_peak = read_memory(device).peak_bytes;
+    const auto encoder_peak = read().peak_bytes;
     sample.seconds = std::min(sample.seconds, timer.seconds());
     if (r == 0) {
       const auto positive = [](std::int64_t v) { return static_cast<std::uint64_t>(std::max<std::int64_t>(0, v)); };
@@ -226,6 +235,8 @@ ProbeSample measure_micro_step(model::Seq2SeqLMImpl& copy, const BatchShape& sha
       sample.decoder_forward_bytes = positive(after_forward.peak_bytes - before);
       sample.decoder_phase_bytes = positive(decoder_peak - before);
       sample.encoder_phase_bytes = positive(encoder_peak - before);
+      sample.peak_allocated_bytes = positive(peaks.peak_bytes);
+      sample.peak_reserved_bytes = positive(peaks.peak_reserved_bytes);
     }
   }
   return sample;
@@ -388,8 +399,8 @@ auto fits_of(LayerMemoryT& m) {
                     &m.encoder_bottom_checkpointed, &m.decoder_bottom_checkpointed};
 }
 
-constexpr double kNumbersVersion = 2.0;
-constexpr std::size_t kSampleNumbers = 13;
+constexpr double kNumbersVersion = 3.0;
+constexpr std::size_t kSampleNumbers = 15;
 
 }  // namespace
 
@@ -398,7 +409,8 @@ std::vector<double> calibration_numbers(const Calibration& c) {
   for (const auto* fit : fits_of(c.memory)) n.insert(n.end(), fit->coefficients.begin(), fit->coefficients.end());
   n.insert(n.end(), {c.speed.flops_per_second, c.speed.overhead_seconds});
   for (const auto* cost : {&c.adamw, &c.adafactor}) {
-    n.insert(n.end(), {static_cast<double>(cost->transient_bytes), cost->seconds});
+    n.insert(n.end(), {static_cast<double>(cost->transient_bytes), cost->seconds,
+                       static_cast<double>(cost->peak_reserved_bytes)});
   }
   n.insert(n.end(), {c.probe_seconds, static_cast<double>(c.samples.size())});
   for (const auto& s : c.samples) {
@@ -407,7 +419,8 @@ std::vector<double> calibration_numbers(const Calibration& c) {
                        static_cast<double>(s.decoder_layers), static_cast<double>(s.checkpointing),
                        static_cast<double>(s.stored_bytes), static_cast<double>(s.encoder_forward_bytes),
                        static_cast<double>(s.decoder_forward_bytes), static_cast<double>(s.decoder_phase_bytes),
-                       static_cast<double>(s.encoder_phase_bytes), s.flops, s.seconds});
+                       static_cast<double>(s.encoder_phase_bytes), s.flops, s.seconds,
+                       static_cast<double>(s.peak_allocated_bytes), static_cast<double>(s.peak_reserved_bytes)});
   }
   return n;
 }
@@ -416,9 +429,9 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
                                      const std::vector<double>& numbers) {
   auto c = unmeasured(config, options);
   if (options.lora.enabled()) set_lora_memory(c, lora_memory(config, options.lora, options.base_bfloat16));
-  // The version, the fits' coefficients, the speed (2), the optimizers' costs (2 x 2), the probe's seconds, the
+  // The version, the fits' coefficients, the speed (2), the optimizers' costs (2 x 3), the probe's seconds, the
   // number of samples.
-  const std::size_t fixed = 1 + fits_of(c.memory).size() * ShapeFit{}.coefficients.size() + 2 + 2 * 2 + 2;
+  const std::size_t fixed = 1 + fits_of(c.memory).size() * ShapeFit{}.coefficients.size() + 2 + 2 * 3 + 2;
   if (numbers.size() < fixed || numbers[0] != kNumbersVersion) {
     throw std::invalid_argument("calibration numbers: " + std::to_string(numbers.size()) +
                                 " numbers, not a calibration's (version " + std::to_string(kNumbersVersion) + ")");
@@ -441,6 +454,7 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
   for (auto* cost : {&c.adamw, &c.adafactor}) {
     cost->transient_bytes = static_cast<std::uint64_t>(count("an optimizer's transient bytes"));
     cost->seconds = next();
+    cost->peak_reserved_bytes = static_cast<std::uint64_t>(count("an optimizer's reserved bytes"));
   }
   c.probe_seconds = next();
   const auto samples = static_cast<std::size_t>(count("the number of samples"));
@@ -467,13 +481,16 @@ Calibration calibration_from_numbers(const model::ModelConfig& config, const Cal
     }
     s.flops = next();
     s.seconds = next();
+    s.peak_allocated_bytes = static_cast<std::uint64_t>(count("a sample's peak allocated bytes"));
+    s.peak_reserved_bytes = static_cast<std::uint64_t>(count("a sample's peak reserved bytes"));
     c.samples.push_back(s);
   }
   return c;
 }
 
 Calibration calibrate(const model::ModelConfig& config, const c10::Device& device, const CalibrationOptions& options) {
-  const auto start = Clock::now();
+  util::DeviceTimer probe_timer(device);  // its end waits for the device's work
+  probe_timer.start();
   start_tracking(device);
   auto c = unmeasured(config, options);
 
@@ -538,7 +555,7 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
   // those blocks (the planner models training alone).
   largest = torch::Tensor();
   release_cached_memory(device);
-  c.probe_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  c.probe_seconds = probe_timer.seconds();
   return c;
 }
 

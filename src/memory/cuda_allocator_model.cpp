@@ -72,6 +72,16 @@ std::uint64_t cublas_workspace_bytes(const CudaDeviceFacts& device) {
 
 // ---- The allocator replayed ----
 
+const char* to_string(SegmentAction::Kind kind) {
+  switch (kind) {
+    case SegmentAction::Kind::alloc: return "segment_alloc";
+    case SegmentAction::Kind::free: return "segment_free";
+    case SegmentAction::Kind::map: return "segment_map";
+    case SegmentAction::Kind::unmap: return "segment_unmap";
+  }
+  return "segment_alloc";
+}
+
 namespace {
 // An expandable segment reserves address space for the whole device and maps pages as blocks need them.
 constexpr std::uint64_t kExpandableAddressSpace = std::uint64_t{1} << 50;
@@ -116,7 +126,10 @@ std::int64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small) 
   segment.size = conf_.expandable_segments ? 0 : size;
   const auto block = add_block(id, 0, conf_.expandable_segments ? kExpandableAddressSpace : size, small);
   free_set(small).insert(FreeKey{blocks_[block].size, id, 0});
-  if (!conf_.expandable_segments) change_reserved(small, static_cast<std::int64_t>(size));
+  if (!conf_.expandable_segments) {
+    change_reserved(small, static_cast<std::int64_t>(size));
+    actions_.push_back({SegmentAction::Kind::alloc, size});
+  }
   return block;
 }
 
@@ -124,12 +137,14 @@ std::int64_t CachingAllocatorModel::new_segment(std::uint64_t size, bool small) 
 void CachingAllocatorModel::map_pages(const Block& block) {
   auto& segment = segments_[block.segment];
   const auto page = page_size(block.small);
+  std::uint64_t mapped = 0;
   for (auto p = block.offset / page; p * page < block.offset + block.size; ++p) {
-    if (segment.mapped_pages.insert(p).second) {
-      segment.size += page;
-      change_reserved(block.small, static_cast<std::int64_t>(page));
-    }
+    if (segment.mapped_pages.insert(p).second) mapped += page;
   }
+  if (mapped == 0) return;
+  segment.size += mapped;
+  change_reserved(block.small, static_cast<std::int64_t>(mapped));
+  actions_.push_back({SegmentAction::Kind::map, mapped});
 }
 
 // release_cached_blocks: segments holding no allocation go back to the driver (expandable ones unmap the pages
@@ -145,7 +160,9 @@ void CachingAllocatorModel::release_cached_segments() {
         if (!b.allocated) continue;
         for (auto p = b.offset / page; p * page < b.offset + b.size; ++p) used.insert(p);
       }
-      change_reserved(segment.small, -static_cast<std::int64_t>(segment.size - used.size() * page));
+      const auto unmapped = segment.size - used.size() * page;
+      change_reserved(segment.small, -static_cast<std::int64_t>(unmapped));
+      if (unmapped > 0) actions_.push_back({SegmentAction::Kind::unmap, unmapped});
       segment.size = used.size() * page;
       segment.mapped_pages = std::move(used);
       ++it;
@@ -156,6 +173,7 @@ void CachingAllocatorModel::release_cached_segments() {
       free_set(segment.small).erase(FreeKey{only.size, it->first, 0});
       blocks_.erase(segment.blocks.begin()->second);
       change_reserved(segment.small, -static_cast<std::int64_t>(segment.size));
+      actions_.push_back({SegmentAction::Kind::free, segment.size});
       it = segments_.erase(it);
     } else {
       ++it;
@@ -246,6 +264,7 @@ void CachingAllocatorModel::free(std::int64_t handle) {
   if (conf_.async_backend) {
     // The driver's pool hands the memory back at the next synchronisation: reserved follows allocated.
     change_reserved(b.small, -static_cast<std::int64_t>(b.size));
+    actions_.push_back({SegmentAction::Kind::free, b.size});
     segments_[b.segment].blocks.erase(b.offset);
     segments_.erase(b.segment);
     blocks_.erase(handle);

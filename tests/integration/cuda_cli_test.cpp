@@ -72,6 +72,30 @@ TEST(CudaCli, PlanReportsTheCudaTermsOfTheAllocatorModel) {
   EXPECT_EQ(j["candidates"][0]["breakdown"]["cuda"], cuda);
 }
 
+// The probe's own peaks, allocated and reserved, beside the prediction: on the CPU, whose allocator caches nothing,
+// reserved equals allocated (on CUDA they are max_memory_allocated and max_memory_reserved).
+TEST(CudaCli, PlanReportsTheProbesReservedPeaksBesideAllocated) {
+  const auto dir = temp_dir("plan-probe-peaks");
+  const auto r = run_command(plan_command(dir, ""));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_TRUE(j.contains("probe")) << r.output;
+  const auto& probe = j["probe"];
+  EXPECT_GT(probe["peak_allocated_bytes"].get<double>(), 0.0);
+  EXPECT_EQ(probe["peak_reserved_bytes"], probe["peak_allocated_bytes"]);
+  ASSERT_GE(probe["samples"].size(), 29u);  // 7 shapes x 2 modes (1 + 1) and 5 x 3 (2 + 2)
+  double largest = 0.0;
+  for (const auto& s : probe["samples"]) {
+    EXPECT_GT(s["peak_allocated_bytes"].get<double>(), 0.0) << s;
+    EXPECT_EQ(s["peak_reserved_bytes"], s["peak_allocated_bytes"]) << s;
+    largest = std::max(largest, s["peak_allocated_bytes"].get<double>());
+  }
+  EXPECT_EQ(probe["peak_allocated_bytes"].get<double>(), largest);
+  for (const char* optimizer : {"adamw_torch", "adafactor"}) {
+    EXPECT_GT(probe["optimizer_peak_reserved_bytes"][optimizer].get<double>(), 0.0) << optimizer;
+  }
+}
+
 TEST(CudaCli, PlanReadsPytorchCudaAllocConfFromTheEnvironment) {
   const auto dir = temp_dir("plan-cuda-env");
   const auto r = run_command("(export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:64; " + plan_command(dir, "") + ")");

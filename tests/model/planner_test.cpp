@@ -151,6 +151,9 @@ TEST(Planner, ACalibrationTravelsAsNumbers) {
   sample.encoder_phase_bytes = 14;
   sample.flops = 1.25e12;
   sample.seconds = 0.75;
+  sample.peak_allocated_bytes = 21;
+  sample.peak_reserved_bytes = (std::uint64_t{1} << 41) + 22;  // the caching allocator's segments, beyond allocated
+  c.adafactor.peak_reserved_bytes = 23;
   c.samples = {sample, memory::ProbeSample{}};
   memory::CalibrationOptions options;
   const auto numbers = memory::calibration_numbers(c);
@@ -176,6 +179,9 @@ TEST(Planner, ACalibrationTravelsAsNumbers) {
   EXPECT_EQ(s.stored_bytes, sample.stored_bytes);
   EXPECT_EQ(s.encoder_phase_bytes, 14u);
   EXPECT_EQ(s.flops, 1.25e12);
+  EXPECT_EQ(s.peak_allocated_bytes, 21u);
+  EXPECT_EQ(s.peak_reserved_bytes, sample.peak_reserved_bytes);
+  EXPECT_EQ(back.adafactor.peak_reserved_bytes, 23u);
   // Every prediction is the same (the counts come from the config in both: set the synthetic ones aside).
   auto sent = c;
   sent.counts = back.counts;

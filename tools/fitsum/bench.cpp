@@ -36,6 +36,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 #endif
 
+#include "bench_records.h"
 #include "bench_support.h"
 #include "commands.h"
 #include "fitsum/io/hf_config.h"
@@ -93,6 +94,7 @@ struct BenchTrainOptions {
   model::LoraConfig lora;        // --lora_r > 0: adapters on a frozen base, as fitsum train sets them up
   std::string base_dtype = "float32";
   std::string profile;           // a chrome://tracing file of one more step
+  BenchRecordOptions records;    // CUDA: the allocator's history, a Kineto trace (bench_records.h)
   bool malloc_defaults = false;  // keep glibc's allocator settings (util/host_allocator.h)
   ThreadFlags threads;
 };
@@ -141,6 +143,7 @@ void check_bench_options(const BenchTrainOptions& o) {
   }
   if (o.plan && o.max_memory.empty()) throw std::invalid_argument("--plan needs --max_memory");
   lora_arguments(o);
+  check_bench_records(o.records, o.device);
   if (!FITSUM_HAS_RECORD_PROFILE && !o.profile.empty()) {
     throw std::invalid_argument("--profile needs LibTorch 1.x's recorder; this build has LibTorch " +
                                 std::string(TORCH_VERSION));
@@ -257,9 +260,10 @@ struct StepTimes {
 
 // Warm-up steps, then the timed ones (and one more under the profiler with --profile): accumulation micro-steps on
 // the same batch (speed does not care), then the optimizer step, exactly as the trainer runs them.
+// --record_allocator's `history` ends with the timed steps; --record_profile adds two short steps (bench_records.h).
 StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, torch::optim::Optimizer& optimizer,
                       const memory::PlanKnobs& knobs, const util::Runtime& runtime, std::ostream* profile_out,
-                      train::OptimizerOffload* offload) {
+                      train::OptimizerOffload* offload, memory::AllocatorHistory* history) {
   const auto& device = runtime.device;
   const auto batch = random_batch(o, knobs.micro_batch, model.config().vocab_size, device);
   std::vector<torch::Tensor> parameters;
@@ -283,21 +287,29 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
   torch::Tensor last_loss_sum;
   util::DeviceTimer step_timer(device), update_timer(device);  // CUDA events, or the host clock
   const bool profile = FITSUM_HAS_RECORD_PROFILE && profile_out != nullptr;
-  for (int step = 0; step < o.warmup + o.steps + (profile ? 1 : 0); ++step) {
+  const int kineto_from = o.warmup + o.steps + (profile ? 1 : 0);
+  const int kineto_steps = o.records.profile.empty() ? 0 : BenchRecordOptions::kProfiledSteps;
+  std::optional<util::ProfilerTrace> kineto;
+  for (int step = 0; step < kineto_from + kineto_steps; ++step) {
     if (step == o.warmup) memory::reset_peak_memory(device);
-    const bool profiled = step == o.warmup + o.steps;
+    if (step == kineto_from && history) history->finish();  // the snapshot at the end of the timed steps
+    if (step == kineto_from) kineto.emplace(device);
+    const bool profiled = step >= o.warmup + o.steps;  // untimed: --profile's step, --record_profile's
 #if FITSUM_HAS_RECORD_PROFILE
     std::optional<torch::autograd::profiler::RecordProfile> record;
-    if (profiled) record.emplace(*profile_out);
+    if (step == o.warmup + o.steps) record.emplace(*profile_out);
 #endif
     step_timer.start();
     auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));
-    for (std::int64_t m = 0; m < knobs.accumulation; ++m) {
+    const auto micro_steps = kineto ? std::min(BenchRecordOptions::kProfiledMicroSteps, knobs.accumulation)
+                                    : knobs.accumulation;
+    for (std::int64_t m = 0; m < micro_steps; ++m) {
       const auto token_loss =
           model::forward_backward(model, batch.input_ids, batch.attention_mask, batch.labels, micro);
       loss_sum.add_(token_loss.sum.to(torch::kDouble));  // read once, after the timed steps
+      if (history) history->between_steps();
     }
-    last_loss_sum = loss_sum;
+    if (!kineto) last_loss_sum = loss_sum;  // --record_profile's steps run fewer micro-steps
     update_timer.start();
     offload ? offload->step(optimizer, update) : optim::optimizer_step(optimizer, parameters, update);
     const double update_seconds = update_timer.seconds();  // waits for the step's end
@@ -308,6 +320,8 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
       t.update.push_back(update_seconds);
     }
   }
+  if (history) history->finish();
+  if (kineto) kineto->save(o.records.profile);
   const auto loss_tokens = static_cast<double>(knobs.accumulation * known.rows.numel());
   if (last_loss_sum.defined()) t.loss = last_loss_sum.item<double>() / loss_tokens;
   return t;
@@ -371,6 +385,7 @@ void run_bench_train(const BenchTrainOptions& o) {
   const auto profile_path = o.profile.empty() ? std::string() : open_profile(o.profile, profile_stream);
   const auto runtime = setup_bench_runtime(o.threads, o.device, !o.malloc_defaults);
   memory::start_tracking(runtime.device);  // before the model exists: its weights count
+  const auto history = start_allocator_history(o.records, o.max_memory, runtime.device);  // before the model
   auto model = bench_model(o, runtime.device);
   std::optional<memory::Candidate> planned;
   const auto knobs = bench_knobs(o, *model, runtime, planned);
@@ -386,7 +401,7 @@ void run_bench_train(const BenchTrainOptions& o) {
                                          : nullptr;
   auto optimizer = optim::make_optimizer(*model, settings, {}, offload ? &offload->host_parameters() : nullptr);
   const auto times = timed_steps(o, *model, *optimizer, knobs, runtime, o.profile.empty() ? nullptr : &profile_stream,
-                                 offload.get());
+                                 offload.get(), history.get());
   if (!profile_path.empty()) {
     profile_stream.close();
     if (!profile_stream) throw std::runtime_error("--profile: writing '" + profile_path + "' failed");
@@ -458,6 +473,7 @@ void add_bench_command(CLI::App& app) {
   t->add_flag("--malloc_defaults", train->malloc_defaults,
               "keep glibc malloc's default settings (fitsum tunes them for training where TCMalloc is not the "
               "allocator: util/host_allocator.h)");
+  add_bench_record_flags(*t, train->records);
   add_lora_flags(*t, train->lora, train->base_dtype, nullptr);
   add_thread_flags(*t, train->threads);
   t->callback([train]() {
@@ -469,6 +485,7 @@ void add_bench_command(CLI::App& app) {
   });
 
   add_bench_matmul_command(*bench);
+  add_bench_allocator_command(*bench);
 }
 
 }  // namespace fitsum::cli

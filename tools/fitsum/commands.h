@@ -28,6 +28,7 @@ void add_train_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_summarize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_bench_allocator_command(CLI::App& bench);  // bench_allocator.cpp: `fitsum bench allocator`
 void add_download_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 

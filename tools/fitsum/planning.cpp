@@ -39,6 +39,34 @@ std::string offload_line(const memory::Prediction& p) {
   return out.str();
 }
 
+// What the probe measured on its device, its own peaks (max_memory_allocated and max_memory_reserved on CUDA; on
+// the CPU reserved equals allocated), per micro-step of a reduced-depth copy and for the optimizer steps.
+nlohmann::ordered_json probe_json(const memory::Calibration& c) {
+  static const char* const kModes[] = {"none", "all", "bottom", "bottom_encoder"};
+  nlohmann::ordered_json j;
+  std::uint64_t allocated = 0, reserved = 0;
+  auto samples = nlohmann::ordered_json::array();
+  for (const auto& s : c.samples) {
+    allocated = std::max(allocated, s.peak_allocated_bytes);
+    reserved = std::max(reserved, s.peak_reserved_bytes);
+    samples.push_back({{"batch", s.shape.batch},
+                       {"source_length", s.shape.source},
+                       {"target_length", s.shape.target},
+                       {"encoder_layers", s.encoder_layers},
+                       {"decoder_layers", s.decoder_layers},
+                       {"checkpointing", kModes[static_cast<int>(s.checkpointing)]},
+                       {"peak_allocated_bytes", s.peak_allocated_bytes},
+                       {"peak_reserved_bytes", s.peak_reserved_bytes}});
+  }
+  j["peak_allocated_bytes"] = allocated;
+  j["peak_reserved_bytes"] = reserved;
+  j["optimizer_peak_reserved_bytes"] = {{"adamw_torch", c.adamw.peak_reserved_bytes},
+                                        {"adafactor", c.adafactor.peak_reserved_bytes}};
+  j["seconds"] = c.probe_seconds;
+  j["samples"] = std::move(samples);
+  return j;
+}
+
 }  // namespace
 
 std::string plan_table(const memory::FitResult& fit) {
@@ -145,6 +173,8 @@ nlohmann::ordered_json plan_json(const memory::FitResult& fit, std::uint64_t bud
   j["candidates"] = nlohmann::ordered_json::array();
   for (const auto& k : fit.plan.candidates) j["candidates"].push_back(candidate_json(k));
   j["chosen"] = fit.chosen ? candidate_json(*fit.chosen) : nlohmann::ordered_json(nullptr);
+  // Beside the prediction, what the probe measured where it ran (speeds_measured_on): allocated and reserved peaks.
+  if (fit.calibration) j["probe"] = probe_json(*fit.calibration);
   j["minimum_budget_bytes"] = fit.minimum_budget;
   // Full fine-tuning does not fit: the LoRA configuration that would (its flags and plan), or null.
   if (fit.lora_suggestion) {

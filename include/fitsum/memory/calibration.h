@@ -87,6 +87,7 @@ struct SpeedModel {
 struct OptimizerCost {
   std::uint64_t transient_bytes = 0;  // temporaries of clip + step beyond the optimizer state
   double seconds = 0.0;               // clip + step over the whole model
+  std::uint64_t peak_reserved_bytes = 0;  // the device's reserved peak during the measured step (CPU: allocated)
 };
 
 // The fused LM head and loss (model/loss.h) keep a micro-step's (M, V) logits, turned into their gradient, while
@@ -120,6 +121,11 @@ struct ProbeSample {
   std::uint64_t encoder_phase_bytes = 0;
   double flops = 0.0;
   double seconds = 0.0;  // the fastest of the timed repetitions
+  // The device's own peaks during the first repetition, everything live included (the copy, its gradients): what
+  // torch.cuda.max_memory_allocated and max_memory_reserved say on CUDA, where reserved is the caching allocator's
+  // segments; on the CPU, whose allocator caches nothing, reserved equals allocated.
+  std::uint64_t peak_allocated_bytes = 0;
+  std::uint64_t peak_reserved_bytes = 0;
 };
 
 struct Calibration {

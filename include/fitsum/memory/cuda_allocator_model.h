@@ -20,6 +20,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -46,6 +47,17 @@ using util::CudaAllocConf;
 std::uint64_t cuda_block_size(std::uint64_t bytes, const CudaAllocConf& conf);
 std::uint64_t cuda_segment_size(std::uint64_t block_bytes);
 
+// A segment action of the allocator, as its history names one: a segment taken from the driver (cudaMalloc) or
+// given back, or pages of an expandable segment mapped or unmapped, with the bytes.
+struct SegmentAction {
+  enum class Kind { alloc, free, map, unmap };
+  Kind kind = Kind::alloc;
+  std::uint64_t bytes = 0;
+  bool operator==(const SegmentAction& o) const { return kind == o.kind && bytes == o.bytes; }
+};
+// The history's names: segment_alloc, segment_free, segment_map, segment_unmap.
+const char* to_string(SegmentAction::Kind kind);
+
 // The caching allocator replayed on sizes: one device, one stream. allocate() returns a handle for free(), or -1
 // when the segment it needs would take reserved memory past `limit` even after the cached free segments are
 // released (the out-of-memory case; counted in retries first, as the allocator does).
@@ -55,6 +67,10 @@ class CachingAllocatorModel {
 
   std::int64_t allocate(std::uint64_t bytes);
   void free(std::int64_t handle);
+  // torch.cuda.empty_cache(): the segments that hold no allocation go back to the driver.
+  void release_cached() { release_cached_segments(); }
+  // The segment actions since the last call, in the order the model took them.
+  std::vector<SegmentAction> take_segment_actions() { return std::exchange(actions_, {}); }
 
   std::uint64_t requested_bytes() const { return requested_; }  // what the live tensors asked for
   std::uint64_t allocated_bytes() const { return allocated_; }  // their blocks (max_memory_allocated's unit)
@@ -102,6 +118,7 @@ class CachingAllocatorModel {
   std::set<FreeKey> free_small_, free_large_;
   std::int64_t next_block_ = 0, next_segment_ = 0, retries_ = 0;
   std::int64_t expandable_small_ = -1, expandable_large_ = -1;
+  std::vector<SegmentAction> actions_;
   std::uint64_t requested_ = 0, allocated_ = 0, reserved_ = 0, small_allocated_ = 0, small_reserved_ = 0;
   std::uint64_t peak_requested_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
 };
