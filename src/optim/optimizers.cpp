@@ -3,6 +3,7 @@
 #include "fitsum/optim/optimizers.h"
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -95,46 +96,69 @@ torch::Tensor AdamW::step(LossClosure closure) {
   return loss;
 }
 
+namespace {
+
+AdamWParamState& adamw_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot, const torch::Tensor& p) {
+  if (!slot) {
+    auto fresh = std::make_unique<AdamWParamState>();
+    fresh->exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+    fresh->exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+    slot = std::move(fresh);
+  }
+  return static_cast<AdamWParamState&>(*slot);
+}
+
+AdamWStepScalars adamw_scalars(const AdamWOptions& o, std::int64_t step, const GradientTreatment& treatment) {
+  AdamWStepScalars scalars;
+  scalars.lr = o.lr();
+  scalars.beta1 = o.beta1();
+  scalars.beta2 = o.beta2();
+  scalars.eps = o.eps();
+  scalars.weight_decay = o.weight_decay();
+  scalars.step = step;
+  scalars.grad_scale = treatment.scale;
+  scalars.zero_grad = treatment.zero_after;
+  return scalars;
+}
+
+// torch.optim.AdamW's single-tensor formulas (the fused kernels' reference).
+void adamw_tensor_update(torch::Tensor& p, torch::Tensor& grad, AdamWParamState& s, const AdamWOptions& o,
+                         const GradientTreatment& treatment) {
+  if (treatment.scale != 1.0) grad.mul_(treatment.scale);
+  p.mul_(1.0 - o.lr() * o.weight_decay());
+  s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
+  s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
+  const double bias_correction1 = 1.0 - std::pow(o.beta1(), static_cast<double>(s.step));
+  const double bias_correction2 = 1.0 - std::pow(o.beta2(), static_cast<double>(s.step));
+  const double step_size = o.lr() / bias_correction1;
+  auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+  p.addcdiv_(s.exp_avg, denom, -step_size);
+  if (treatment.zero_after) grad.zero_();
+}
+
+}  // namespace
+
 void AdamW::update(const GradientTreatment& treatment) {
   torch::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const AdamWOptions&>(group.options());
+    std::map<std::int64_t, std::vector<AdamWTensors>> batches;  // the multi-tensor kernels' share, by step count
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& grad = p.mutable_grad();
-      auto& slot = state()[state_key(p)];
-      if (!slot) {
-        auto fresh = std::make_unique<AdamWParamState>();
-        fresh->exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-        fresh->exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-        slot = std::move(fresh);
-      }
-      auto& s = static_cast<AdamWParamState&>(*slot);
+      auto& s = adamw_state(state()[state_key(p)], p);
       s.step += 1;
-      if (o.fused() && fused_step_applies(p, grad) && s.exp_avg.is_contiguous() && s.exp_avg_sq.is_contiguous()) {
-        AdamWStepScalars scalars;
-        scalars.lr = o.lr();
-        scalars.beta1 = o.beta1();
-        scalars.beta2 = o.beta2();
-        scalars.eps = o.eps();
-        scalars.weight_decay = o.weight_decay();
-        scalars.step = s.step;
-        scalars.grad_scale = treatment.scale;
-        scalars.zero_grad = treatment.zero_after;
-        fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq, scalars);
-        continue;
+      const auto kernel = choose_update_kernel(p, grad, o.fused(), o.update_path());
+      const bool contiguous_state = s.exp_avg.is_contiguous() && s.exp_avg_sq.is_contiguous();
+      if (kernel == UpdateKernel::multi_tensor && contiguous_state) {
+        batches[s.step].push_back({p, grad, s.exp_avg, s.exp_avg_sq});
+      } else if (kernel == UpdateKernel::fitsum_cpu && contiguous_state) {
+        fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq, adamw_scalars(o, s.step, treatment));
+      } else {
+        adamw_tensor_update(p, grad, s, o, treatment);
       }
-      if (treatment.scale != 1.0) grad.mul_(treatment.scale);
-      p.mul_(1.0 - o.lr() * o.weight_decay());
-      s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
-      s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
-      const double bias_correction1 = 1.0 - std::pow(o.beta1(), static_cast<double>(s.step));
-      const double bias_correction2 = 1.0 - std::pow(o.beta2(), static_cast<double>(s.step));
-      const double step_size = o.lr() / bias_correction1;
-      auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
-      p.addcdiv_(s.exp_avg, denom, -step_size);
-      if (treatment.zero_after) grad.zero_();
     }
+    for (const auto& [step, batch] : batches) multi_tensor_adamw_step(batch, adamw_scalars(o, step, treatment));
   }
 }
 
@@ -230,27 +254,42 @@ torch::Tensor Adafactor::step(LossClosure closure) {
   return loss;
 }
 
+namespace {
+
+AdafactorStepScalars adafactor_scalars(const AdafactorOptions& o, std::int64_t step,
+                                       const GradientTreatment& treatment) {
+  AdafactorStepScalars scalars;
+  scalars.lr = o.lr();
+  scalars.beta2t = 1.0 - std::pow(static_cast<double>(step), o.decay_rate());
+  scalars.eps1 = o.eps1();
+  scalars.clip_threshold = o.clip_threshold();
+  scalars.weight_decay = o.weight_decay();
+  scalars.grad_scale = treatment.scale;
+  scalars.zero_grad = treatment.zero_after;
+  return scalars;
+}
+
+}  // namespace
+
 void Adafactor::update(const GradientTreatment& treatment) {
   torch::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const AdafactorOptions&>(group.options());
+    std::map<std::int64_t, std::vector<AdafactorTensors>> batches;  // the multi-tensor kernels' share, by step count
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& slot = state()[state_key(p)];
       if (!slot) slot = fresh_adafactor_state(p);
       auto& s = static_cast<AdafactorParamState&>(*slot);
       s.step += 1;
-      const double beta2t = 1.0 - std::pow(static_cast<double>(s.step), o.decay_rate());
       auto& grad = p.mutable_grad();
-      if (o.fused() && fused_step_applies(p, grad)) {
-        AdafactorStepScalars scalars;
-        scalars.lr = o.lr();
-        scalars.beta2t = beta2t;
-        scalars.eps1 = o.eps1();
-        scalars.clip_threshold = o.clip_threshold();
-        scalars.weight_decay = o.weight_decay();
-        scalars.grad_scale = treatment.scale;
-        scalars.zero_grad = treatment.zero_after;
+      const auto kernel = choose_update_kernel(p, grad, o.fused(), o.update_path());
+      if (kernel == UpdateKernel::multi_tensor) {
+        batches[s.step].push_back({p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, s.exp_avg_sq});
+        continue;
+      }
+      const auto scalars = adafactor_scalars(o, s.step, treatment);
+      if (kernel == UpdateKernel::fitsum_cpu) {
         if (p.dim() >= 2) {
           fused_adafactor_matrix_step(p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, scalars);
         } else {
@@ -260,9 +299,10 @@ void Adafactor::update(const GradientTreatment& treatment) {
       }
       if (treatment.scale != 1.0) grad.mul_(treatment.scale);  // clipped in its own dtype, as clip_grad_norm_
       // HF upcasts half-precision parameters and gradients; the state is always fp32.
-      adafactor_tensor_update(p, grad.to(torch::kFloat), s, o, beta2t);
+      adafactor_tensor_update(p, grad.to(torch::kFloat), s, o, scalars.beta2t);
       if (treatment.zero_after) grad.zero_();
     }
+    for (const auto& [step, batch] : batches) multi_tensor_adafactor_step(batch, adafactor_scalars(o, step, treatment));
   }
 }
 
