@@ -52,6 +52,17 @@ const torch::Tensor& require(const std::map<std::string, torch::Tensor>& in, con
   return it->second;
 }
 
+// Adds `groups` with their own options. Optimizer's constructor cannot be trusted with them: the add_param_group of
+// recent LibTorch 2.x (2.14 here; pytorch/pytorch's torch/csrc/api/src/optim/optimizer.cpp) merges a group's options
+// with the defaults for LibTorch's own optimizers only and gives any other optimizer's groups the defaults, which
+// would silently drop make_optimizer's weight decay.
+void add_groups(torch::optim::Optimizer& optimizer, const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  for (const auto& group : groups) {
+    optimizer.add_param_group(torch::optim::OptimizerParamGroup(group.params()));
+    if (group.has_options()) optimizer.param_groups().back().set_options(group.options().clone());
+  }
+}
+
 std::int64_t require_step(const std::map<std::string, torch::Tensor>& in, const std::string& key) {
   return require(in, key, {}).item<std::int64_t>();
 }
@@ -77,7 +88,9 @@ void AdamWParamState::import_tensors(const std::string& prefix, const std::map<s
 }
 
 AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults)
-    : torch::optim::Optimizer(std::move(groups), std::make_unique<AdamWOptions>(defaults)) {
+    : torch::optim::Optimizer(std::vector<torch::optim::OptimizerParamGroup>{},
+                              std::make_unique<AdamWOptions>(defaults)) {
+  add_groups(*this, groups);
   TORCH_CHECK(defaults.lr() >= 0, "AdamW: invalid learning_rate ", defaults.lr());
   TORCH_CHECK(defaults.eps() >= 0, "AdamW: invalid adam_epsilon ", defaults.eps());
   TORCH_CHECK(defaults.beta1() >= 0 && defaults.beta1() < 1, "AdamW: adam_beta1 must be in [0, 1), got ",
@@ -191,7 +204,9 @@ void AdafactorParamState::import_tensors(const std::string& prefix, const std::m
 }
 
 Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults)
-    : torch::optim::Optimizer(std::move(groups), std::make_unique<AdafactorOptions>(defaults)) {
+    : torch::optim::Optimizer(std::vector<torch::optim::OptimizerParamGroup>{},
+                              std::make_unique<AdafactorOptions>(defaults)) {
+  add_groups(*this, groups);
   TORCH_CHECK(defaults.lr() >= 0, "Adafactor: invalid learning_rate ", defaults.lr());
   TORCH_CHECK(defaults.clip_threshold() > 0, "Adafactor: clip_threshold must be positive");
 }

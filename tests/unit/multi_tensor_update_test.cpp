@@ -46,6 +46,41 @@ TEST(MultiTensorUpdate, KernelFollowsTheDevice) {
   EXPECT_EQ(choose(elsewhere, matrix, true, UpdatePath::by_device), UpdateKernel::tensor_ops);
 }
 
+// make_optimizer's two groups keep their weight decay on every LibTorch (2.x's add_param_group gives a custom
+// optimizer's groups the defaults), for both optimizers.
+TEST(OptimizerGroups, KeepTheirOwnOptions) {
+  struct Model : torch::nn::Module {
+    Model() {
+      linear = register_module("linear", torch::nn::Linear(3, 2));
+      norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({2})));
+    }
+    torch::nn::Linear linear{nullptr};
+    torch::nn::LayerNorm norm{nullptr};
+  };
+  const auto holder = std::make_shared<Model>();  // named_modules() needs the module in a shared_ptr
+  auto& model = *holder;
+  for (const auto type : {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}) {
+    optim::OptimizerSettings settings;
+    settings.type = type;
+    settings.weight_decay = 0.25;
+    settings.learning_rate = 3e-4;
+    const auto optimizer = optim::make_optimizer(model, settings);
+    ASSERT_EQ(optimizer->param_groups().size(), 2u);
+    const auto decay_of = [&](std::size_t i) {
+      const auto& options = optimizer->param_groups()[i].options();
+      if (type == optim::OptimizerType::adafactor) {
+        return static_cast<const optim::AdafactorOptions&>(options).weight_decay();
+      }
+      return static_cast<const optim::AdamWOptions&>(options).weight_decay();
+    };
+    EXPECT_EQ(decay_of(0), 0.25) << optim::to_string(type) << ": linear.weight's group";
+    EXPECT_EQ(optimizer->param_groups()[0].params().size(), 1u);
+    EXPECT_EQ(decay_of(1), 0.0) << optim::to_string(type) << ": biases and LayerNorm";
+    EXPECT_EQ(optimizer->param_groups()[1].params().size(), 3u);
+    EXPECT_EQ(optimizer->param_groups()[1].options().get_lr(), 3e-4);
+  }
+}
+
 // Parameters of every kind the optimizers meet: matrices (factored in Adafactor; sizes not multiples of anything),
 // vectors, a 3-D tensor (factored over its last two dimensions; fitsum's CPU kernels leave it to the tensor ops).
 std::vector<torch::Tensor> initial_parameters() {
