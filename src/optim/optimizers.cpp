@@ -3,6 +3,7 @@
 #include "fitsum/optim/optimizers.h"
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -51,6 +52,17 @@ const torch::Tensor& require(const std::map<std::string, torch::Tensor>& in, con
   return it->second;
 }
 
+// Adds `groups` with their own options. Optimizer's constructor cannot be trusted with them: the add_param_group of
+// recent LibTorch 2.x (2.14 here; pytorch/pytorch's torch/csrc/api/src/optim/optimizer.cpp) merges a group's options
+// with the defaults for LibTorch's own optimizers only and gives any other optimizer's groups the defaults, which
+// would silently drop make_optimizer's weight decay.
+void add_groups(torch::optim::Optimizer& optimizer, const std::vector<torch::optim::OptimizerParamGroup>& groups) {
+  for (const auto& group : groups) {
+    optimizer.add_param_group(torch::optim::OptimizerParamGroup(group.params()));
+    if (group.has_options()) optimizer.param_groups().back().set_options(group.options().clone());
+  }
+}
+
 std::int64_t require_step(const std::map<std::string, torch::Tensor>& in, const std::string& key) {
   return require(in, key, {}).item<std::int64_t>();
 }
@@ -76,7 +88,9 @@ void AdamWParamState::import_tensors(const std::string& prefix, const std::map<s
 }
 
 AdamW::AdamW(std::vector<torch::optim::OptimizerParamGroup> groups, AdamWOptions defaults)
-    : torch::optim::Optimizer(std::move(groups), std::make_unique<AdamWOptions>(defaults)) {
+    : torch::optim::Optimizer(std::vector<torch::optim::OptimizerParamGroup>{},
+                              std::make_unique<AdamWOptions>(defaults)) {
+  add_groups(*this, groups);
   TORCH_CHECK(defaults.lr() >= 0, "AdamW: invalid learning_rate ", defaults.lr());
   TORCH_CHECK(defaults.eps() >= 0, "AdamW: invalid adam_epsilon ", defaults.eps());
   TORCH_CHECK(defaults.beta1() >= 0 && defaults.beta1() < 1, "AdamW: adam_beta1 must be in [0, 1), got ",
@@ -95,45 +109,74 @@ torch::Tensor AdamW::step(LossClosure closure) {
   return loss;
 }
 
+namespace {
+
+AdamWParamState& adamw_state(std::unique_ptr<torch::optim::OptimizerParamState>& slot, const torch::Tensor& p) {
+  if (!slot) {
+    auto fresh = std::make_unique<AdamWParamState>();
+    fresh->exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+    fresh->exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
+    slot = std::move(fresh);
+  }
+  return static_cast<AdamWParamState&>(*slot);
+}
+
+// `grad_scale`: the clipping factor where the kernel applies it (the fused CPU kernels, host_clip_factor), 1 where the
+// gradients were scaled already (the multi-tensor kernels' share: by the factor on its device, with no host read).
+AdamWStepScalars adamw_scalars(const AdamWOptions& o, std::int64_t step, double grad_scale, bool zero_grad) {
+  AdamWStepScalars scalars;
+  scalars.lr = o.lr();
+  scalars.beta1 = o.beta1();
+  scalars.beta2 = o.beta2();
+  scalars.eps = o.eps();
+  scalars.weight_decay = o.weight_decay();
+  scalars.step = step;
+  scalars.grad_scale = grad_scale;
+  scalars.zero_grad = zero_grad;
+  return scalars;
+}
+
+// torch.optim.AdamW's single-tensor formulas (the fused kernels' reference).
+void adamw_tensor_update(torch::Tensor& p, torch::Tensor& grad, AdamWParamState& s, const AdamWOptions& o,
+                         const GradientTreatment& treatment) {
+  if (treatment.scale.defined()) grad.mul_(treatment.scale);
+  p.mul_(1.0 - o.lr() * o.weight_decay());
+  s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
+  s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
+  const double bias_correction1 = 1.0 - std::pow(o.beta1(), static_cast<double>(s.step));
+  const double bias_correction2 = 1.0 - std::pow(o.beta2(), static_cast<double>(s.step));
+  const double step_size = o.lr() / bias_correction1;
+  auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
+  p.addcdiv_(s.exp_avg, denom, -step_size);
+  if (treatment.zero_after) grad.zero_();
+}
+
+}  // namespace
+
 void AdamW::update(const GradientTreatment& treatment) {
   torch::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const AdamWOptions&>(group.options());
+    std::map<std::int64_t, std::vector<AdamWTensors>> batches;  // the multi-tensor kernels' share, by step count
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& grad = p.mutable_grad();
-      auto& slot = state()[state_key(p)];
-      if (!slot) {
-        auto fresh = std::make_unique<AdamWParamState>();
-        fresh->exp_avg = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-        fresh->exp_avg_sq = torch::zeros_like(p, torch::MemoryFormat::Preserve);
-        slot = std::move(fresh);
-      }
-      auto& s = static_cast<AdamWParamState&>(*slot);
+      auto& s = adamw_state(state()[state_key(p)], p);
       s.step += 1;
-      if (o.fused() && fused_step_applies(p, grad) && s.exp_avg.is_contiguous() && s.exp_avg_sq.is_contiguous()) {
-        AdamWStepScalars scalars;
-        scalars.lr = o.lr();
-        scalars.beta1 = o.beta1();
-        scalars.beta2 = o.beta2();
-        scalars.eps = o.eps();
-        scalars.weight_decay = o.weight_decay();
-        scalars.step = s.step;
-        scalars.grad_scale = host_clip_factor(treatment);  // a CPU tensor: no device is waited for
-        scalars.zero_grad = treatment.zero_after;
-        fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq, scalars);
-        continue;
+      const auto kernel = choose_update_kernel(p, grad, o.fused(), o.update_path());
+      const bool contiguous_state = s.exp_avg.is_contiguous() && s.exp_avg_sq.is_contiguous();
+      if (kernel == UpdateKernel::multi_tensor && contiguous_state) {
+        if (treatment.scale.defined()) grad.mul_(treatment.scale);
+        batches[s.step].push_back({p, grad, s.exp_avg, s.exp_avg_sq});
+      } else if (kernel == UpdateKernel::fitsum_cpu && contiguous_state) {
+        fused_adamw_step(p, grad, s.exp_avg, s.exp_avg_sq,
+                         adamw_scalars(o, s.step, host_clip_factor(treatment), treatment.zero_after));
+      } else {
+        adamw_tensor_update(p, grad, s, o, treatment);
       }
-      if (treatment.scale.defined()) grad.mul_(treatment.scale);
-      p.mul_(1.0 - o.lr() * o.weight_decay());
-      s.exp_avg.mul_(o.beta1()).add_(grad, 1.0 - o.beta1());
-      s.exp_avg_sq.mul_(o.beta2()).addcmul_(grad, grad, 1.0 - o.beta2());
-      const double bias_correction1 = 1.0 - std::pow(o.beta1(), static_cast<double>(s.step));
-      const double bias_correction2 = 1.0 - std::pow(o.beta2(), static_cast<double>(s.step));
-      const double step_size = o.lr() / bias_correction1;
-      auto denom = (s.exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(o.eps());
-      p.addcdiv_(s.exp_avg, denom, -step_size);
-      if (treatment.zero_after) grad.zero_();
+    }
+    for (const auto& [step, batch] : batches) {
+      multi_tensor_adamw_step(batch, adamw_scalars(o, step, 1.0, treatment.zero_after));
     }
   }
 }
@@ -167,7 +210,9 @@ void AdafactorParamState::import_tensors(const std::string& prefix, const std::m
 }
 
 Adafactor::Adafactor(std::vector<torch::optim::OptimizerParamGroup> groups, AdafactorOptions defaults)
-    : torch::optim::Optimizer(std::move(groups), std::make_unique<AdafactorOptions>(defaults)) {
+    : torch::optim::Optimizer(std::vector<torch::optim::OptimizerParamGroup>{},
+                              std::make_unique<AdafactorOptions>(defaults)) {
+  add_groups(*this, groups);
   TORCH_CHECK(defaults.lr() >= 0, "Adafactor: invalid learning_rate ", defaults.lr());
   TORCH_CHECK(defaults.clip_threshold() > 0, "Adafactor: clip_threshold must be positive");
 }
@@ -230,27 +275,44 @@ torch::Tensor Adafactor::step(LossClosure closure) {
   return loss;
 }
 
+namespace {
+
+// `grad_scale` as adamw_scalars'.
+AdafactorStepScalars adafactor_scalars(const AdafactorOptions& o, std::int64_t step, double grad_scale,
+                                       bool zero_grad) {
+  AdafactorStepScalars scalars;
+  scalars.lr = o.lr();
+  scalars.beta2t = 1.0 - std::pow(static_cast<double>(step), o.decay_rate());
+  scalars.eps1 = o.eps1();
+  scalars.clip_threshold = o.clip_threshold();
+  scalars.weight_decay = o.weight_decay();
+  scalars.grad_scale = grad_scale;
+  scalars.zero_grad = zero_grad;
+  return scalars;
+}
+
+}  // namespace
+
 void Adafactor::update(const GradientTreatment& treatment) {
   torch::NoGradGuard no_grad;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const AdafactorOptions&>(group.options());
+    std::map<std::int64_t, std::vector<AdafactorTensors>> batches;  // the multi-tensor kernels' share, by step count
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& slot = state()[state_key(p)];
       if (!slot) slot = fresh_adafactor_state(p);
       auto& s = static_cast<AdafactorParamState&>(*slot);
       s.step += 1;
-      const double beta2t = 1.0 - std::pow(static_cast<double>(s.step), o.decay_rate());
       auto& grad = p.mutable_grad();
-      if (o.fused() && fused_step_applies(p, grad)) {
-        AdafactorStepScalars scalars;
-        scalars.lr = o.lr();
-        scalars.beta2t = beta2t;
-        scalars.eps1 = o.eps1();
-        scalars.clip_threshold = o.clip_threshold();
-        scalars.weight_decay = o.weight_decay();
-        scalars.grad_scale = host_clip_factor(treatment);  // a CPU tensor: no device is waited for
-        scalars.zero_grad = treatment.zero_after;
+      const auto kernel = choose_update_kernel(p, grad, o.fused(), o.update_path());
+      if (kernel == UpdateKernel::multi_tensor) {
+        if (treatment.scale.defined()) grad.mul_(treatment.scale);
+        batches[s.step].push_back({p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, s.exp_avg_sq});
+        continue;
+      }
+      if (kernel == UpdateKernel::fitsum_cpu) {
+        const auto scalars = adafactor_scalars(o, s.step, host_clip_factor(treatment), treatment.zero_after);
         if (p.dim() >= 2) {
           fused_adafactor_matrix_step(p, grad, s.exp_avg_sq_row, s.exp_avg_sq_col, scalars);
         } else {
@@ -260,8 +322,12 @@ void Adafactor::update(const GradientTreatment& treatment) {
       }
       if (treatment.scale.defined()) grad.mul_(treatment.scale);  // clipped in its own dtype, as clip_grad_norm_
       // HF upcasts half-precision parameters and gradients; the state is always fp32.
+      const double beta2t = 1.0 - std::pow(static_cast<double>(s.step), o.decay_rate());
       adafactor_tensor_update(p, grad.to(torch::kFloat), s, o, beta2t);
       if (treatment.zero_after) grad.zero_();
+    }
+    for (const auto& [step, batch] : batches) {
+      multi_tensor_adafactor_step(batch, adafactor_scalars(o, step, 1.0, treatment.zero_after));
     }
   }
 }
@@ -386,8 +452,8 @@ torch::Tensor gradient_norm(const std::vector<torch::Tensor>& parameters,
     }
   }
   if (norms.empty()) {
-    return torch::zeros({}, torch::TensorOptions(torch::kFloat).device(parameters.empty() ? torch::Device(torch::kCPU)
-                                                                                          : parameters[0].device()));
+    return torch::zeros({}, torch::TensorOptions(torch::kFloat)
+                                .device(parameters.empty() ? torch::Device(torch::kCPU) : parameters[0].device()));
   }
   auto stacked = torch::stack(norms);
   // Each parameter's norm is on one process and 0 on the others, so the sum gathers them exactly: the norm is one

@@ -91,7 +91,7 @@ struct BenchTrainOptions {
   std::uint64_t seed = 0;
   std::vector<std::string>
       unfused;  // loss, embedding, optimizer, dropout, rms_norm, feed_forward: the plain paths, for before/after
-  model::LoraConfig lora;        // --lora_r > 0: adapters on a frozen base, as fitsum train sets them up
+  model::LoraConfig lora;  // --lora_r > 0: adapters on a frozen base, as fitsum train sets them up
   std::string base_dtype = "float32";
   std::string profile;           // a chrome://tracing file of one more step
   BenchRecordOptions records;    // CUDA: the allocator's history, a Kineto trace (bench_records.h)
@@ -106,7 +106,6 @@ bool unfused(const BenchTrainOptions& o, const char* what) {
 
 // The sizes a benchmark takes: past them no shape fits a machine, and their products stay within 64 bits.
 constexpr std::int64_t kMaxBenchSize = std::int64_t{1} << 24;
-
 
 void check_finite(double value, const char* flag) {
   if (!(value >= 0 && std::isfinite(value))) {
@@ -301,8 +300,8 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
 #endif
     step_timer.start();
     auto loss_sum = torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));
-    const auto micro_steps = kineto ? std::min(BenchRecordOptions::kProfiledMicroSteps, knobs.accumulation)
-                                    : knobs.accumulation;
+    const auto micro_steps =
+        kineto ? std::min(BenchRecordOptions::kProfiledMicroSteps, knobs.accumulation) : knobs.accumulation;
     for (std::int64_t m = 0; m < micro_steps; ++m) {
       const auto token_loss =
           model::forward_backward(model, batch.input_ids, batch.attention_mask, batch.labels, micro);
@@ -363,9 +362,8 @@ nlohmann::ordered_json bench_json(const BenchTrainOptions& o, const model::Model
   // counts them: hardware FLOPs).
   const auto layer = model::forward_matmul_flops(config, knobs.micro_batch, o.src_len, o.tgt_len);
   out["recompute_flops_per_step"] =
-      static_cast<double>(knobs.accumulation) *
-      (static_cast<double>(knobs.encoder_checkpointed) * layer.encoder_layer +
-       static_cast<double>(knobs.decoder_checkpointed) * layer.decoder_layer);
+      static_cast<double>(knobs.accumulation) * (static_cast<double>(knobs.encoder_checkpointed) * layer.encoder_layer +
+                                                 static_cast<double>(knobs.decoder_checkpointed) * layer.decoder_layer);
   out["gradient_checkpointing"] = knobs.checkpointing();
   out["gradient_checkpointing_encoder_layers"] = knobs.encoder_checkpointed;
   out["gradient_checkpointing_decoder_layers"] = knobs.decoder_checkpointed;
@@ -395,10 +393,10 @@ void run_bench_train(const BenchTrainOptions& o) {
   settings.learning_rate = o.learning_rate;
   settings.weight_decay = o.weight_decay;
   settings.fused = !unfused(o, "optimizer");
-  auto offload = knobs.offload_optimizer ? std::make_unique<train::OptimizerOffload>(
-                                               optim::trainable_parameters(*model), runtime.device, knobs.optimizer,
-                                               o.max_host_memory)
-                                         : nullptr;
+  auto offload = knobs.offload_optimizer
+                     ? std::make_unique<train::OptimizerOffload>(optim::trainable_parameters(*model), runtime.device,
+                                                                 knobs.optimizer, o.max_host_memory)
+                     : nullptr;
   auto optimizer = optim::make_optimizer(*model, settings, {}, offload ? &offload->host_parameters() : nullptr);
   const auto times = timed_steps(o, *model, *optimizer, knobs, runtime, o.profile.empty() ? nullptr : &profile_stream,
                                  offload.get(), history.get());

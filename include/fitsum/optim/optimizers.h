@@ -17,6 +17,8 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "fitsum/optim/multi_tensor_steps.h"
+
 namespace fitsum::optim {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
@@ -57,9 +59,11 @@ struct AdamWOptions : public torch::optim::OptimizerCloneableOptions<AdamWOption
   TORCH_ARG(double, beta2) = 0.999;
   TORCH_ARG(double, eps) = 1e-8;
   TORCH_ARG(double, weight_decay) = 0.0;
-  // One multi-threaded pass per parameter (optim/fused_steps.h) where it applies (contiguous float32 on the CPU);
-  // false: the tensor-op formulas. Same results up to float rounding.
+  // One multi-threaded pass per parameter (optim/fused_steps.h) where it applies (contiguous float32 on the CPU),
+  // at::_fused_adamw_ over the group on other devices (optim/multi_tensor_steps.h); false: the tensor-op formulas.
+  // Same results up to float rounding.
   TORCH_ARG(bool, fused) = true;
+  TORCH_ARG(UpdatePath, update_path) = UpdatePath::by_device;  // which fused kernels (multi_tensor_steps.h)
   double get_lr() const override { return lr_; }
   void set_lr(const double lr) override { lr_ = lr; }
 };
@@ -93,8 +97,10 @@ struct AdafactorOptions : public torch::optim::OptimizerCloneableOptions<Adafact
   TORCH_ARG(double, decay_rate) = -0.8;     // beta2_t = 1 - t^decay_rate
   TORCH_ARG(double, weight_decay) = 0.0;
   // Three passes over the gradient per parameter, no temporaries (optim/fused_steps.h) where it applies
-  // (contiguous float32 matrices and vectors on the CPU); false: the tensor-op formulas.
+  // (contiguous float32 matrices and vectors on the CPU), foreach kernels over the group on other devices
+  // (optim/multi_tensor_steps.h); false: the tensor-op formulas.
   TORCH_ARG(bool, fused) = true;
+  TORCH_ARG(UpdatePath, update_path) = UpdatePath::by_device;  // which fused kernels (multi_tensor_steps.h)
   double get_lr() const override { return lr_; }
   void set_lr(const double lr) override { lr_ = lr; }
 };

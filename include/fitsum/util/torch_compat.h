@@ -11,6 +11,8 @@
 
 // at::scaled_dot_product_attention with a `scale` argument (fused flash / memory-efficient kernels) since 2.1.
 #define FITSUM_HAS_SDPA FITSUM_TORCH_AT_LEAST(2, 1)
+// at::_fused_adamw_ (torch.optim.AdamW(fused=True)) with CUDA and CPU kernels since 2.4 (CUDA only from 2.0).
+#define FITSUM_HAS_FUSED_ADAMW FITSUM_TORCH_AT_LEAST(2, 4)
 // Whether attention holds its (T, S) scores and probabilities: fitsum's math path (1.13) does; the fused kernels
 // behind scaled_dot_product_attention (CPU flash attention, CUDA flash / memory-efficient) work in blocks and keep
 // none (measured on the CPU with 2.14: tests/model/evaluation_memory_test.cpp).
