@@ -121,7 +121,7 @@ Trajectory run(Make make) {
   options.max_grad_norm = 1.0;
   for (const auto& grads : gradients(t.params)) {
     for (std::size_t i = 0; i < p.size(); ++i) t.params[i].mutable_grad() = grads[i].clone();
-    t.norms.push_back(optim::optimizer_step(*optimizer, t.params, options));
+    t.norms.push_back(optim::optimizer_step(*optimizer, t.params, options).template item<double>());
     for (const auto& param : t.params) EXPECT_EQ(param.grad().abs().max().item<float>(), 0.0f) << "zeroed";
   }
   for (const auto& [name, tensor] : optim::export_optimizer_state(*optimizer, named)) t.state[name] = tensor;
