@@ -35,7 +35,6 @@
 namespace fitsum::train {
 
 namespace {
-
 namespace fs = std::filesystem;
 
 void say(const Report& report, const std::string& line) {
@@ -442,8 +441,8 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
   if (!group || !p.fit) return;  // every process planned, or none (every_process_plans)
   const auto& own = p.fit->chosen->knobs;
   auto knobs = torch::tensor({own.micro_batch, own.accumulation, own.encoder_checkpointed, own.decoder_checkpointed,
-                              static_cast<std::int64_t>(own.optimizer), static_cast<std::int64_t>(own.bf16),
-                              static_cast<std::int64_t>(own.zero_stage), own.eval_batch},
+                              static_cast<std::int64_t>(own.optimizer), std::int64_t{own.bf16}, own.eval_batch,
+                              std::int64_t{own.zero_stage}, std::int64_t{own.offload_optimizer}},
                              torch::kLong);
   group->broadcast(knobs, 0);
   auto chosen = own;
@@ -454,8 +453,9 @@ void adopt_rank_zero_plan(PreparedTraining& p, const model::ModelConfig& config,
   chosen.decoder_checkpointed = value(3);
   chosen.optimizer = static_cast<optim::OptimizerType>(value(4));
   chosen.bf16 = value(5) != 0;
-  chosen.zero_stage = static_cast<int>(value(6));
-  chosen.eval_batch = value(7);
+  chosen.eval_batch = value(6);
+  chosen.zero_stage = static_cast<int>(value(7));
+  chosen.offload_optimizer = value(8) != 0;
   const auto flags = memory::plan_arguments(chosen, *p.fit->calibration);
   auto prediction = memory::predict(*p.fit->calibration, chosen, p.fit->worst);
   if (p.fit->evaluation) {  // its eval batch too: evaluation may set the peak
