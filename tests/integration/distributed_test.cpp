@@ -418,6 +418,25 @@ TEST(Distributed, RankZerosMemoryPlanIsTheJobs) {
   EXPECT_NE(refused[1].output.find("over this process's max_memory"), std::string::npos) << refused[1].output;
 }
 
+// Rank 0's plan carries every knob, the optimizer offload too: under 0.75 MiB the tiny model's AdamW fits only with its
+// state on the host, and the process with 200 MiB (whose own plan would keep it on the device) offloads as well.
+TEST(Distributed, RankZerosOffloadIsTheJobs) {
+  FITSUM_REQUIRE_SHARED();
+  const auto dir = temp_dir("ddp-plan-offload");
+  const auto data = write_copy_task_records(dir / "eight.jsonl");
+  const std::string flags = "--max_steps 2 --save_strategy no --optim adamw_torch --per_device_train_batch_size 4 "
+                            "--no_resplit --offload_optimizer auto ";
+  const auto runs = launch(2,
+                           train_command(data, dir / "offload", flags) +
+                               " --max_memory $( [ $RANK = 0 ] && echo 0.75MiB || echo 200MiB )",
+                           dir);
+  for (const auto& r : runs) ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto& taken = runs[1].output;
+  const auto at = taken.find("taking rank 0's memory plan (");
+  ASSERT_NE(at, std::string::npos) << taken;
+  EXPECT_NE(taken.find("--offload_optimizer cpu", at), std::string::npos) << taken;
+}
+
 // `fitsum train --nproc_per_node 2` without a launcher starts the two processes itself: the same training as under
 // torchrun (the weights of 1 process x accumulation 4), a SIGTERM to it reaches both (one checkpoint, exit 143),
 // and a worker that dies ends the run at once with its status.
