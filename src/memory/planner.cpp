@@ -346,9 +346,12 @@ std::string explain_plan(const Plan& plan, const PlanRequest& request, const Cal
   const int margin_percent = static_cast<int>(request.margin * 100);
   const char* what = request.budget_caps_reserved ? "predicted reserved" : "predicted peak";
   if (!plan.chosen) {
-    why << "no candidate fits in " << util::format_bytes(request.budget) << ": the smallest needs "
-        << util::format_bytes(plan.minimum_budget) << " (" << what << " plus a " << margin_percent << "% margin)";
-    why << host_refusal(plan, request);
+    // The smallest may fit the device with the optimizer offloaded and be refused for the host alone: say both.
+    const auto host = host_refusal(plan, request);
+    const bool host_bound = !host.empty() && plan.minimum_budget <= request.budget;
+    why << "no candidate fits in " << util::format_bytes(request.budget) << (host_bound ? " and max_host_memory" : "")
+        << ": the smallest needs " << util::format_bytes(plan.minimum_budget) << (host_bound ? " of the device" : "")
+        << " (" << what << " plus a " << margin_percent << "% margin)" << host;
     return why.str();
   }
   const auto& best = plan.candidates[*plan.chosen];
