@@ -116,6 +116,7 @@ model::ModelConfig t5_config_from_hf(const json& j, const std::string& model_typ
   c.final_layer_norm = true;
   c.layernorm_embedding = false;
   c.position_embedding = model::PositionEmbedding::relative;
+  c.module_layout = model::ModuleLayout::blocks;
   c.max_position_embeddings = model::kNoPositionLimit;
   c.normalization = model::Normalization::rms_norm;
   c.linear_bias = false;

@@ -20,6 +20,12 @@ enum class PositionEmbedding {
   relative,    // T5: no table; a learned bias per (bucketed relative position, head) on the attention scores
 };
 
+// How the modules are laid out and named: the checkpoint keys the model's parameters carry.
+enum class ModuleLayout {
+  layers,  // model.{shared,encoder,decoder}, (en|de)coder.layers.N.{self_attn,encoder_attn,fc1,fc2,..._layer_norm}
+  blocks,  // {shared,encoder,decoder}, (en|de)coder.block.N.layer.K.{SelfAttention,EncDecAttention,DenseReluDense}
+};
+
 enum class Normalization {
   layer_norm,  // PEGASUS, BART: mean and variance, weight and bias
   rms_norm,    // T5: root mean square only, weight only, computed in float32
@@ -51,6 +57,7 @@ struct ModelConfig {
   bool final_layer_norm = true;      // LayerNorm after the last encoder and decoder layer (PEGASUS)
   bool layernorm_embedding = false;  // LayerNorm right after the embeddings (BART)
   PositionEmbedding position_embedding = PositionEmbedding::sinusoidal;
+  ModuleLayout module_layout = ModuleLayout::layers;
   std::int64_t learned_position_offset = 2;  // BART's learned tables start at index 2
   bool tie_word_embeddings = true;           // LM head shares the token embedding (model.shared)
   double layer_norm_eps = 1e-5;
