@@ -8,8 +8,14 @@ max_length on both sides: the same work. The runs alternate (HF, fitsum, HF, fit
 contender's time is the median of its rounds (HF: the generate() calls only; fitsum: eval_runtime, the generation
 loop of `fitsum eval`, without loading). Both produce the same ids (checked).
 
-    build/hf-venv/bin/python bench/hf_generate_bench.py --fitsum build/fitsum --config configs/pegasus-small/config.json \\
+HF runs on the stack users install today by default (`--hf pip`: PyTorch 2.x from PyPI and the newest transformers,
+the venv `make test-hf HF_TORCH=pip` makes, made with scripts/hf-venv.sh when the build folder has none); `--hf
+debian` takes Debian's torch 1.13 with transformers 4.47, and a path takes that Python. The script runs itself again
+under the chosen Python, so any python3 can start it.
+
+    python3 bench/hf_generate_bench.py --fitsum build/fitsum --config configs/pegasus-small/config.json \\
         --beams 4,8 --rounds 3
+    python3 bench/hf_generate_bench.py --hf debian --beams 4,8 --rounds 3
 """
 import argparse
 import json
@@ -19,10 +25,18 @@ import subprocess
 import sys
 import time
 
-import torch
-from transformers import PegasusConfig, PegasusForConditionalGeneration, PegasusTokenizer
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def hf_python(choice, build_dir):
+    """The Python of the HF side: a venv of scripts/hf-venv.sh (made when missing) or the path given."""
+    if choice not in ("pip", "debian"):
+        return choice
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "hf-venv.sh"), build_dir, choice],
+                            stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.exit(f"hf_generate_bench: scripts/hf-venv.sh {build_dir} {choice} failed")
+    return result.stdout.strip().splitlines()[-1]
 
 
 def hf_run(model, batches, beams, max_length):
@@ -64,7 +78,17 @@ def main():
     ap.add_argument("--max_length", type=int, default=32)
     ap.add_argument("--beams", default="4,8")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--hf", default="pip", help="pip (the default), debian, or the path of a Python with transformers")
+    ap.add_argument("--build_dir", default=os.path.join(ROOT, "build"), help="where --hf pip|debian's venvs live")
     a = ap.parse_args()
+    python = hf_python(a.hf, a.build_dir)
+    if os.environ.get("FITSUM_HF_GENERATE_BENCH_PYTHON") != python:
+        os.environ["FITSUM_HF_GENERATE_BENCH_PYTHON"] = python
+        os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
+    global torch
+    import torch
+    from transformers import PegasusConfig, PegasusForConditionalGeneration, PegasusTokenizer
+    import transformers
 
     os.makedirs(a.work, exist_ok=True)
     folder = os.path.join(a.work, "model")
@@ -105,7 +129,7 @@ def main():
         rows.append((beams, hf_s, fs_s, same))
     print(f"\n{config.d_model}-wide PEGASUS ({config.encoder_layers}+{config.decoder_layers} layers, vocab "
           f"{config.vocab_size}), {a.samples} SAMSum sources in batches of {a.batch}, max_length {a.max_length}, "
-          f"torch {torch.__version__} intra-op threads {torch.get_num_threads()}; medians of {a.rounds} alternating "
+          f"torch {torch.__version__}, transformers {transformers.__version__}, intra-op threads {torch.get_num_threads()}; medians of {a.rounds} alternating "
           f"rounds; load average {min(loads):.1f}-{max(loads):.1f}\n")
     print("| num_beams | HF generate() s | fitsum eval s | speed-up | same ids |")
     print("|---|---|---|---|---|")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Hugging Face baseline: PegasusForConditionalGeneration (random init from a config.json) trained by
 transformers' Seq2SeqTrainer on random tokens, timed per optimizer step; on CUDA under a cap on memory (bench/gpu.sh),
-on the CPU side by side with `fitsum train` (bench/run_side_by_side.py --hf_python).
+on the CPU side by side with `fitsum train` (bench/run_side_by_side.py --hf).
 
     python3 bench/hf_trainer_bench.py --config data/pegasus/config.json --batch 1 --accumulation 64 \\
         --gradient_checkpointing --optim adafactor --max_memory_gib 16 [--bf16]

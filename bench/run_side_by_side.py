@@ -4,22 +4,28 @@ peak memory, time to first step and MFU.
 
 For each shape the runner first measures the machine's fp32 matmul rate (`fitsum bench matmul`: the rate of
 the products fitsum's model runs, oneDNN's where the build and processor have it, the denominator of every
-contender's MFU; the table's last column adds LibTorch's own at::mm rate, the eager loop's and HF's), then alternates the eager baseline (../shared/reference/bench_eager.py, on the same
-LibTorch through Debian's python3-torch) and `fitsum bench train` (plus any --variant) for --rounds rounds, one
-process per measurement, so that a slow spell of the machine hits every contender alike. A contender's
-step time is the median over rounds of its per-run median; its memory is the largest peak RSS (VmHWM) seen.
+contender's MFU; the table's last column adds LibTorch's own at::mm rate, the eager loop's and HF's), then alternates
+the contenders for --rounds rounds, one process per measurement, so that a slow spell of the machine hits every
+contender alike: HF's Seq2SeqTrainer (bench/hf_trainer_bench.py) on the stack users install today (`--hf pip`, the
+default: PyTorch 2.x from PyPI and the newest transformers, in the venv `make test-hf HF_TORCH=pip` makes) and on any
+other `--hf` (`debian`: Debian's torch 1.13 with transformers 4.47; or a Python's path), the eager baseline
+(../shared/reference/bench_eager.py, on Debian's python3-torch), `fitsum bench train` and any --variant. A
+contender's step time is the median over rounds of its per-run median; its memory is the largest peak RSS (VmHWM)
+seen. Ratios are against the first HF Trainer (the eager loop without one, fitsum without either).
 
-    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes tiny,small
-    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 \\
-        --hf_python build/hf-venv/bin/python        # adds the HF Trainer (bench/hf_trainer_bench.py)
-    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 \\
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3   # HF on PyTorch 2.x
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 --hf pip --hf debian
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes tiny,small --no_hf
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes small --rounds 3 --no_hf \\
         --variant "plain=--unfused all" --variant "threads 2+1=--num_threads 2 --blas_threads 1"
-    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes base --rounds 3 \\
-        --hf_python build/hf-venv-pip/bin/python --lora_r 16      # LoRA: fitsum against HF Trainer + PEFT
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes base --rounds 3 --lora_r 16
+                                                            # LoRA: fitsum against HF Trainer + PEFT
+
+`--hf pip` and `--hf debian` make their venv with scripts/hf-venv.sh when the build folder has none (a download from
+PyPI: about 3 GB for pip's torch); `--no_hf` leaves HF out.
 
 With --lora_r both train LoRA adapters of that rank on a frozen base, PEFT's LoraConfig(r, lora_alpha,
-target_modules) on the HF side and the same flags on fitsum's; the eager loop, which has no adapters, is left out and
-the ratios are against the HF Trainer.
+target_modules) on the HF side and the same flags on fitsum's; the eager loop, which has no adapters, is left out.
 
 Prints a Markdown table (and, with --json FILE, writes every run's output there).
 """
@@ -51,6 +57,30 @@ def run_json(command, timeout):
     return json.loads(lines[-1])
 
 
+def hf_python(choice, build_dir):
+    """The Python of an HF contender: a venv of scripts/hf-venv.sh (made when missing) or the path given."""
+    if choice not in ("pip", "debian"):
+        return choice
+    venv = os.path.join(build_dir, "hf-venv-pip" if choice == "pip" else "hf-venv")
+    if not os.path.exists(os.path.join(venv, "bin", "python")):
+        print(f"run_side_by_side: making {venv} with scripts/hf-venv.sh (--no_hf skips HF)", file=sys.stderr)
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "hf-venv.sh"), build_dir, choice],
+                            stdout=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.exit(f"run_side_by_side: scripts/hf-venv.sh {build_dir} {choice} failed; --no_hf runs without HF")
+    return result.stdout.strip().splitlines()[-1]
+
+
+def hf_contender_name(python):
+    """'hf torch 2.14.1 tf 5.23.0': the versions the row was measured with."""
+    result = subprocess.run([python, "-c", "import torch, transformers; print(torch.__version__.split('+')[0], "
+                             "transformers.__version__)"], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"run_side_by_side: {python} cannot import torch and transformers:\n{result.stderr[-500:]}")
+    torch_version, transformers_version = result.stdout.split()
+    return f"hf torch {torch_version} tf {transformers_version}"
+
+
 def load_average():
     try:
         return os.getloadavg()[0]
@@ -75,7 +105,13 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=FLAGS: another fitsum contender, e.g. 'plain=--unfused all'")
     ap.add_argument("--no_eager", action="store_true", help="no eager baseline")
-    ap.add_argument("--hf_python", help="a Python with transformers (make test-hf's venv): adds the HF Trainer")
+    ap.add_argument("--hf", action="append", default=[],
+                    help="an HF Trainer contender: pip (PyTorch 2.x + newest transformers, the default), debian "
+                         "(Debian's torch 1.13 + transformers 4.47), or the path of a Python with transformers; "
+                         "repeat for several rows")
+    ap.add_argument("--hf_python", action="append", default=[], help="the same as --hf PATH")
+    ap.add_argument("--no_hf", action="store_true", help="no HF Trainer")
+    ap.add_argument("--build_dir", default=os.path.join(ROOT, "build"), help="where --hf pip|debian's venvs live")
     ap.add_argument("--accumulation", type=int, default=1, help="gradient_accumulation_steps of every contender")
     ap.add_argument("--gradient_checkpointing", action="store_true", help="for fitsum and the HF Trainer")
     ap.add_argument("--lora_r", type=int, default=0, help="> 0: LoRA adapters of this rank for fitsum and HF (PEFT)")
@@ -92,9 +128,10 @@ def main():
         lora = ["--lora_r", str(a.lora_r), "--lora_alpha", f"{a.lora_alpha:g}", "--lora_target_modules",
                 a.lora_target_modules]
         a.no_eager = True  # the eager loop trains the whole model
-    contenders = [] if a.no_eager else [("eager", None)]
-    if a.hf_python:
-        contenders.append(("hf-trainer", "hf"))
+    hf_pythons = [] if a.no_hf else [hf_python(choice, a.build_dir) for choice in (a.hf + a.hf_python) or ["pip"]]
+    contenders = [(hf_contender_name(python), ("hf", python)) for python in hf_pythons]
+    if not a.no_eager:
+        contenders.append(("eager", None))
     contenders.append(("fitsum", []))
     for v in a.variant:
         name, _, flags = v.partition("=")
@@ -116,8 +153,8 @@ def main():
                 knobs = ["--gradient_checkpointing"] if a.gradient_checkpointing else []
                 if flags is None:
                     command = [a.python, a.eager, "--config", CONFIGS[shape], "--optim", a.optim] + common
-                elif flags == "hf":
-                    command = [a.hf_python, os.path.join(ROOT, "bench", "hf_trainer_bench.py"), "--device", "cpu",
+                elif isinstance(flags, tuple):
+                    command = [flags[1], os.path.join(ROOT, "bench", "hf_trainer_bench.py"), "--device", "cpu",
                                "--config", CONFIGS[shape], "--optim", fitsum_optim, "--accumulation",
                                str(a.accumulation)] + common + knobs + lora
                 else:
@@ -149,7 +186,7 @@ def main():
             }
         rows.append((shape, matmul, summary))
 
-    base = "eager" if not a.no_eager else "hf-trainer" if lora and a.hf_python else "fitsum"
+    base = contenders[0][0]
     if lora:
         print(f"\nLoRA r {a.lora_r}, lora_alpha {a.lora_alpha:g}, target modules {a.lora_target_modules}")
     print(f"\nbatch {a.batch}, source {a.src_len}, target {a.tgt_len} tokens, {a.optim}, {a.rounds} rounds of "

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `make bench`: fitsum's training step side by side with eager PyTorch on the same LibTorch (Debian's python3-torch),
 # alternated in one run, with MFU against the matmul rate measured in the same run (bench/run_side_by_side.py);
-# then the tokenizer's throughput. Prints tables; never fails on a speed.
+# then the tokenizer's throughput. Prints tables; never fails on a speed. The HF Trainer joins with FITSUM_BENCH_HF
+# (pip: PyTorch 2.x and the newest transformers, the baseline users install; debian: torch 1.13), whose venvs
+# scripts/hf-venv.sh makes from PyPI when missing: `make bench` alone downloads nothing.
 #
 #   scripts/bench.sh [BUILD_DIR] [runner flags...]      e.g. scripts/bench.sh build --shapes small --rounds 3
 #   FITSUM_BENCH_SHAPES=tiny,small,base,large scripts/bench.sh build --steps 2
+#   FITSUM_BENCH_HF=pip,debian scripts/bench.sh build --shapes small --rounds 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +26,12 @@ elif ! "$python" -c "import torch" 2>/dev/null; then
   runner+=(--no_eager)
 else
   runner+=(--eager "$eager")
+fi
+if [[ -n "${FITSUM_BENCH_HF:-}" ]]; then
+  IFS=, read -r -a hf_choices <<<"$FITSUM_BENCH_HF"
+  for choice in "${hf_choices[@]}"; do runner+=(--hf "$choice" --build_dir "$build_dir"); done
+else
+  runner+=(--no_hf)
 fi
 echo "== training step: fitsum vs eager PyTorch (load average now: $(cut -d' ' -f1-3 /proc/loadavg)) =="
 if command -v "$python" >/dev/null; then
