@@ -41,16 +41,25 @@ else
   /usr/bin/python3 -m venv "$venv"
 fi
 start=$(date +%s)
-"$venv/bin/python" -m pip install -q -r "$requirements" >&2
+if [[ "$flavour" == debian ]]; then
+  # Every package is pinned in the file; resolving them again would replace Debian's torch, whose version
+  # (1.13.0a0) is a pre-release below the torch >= 1.13 that peft declares, with PyPI's newest.
+  "$venv/bin/python" -m pip install -q --no-deps -r "$requirements" >&2
+else
+  "$venv/bin/python" -m pip install -q -r "$requirements" >&2
+fi
 if [[ "$flavour" == debian ]]; then
   # Debian's torch 1.13 under Python 3.11 needs one upstream fix to import transformers' Trainer (see the file).
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   cp "$root/tests/hf/torch113_py311_compat.py" "$site/"
   echo "import torch113_py311_compat" > "$site/torch113_py311_compat.pth"
 fi
-"$venv/bin/python" - >&2 <<'PY'
+"$venv/bin/python" - "$flavour" >&2 <<'PY'
+import sys
 import torch, transformers
 print(f"hf-venv: torch {torch.__version__} from {torch.__file__}, transformers {transformers.__version__}")
+if sys.argv[1] == "debian" and not torch.__file__.startswith("/usr/lib/python3/dist-packages/"):
+    sys.exit("hf-venv: the debian venv must use Debian's python3-torch, not one installed from PyPI")
 from transformers import Seq2SeqTrainer  # noqa: F401  (fails here rather than in every test)
 PY
 echo "hf-venv: installed in $(( $(date +%s) - start )) s, $(du -sh "$venv" | cut -f1) on disk" >&2
