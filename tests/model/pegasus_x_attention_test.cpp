@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/io/safetensors.h"
+#include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/model/pegasus_x_layers.h"
 #include "fitsum/model/seq2seq.h"
 #include "test_support.h"
@@ -230,6 +231,37 @@ TEST(PegasusXLayers, DropoutIsAppliedWhereTransformersAppliesIt) {
   c.report("dropout");
   // And the evaluation outputs differ from these: dropout did act.
   EXPECT_FALSE(torch::allclose(out.hidden, hf("layer.stagger.out.hidden"), 1e-3, 1e-3));
+}
+
+// Per-layer activation checkpointing (model/activation_checkpoint.h) replays the random state, so a checkpointed
+// staggered layer with every dropout on (fitsum's byte-mask kernel) gives the plain run's outputs and gradients.
+TEST(PegasusXLayers, CheckpointedLayerReplaysItsDropout) {
+  auto options = tiny_options(true);
+  options.dropout = 0.1;
+  options.attention_dropout = 0.2;
+  options.activation_dropout = 0.3;
+  model::PegasusXEncoderLayer layer(options);
+  load_by_name(*layer, "encoder.layers.1.");
+  layer->train();
+  const auto mask = hf("capture.layers.1.mask");
+  std::vector<std::vector<torch::Tensor>> runs;
+  for (const bool checkpointed : {false, true}) {
+    layer->zero_grad();
+    const auto hidden = hf("capture.layers.1.hidden").requires_grad_(true);
+    const auto global = hf("capture.layers.1.global").requires_grad_(true);
+    const auto block = [&](const model::TensorList& in) {
+      const auto out = layer->forward(in[0], in[1], mask);
+      return model::TensorList{out.hidden, out.global};
+    };
+    torch::manual_seed(7);
+    const auto out = checkpointed ? model::checkpoint(block, {hidden, global}) : block({hidden, global});
+    ((out[0] * hf("layer.grad_out.hidden")).sum() + (out[1] * hf("layer.grad_out.global")).sum()).backward();
+    runs.push_back({out[0].detach(), out[1].detach(), hidden.grad(), global.grad()});
+    for (const auto& p : layer->parameters()) runs.back().push_back(p.grad().clone());
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (std::size_t i = 0; i < runs[0].size(); ++i) EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i])) << "tensor " << i;
+  EXPECT_FALSE(torch::allclose(runs[0][0], hf("layer.stagger.out.hidden"), 1e-3, 1e-3));  // dropout acted
 }
 
 TEST(PegasusXLayers, BadShapesAreRefused) {
