@@ -110,9 +110,9 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   const auto cd = std::clamp<std::int64_t>(knobs.decoder_checkpointed, 0, c.decoder_layers);
   Prediction p;
   p.weights = c.weight_bytes;
-  p.gradients = knobs.zero_stage >= 2 && knobs.world_size > 1
-                    ? sharded_gradients(c.counts, knobs.world_size, knobs.bucket_bytes)
-                    : c.gradient_bytes;
+  const bool stage_two = knobs.zero_stage >= 2 && knobs.world_size > 1;
+  const auto sharded = optim::sharded_gradients_of(tensor_elements(c.counts), knobs.world_size, knobs.bucket_bytes);
+  p.gradients = stage_two ? sharded.share : c.gradient_bytes;
   p.optimizer_state = sharded_optimizer_state(c.counts, knobs.optimizer, StorageDtype::fp32,
                                               knobs.zero_stage >= 1 ? knobs.world_size : 1);
   // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
@@ -122,6 +122,8 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
                                                                head.chunk - head.kept, -head.kept)
                                           : c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd);
   p.activations = static_cast<std::uint64_t>(std::llround(activations));
+  // Stage 2's gradients outside the share exist only in the backward, as the activations are freed: a transient.
+  if (stage_two) p.activations = std::max(p.activations, sharded.in_flight + sharded.packed);
   p.optimizer_transient = c.optimizer(knobs.optimizer).transient_bytes;
   if (knobs.zero_stage >= 1 && knobs.world_size > 1) {  // the broadcast bucket of the updated small tensors
     p.optimizer_transient =

@@ -42,21 +42,54 @@ std::uint64_t largest_broadcast_bucket(const std::vector<std::int64_t>& elements
   return std::min(largest_share(elements, small, world_size), static_cast<std::uint64_t>(kBroadcastBucketBytes));
 }
 
-std::uint64_t sharded_gradient_bytes(const std::vector<std::int64_t>& elements, int world_size,
-                                     std::int64_t bucket_bytes) {
+ShardedGradients sharded_gradients_of(const std::vector<std::int64_t>& elements, int world_size,
+                                      std::int64_t bucket_bytes) {
   std::vector<std::uint64_t> bytes;
   std::uint64_t total = 0;
   for (auto n : elements) {
     bytes.push_back(static_cast<std::uint64_t>(n) * 4);
     total += bytes.back();
   }
-  if (world_size <= 1) return total;
+  ShardedGradients g;
+  if (world_size <= 1) {
+    g.share = total;
+    return g;
+  }
   auto largest = bytes;
   std::sort(largest.begin(), largest.end(), std::greater<>());
   largest.resize(std::min<std::size_t>(2, largest.size()));
-  std::uint64_t held = largest_share(elements, bytes, world_size) + 2 * static_cast<std::uint64_t>(bucket_bytes);
-  for (auto b : largest) held += b;
-  return std::min(total, held);
+  std::uint64_t in_flight = 2 * static_cast<std::uint64_t>(bucket_bytes);
+  for (auto b : largest) in_flight += b;
+  g.share = largest_share(elements, bytes, world_size);
+  g.in_flight = std::min(total, in_flight);
+  g.packed = largest_packed_bucket(elements, bucket_bytes);
+  return g;
+}
+
+std::uint64_t sharded_gradient_bytes(const std::vector<std::int64_t>& elements, int world_size,
+                                     std::int64_t bucket_bytes) {
+  const auto g = sharded_gradients_of(elements, world_size, bucket_bytes);
+  return g.share + g.in_flight;
+}
+
+std::uint64_t largest_packed_bucket(const std::vector<std::int64_t>& elements, std::int64_t bucket_bytes) {
+  std::uint64_t largest = 0, filled = 0;
+  std::size_t members = 0;
+  const auto close = [&] {
+    if (members > 1) largest = std::max(largest, filled);
+  };
+  for (auto k = elements.size(); k-- > 0;) {  // GradientReducer's order: from the last tensor back
+    const auto bytes = static_cast<std::uint64_t>(elements[k]) * 4;
+    if (members == 0 || filled + bytes > static_cast<std::uint64_t>(bucket_bytes)) {
+      close();
+      filled = 0;
+      members = 0;
+    }
+    filled += bytes;
+    ++members;
+  }
+  close();
+  return largest;
 }
 
 }  // namespace fitsum::optim

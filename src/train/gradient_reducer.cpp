@@ -117,6 +117,7 @@ struct GradientReducer::State {
         } else {
           part.zero_();
         }
+        release(i);  // one member at a time: the bucket is never held twice over
         at += p.numel();
       }
     }

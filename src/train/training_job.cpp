@@ -510,8 +510,8 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   const std::string base_model = resolve_hub_names(job, report);
   if (const auto warning = free_disk_warning_for(job, output_dir.nearest_folder)) warn(report, *warning);
   PreparedTraining p;
+  memory::start_tracking(runtime.device);  // before the weights: the budget and logged peaks count all, as on CUDA
   if (!job.max_memory.empty()) {
-    memory::start_tracking(runtime.device);  // counted from here, so the budget covers the weights too
     p.budget = resolve_budget(job.max_memory, runtime.device, report);
     if (auto refused = refusal_before_loading(job, p.budget, runtime.device)) throw memory::PlanDoesNotFit(std::move(*refused));
   }

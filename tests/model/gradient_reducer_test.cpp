@@ -287,10 +287,12 @@ TEST(GradientReducer, EveryProcessSumsEachBucketDuringTheBackwardThatFinishesIt)
 
 TEST(ZeroStageTwo, PredictedGradientsAreTheShareAndWhatTheBackwardHolds) {
   // One process: every gradient. Four tensors of 1000, 600, 300, 100 float32 elements on two processes: the larger
-  // share (4000 bytes) + the two largest tensors (6400) + two buckets would be more than all of them (8000).
+  // share's sums (4000 bytes), and besides them the two largest tensors (6400) and two 64-byte buckets in flight.
   const std::vector<std::int64_t> elements = {1000, 600, 300, 100};
   EXPECT_EQ(optim::sharded_gradient_bytes(elements, 1, 64), 8000u);
-  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 2, 64), 8000u);
+  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 2, 64), 4000u + 6400 + 128);
+  // Buckets as large as the model: every gradient is in flight (8000), the share's sums come on top.
+  EXPECT_EQ(optim::sharded_gradient_bytes(elements, 2, 8000), 4000u + 8000);
   // A 9000-element embedding and 16 tensors of 1000 (100 KB in all). Two processes: the embedding to rank 0, then
   // nine 1000s to rank 1 until the loads tie, the last seven alternating from rank 0: 13000 and 12000 elements.
   std::vector<std::int64_t> many(16, 1000);
@@ -298,6 +300,16 @@ TEST(ZeroStageTwo, PredictedGradientsAreTheShareAndWhatTheBackwardHolds) {
   EXPECT_EQ(optim::sharded_gradient_bytes(many, 2, 100), 52'000u + 36'000 + 4'000 + 200);
   // Four processes: {embedding}, then 16 x 1000 over the other three (6, 5, 5): the largest share is 36 KB.
   EXPECT_EQ(optim::sharded_gradient_bytes(many, 4, 100), 36'000u + 36'000 + 4'000 + 200);
+}
+
+// The packed copy of a bucket: the largest bucket of several tensors, filled from the last tensor back; a tensor alone
+// in its bucket is summed in place (no copy).
+TEST(ZeroStageTwo, LargestPackedBucketIsTheLargestBucketOfSeveralTensors) {
+  const std::vector<std::int64_t> elements = {1000, 600, 300, 100};
+  EXPECT_EQ(optim::largest_packed_bucket(elements, 64), 0u);                // every tensor alone
+  EXPECT_EQ(optim::largest_packed_bucket(elements, 8000), 8000u);           // one bucket of all
+  EXPECT_EQ(optim::largest_packed_bucket(elements, 4000), 4000u);           // {100, 300, 600}, then {1000} alone
+  EXPECT_EQ(optim::largest_packed_bucket({10, 10, 10, 10, 10}, 80), 80u);  // {10, 10}, {10, 10}, {10}
 }
 
 }  // namespace

@@ -34,11 +34,27 @@ std::uint64_t largest_share(const std::vector<std::int64_t>& elements, const std
 // (HF's ddp_bucket_cap_mb, DDP's 25 MiB).
 constexpr std::int64_t kReduceBucketBytes = std::int64_t{25} << 20;
 
-// The most float32 gradient bytes a process holds under ZeRO stage 2, for the partition of `elements` above: the sums
-// of its share, and during a backward the gradients not yet summed, at most the two largest tensors (gradients
-// written in place, the shared embedding's and an untied LM head's, are summed once the backward is over) and two
-// buckets (one filling, one being summed through its packed buffer). Never more than every gradient (stage 0's).
+// The float32 gradient bytes a process holds under ZeRO stage 2, for the partition of `elements` above.
+struct ShardedGradients {
+  std::uint64_t share = 0;  // the sums of its share, held throughout (one process: every gradient)
+  // During a backward only, besides the share: the gradients not yet summed, at most the two largest tensors
+  // (gradients written in place, the shared embedding's and an untied LM head's, are summed once the backward is
+  // over) and two buckets (one filling, one being summed), never more than every gradient ...
+  std::uint64_t in_flight = 0;
+  // ... and, while a bucket of several tensors is packed, its buffer beside its members (largest_packed_bucket).
+  std::uint64_t packed = 0;
+};
+ShardedGradients sharded_gradients_of(const std::vector<std::int64_t>& elements, int world_size,
+                                      std::int64_t bucket_bytes);
+
+// share + in_flight: the most a process holds besides the packing, as a bound before any probe. Where two buckets
+// hold most of a model's gradients (small models, large buckets), that is the share's sums on top of every gradient:
+// more than stage 0's.
 std::uint64_t sharded_gradient_bytes(const std::vector<std::int64_t>& elements, int world_size,
                                      std::int64_t bucket_bytes);
+
+// The largest bucket of several tensors (filled as train/gradient_reducer.h fills them): its packed buffer is
+// allocated while its members' gradients are still held. A tensor alone in its bucket is summed in place.
+std::uint64_t largest_packed_bucket(const std::vector<std::int64_t>& elements, std::int64_t bucket_bytes);
 
 }  // namespace fitsum::optim
