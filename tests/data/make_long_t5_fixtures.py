@@ -13,6 +13,9 @@ the versions and the configuration in its metadata (`generated_by`, `config`). F
                         last_hidden_state (eval mode), the upstream gradient used, and the gradients of inputs_embeds
                         and of every parameter
   <type>.position_bias  what block 0 passes to block 1 (the shared bias with the masks folded in)
+  <type>.dropout.out, <type>.dropout.grad.input.embeds
+                        the same encoder in training mode with dropout_rate 0.1 after torch.manual_seed(4555), for the
+                        same upstream gradient (torch.dropout's masks, which LibTorch draws alike from the same seed)
   input.embeds          (2, 11, 32) inputs_embeds: 11 is not a multiple of the block length 4 nor of the global block 4
   input.attention_mask  (2, 11) int64: row 1 has 5 padding positions
   ids.<case>.{mask,block_ids,segment_ids,local_mask}
@@ -45,6 +48,7 @@ CONFIG = dict(vocab_size=50, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_deco
               feed_forward_proj="gated-gelu", is_encoder_decoder=True, use_cache=False)
 TYPES = {"local": "local", "tglobal": "transient-global"}
 SEED = 4501
+DROPOUT = dict(dropout_rate=0.1, seed=4555)
 
 
 def randomize_norms(module, g):
@@ -87,6 +91,21 @@ def encoder_case(kind, embeds, mask, g, out):
     for name, p in stack.named_parameters():
         if p.grad is not None:  # embed_tokens is not used with inputs_embeds
             out[f"{kind}.grad.{name}"] = p.grad.clone()
+    dropout_case(kind, stack, embeds, mask, grad_out, out)
+
+
+def dropout_case(kind, stack, embeds, mask, grad_out, out):
+    config = LongT5Config(**{**CONFIG, "dropout_rate": DROPOUT["dropout_rate"]}, encoder_attention_type=TYPES[kind])
+    config.is_decoder = False
+    dropped = LongT5Stack(config)
+    dropped.load_state_dict(stack.state_dict())
+    dropped.train()
+    x = embeds.clone().requires_grad_(True)
+    torch.manual_seed(DROPOUT["seed"])
+    hidden = dropped(inputs_embeds=x, attention_mask=mask, use_cache=False).last_hidden_state
+    (hidden * grad_out).sum().backward()
+    out[f"{kind}.dropout.out"] = hidden.detach()
+    out[f"{kind}.dropout.grad.input.embeds"] = x.grad
 
 
 def id_cases(out):
@@ -115,7 +134,8 @@ def main():
     id_cases(out)
     versions = {"transformers": transformers.__version__, "torch": torch.__version__,
                 "safetensors": safetensors.__version__}
-    metadata = {"format": "pt", "generated_by": json.dumps(versions), "config": json.dumps(CONFIG, sort_keys=True)}
+    metadata = {"format": "pt", "generated_by": json.dumps(versions), "config": json.dumps(CONFIG, sort_keys=True),
+                "dropout": json.dumps(DROPOUT, sort_keys=True)}
     os.makedirs(OUT, exist_ok=True)
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(OUT, "reference.safetensors"), metadata)
     print(f"wrote {len(out)} tensors to {os.path.relpath(OUT)}")

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/io/safetensors.h"
+#include "fitsum/model/dropout.h"
 #include "fitsum/model/long_t5_layers.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -92,14 +93,23 @@ model::LongT5LayerOptions tiny_options(model::LongT5AttentionType type, bool fir
 // The pieces composed as LongT5Stack (the encoder) composes them: inputs_embeds in, last_hidden_state out. Module
 // names are HF's encoder keys (block.N...., final_layer_norm).
 struct TinyEncoder : torch::nn::Module {
-  explicit TinyEncoder(model::LongT5AttentionType type) {
+  explicit TinyEncoder(model::LongT5AttentionType type, double dropout = 0.0) : dropout(dropout) {
     block = register_module("block", torch::nn::ModuleList());
-    for (std::int64_t i = 0; i < 2; ++i) block->push_back(model::LongT5EncoderBlock(tiny_options(type, i == 0)));
+    for (std::int64_t i = 0; i < 2; ++i) {
+      auto options = tiny_options(type, i == 0);
+      options.dropout = dropout;
+      options.byte_mask_dropout = false;  // torch::dropout: HF's masks for a seed
+      block->push_back(model::LongT5EncoderBlock(options));
+    }
     final_layer_norm = register_module("final_layer_norm", model::RMSNorm(32, 1e-6));
   }
   torch::Tensor forward(const torch::Tensor& embeds, const torch::Tensor& attention_mask) {
-    return final_layer_norm->forward(model::run_long_t5_blocks(block, embeds, attention_mask));
+    // LongT5Stack: dropout on the embeddings, the blocks, final_layer_norm, dropout.
+    const auto hidden = model::dropout(embeds, dropout, is_training(), /*byte_mask=*/false);
+    const auto out = final_layer_norm->forward(model::run_long_t5_blocks(block, hidden, attention_mask));
+    return model::dropout(out, dropout, is_training(), /*byte_mask=*/false);
   }
+  double dropout;
   torch::nn::ModuleList block{nullptr};
   model::RMSNorm final_layer_norm{nullptr};
 };
@@ -190,6 +200,26 @@ TEST_P(LongT5EncoderParity, OutputsPositionBiasAndEveryGradientMatchTransformers
   }
   EXPECT_EQ(checked, type == model::LongT5AttentionType::local ? 20u : 23u);  // every parameter has a gradient
   c.report(prefix + "outputs and gradients");
+}
+
+// Training mode with dropout_rate 0.1: with torch::dropout (the byte-mask kernel off) the same seed draws
+// transformers' masks, so every dropout is at HF's place, in HF's order (the embeddings; per block the attention
+// probabilities, the attention output, the feed-forward's activation and output; the final states), at its rate.
+TEST_P(LongT5EncoderParity, DropoutIsAppliedWhereTransformersAppliesIt) {
+  const auto type = GetParam();
+  const auto prefix = prefix_of(type);
+  TinyEncoder encoder(type, 0.1);
+  load_by_name(encoder, prefix);
+  encoder.train();
+  const auto embeds = hf("input.embeds").requires_grad_(true);
+  torch::manual_seed(4555);  // the fixture's dropout seed
+  const auto out = encoder.forward(embeds, hf_ids("input.attention_mask"));
+  (out * hf(prefix + "grad_out")).sum().backward();
+  Comparison c;
+  c.expect(out, prefix + "dropout.out");
+  c.expect(embeds.grad(), prefix + "dropout.grad.input.embeds");
+  c.report(prefix + "dropout");
+  EXPECT_FALSE(torch::allclose(out, hf(prefix + "out"), 1e-3, 1e-3));  // dropout acted
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionType, LongT5EncoderParity,
