@@ -114,7 +114,12 @@ torch::Tensor split_into_blocks(const torch::Tensor& x, std::int64_t block_len, 
   dim = c10::maybe_wrap_dim(dim, x.dim());
   auto padded = x;
   const auto pad = (block_len - x.size(dim) % block_len) % block_len;
-  if (pad != 0) {
+  if (pad != 0 && x.numel() == 0) {
+    // An empty tensor (no global blocks) cannot be padded; HF's _pad_to_multiple makes the padded shape of zeros.
+    auto shape = x.sizes().vec();
+    shape[static_cast<std::size_t>(dim)] += pad;
+    padded = torch::zeros(shape, x.options());
+  } else if (pad != 0) {
     std::vector<std::int64_t> widths(2 * static_cast<std::size_t>(x.dim()), 0);  // last dim first, as F::pad
     widths[2 * static_cast<std::size_t>(x.dim() - 1 - dim) + 1] = pad;
     padded = F::pad(x, F::PadFuncOptions(widths));

@@ -16,6 +16,9 @@ the versions and the configuration in its metadata (`generated_by`, `config`). F
   <type>.dropout.out, <type>.dropout.grad.input.embeds
                         the same encoder in training mode with dropout_rate 0.1 after torch.manual_seed(4555), for the
                         same upstream gradient (torch.dropout's masks, which LibTorch draws alike from the same seed)
+  <type>.short.{mask,out,grad.input.embeds}
+                        the eval encoder on the first 3 positions (row 1 with 1 padding position): shorter than one
+                        block and than one global block, so transient-global attention has no side keys
   input.embeds          (2, 11, 32) inputs_embeds: 11 is not a multiple of the block length 4 nor of the global block 4
   input.attention_mask  (2, 11) int64: row 1 has 5 padding positions
   ids.<case>.{mask,block_ids,segment_ids,local_mask}
@@ -94,6 +97,19 @@ def encoder_case(kind, embeds, mask, g, out):
         if p.grad is not None:  # embed_tokens is not used with inputs_embeds
             out[f"{kind}.grad.{name}"] = p.grad.clone()
     dropout_case(kind, stack, embeds, mask, grad_out, out)
+    short_case(kind, stack, embeds, grad_out, out)
+
+
+def short_case(kind, stack, embeds, grad_out, out):
+    """3 positions: shorter than one block and than one global block (no side keys at all)."""
+    x = embeds[:, :3].clone().requires_grad_(True)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    stack.zero_grad()
+    hidden = stack(inputs_embeds=x, attention_mask=mask, use_cache=False).last_hidden_state
+    (hidden * grad_out[:, :3]).sum().backward()
+    out[f"{kind}.short.mask"] = mask
+    out[f"{kind}.short.out"] = hidden.detach()
+    out[f"{kind}.short.grad.input.embeds"] = x.grad
 
 
 def dropout_case(kind, stack, embeds, mask, grad_out, out):

@@ -202,6 +202,23 @@ TEST_P(LongT5EncoderParity, OutputsPositionBiasAndEveryGradientMatchTransformers
   c.report(prefix + "outputs and gradients");
 }
 
+// 3 positions, fewer than one block and than one global block: the window is one padded block and
+// transient-global attention has no side keys (G = 0), as in transformers.
+TEST_P(LongT5EncoderParity, InputShorterThanOneBlockMatchesTransformers) {
+  const auto type = GetParam();
+  const auto prefix = prefix_of(type);
+  TinyEncoder encoder(type);
+  load_by_name(encoder, prefix);
+  encoder.eval();
+  const auto embeds = hf("input.embeds").narrow(1, 0, 3).clone().requires_grad_(true);
+  const auto out = encoder.forward(embeds, hf_ids(prefix + "short.mask"));
+  (out * hf(prefix + "grad_out").narrow(1, 0, 3)).sum().backward();
+  Comparison c;
+  c.expect(out, prefix + "short.out");
+  c.expect(embeds.grad(), prefix + "short.grad.input.embeds");
+  c.report(prefix + "3 positions");
+}
+
 // Training mode with dropout_rate 0.1: with torch::dropout (the byte-mask kernel off) the same seed draws
 // transformers' masks, so every dropout is at HF's place, in HF's order (the embeddings; per block the attention
 // probabilities, the attention output, the feed-forward's activation and output; the final states), at its rate.
