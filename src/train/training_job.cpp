@@ -27,6 +27,7 @@
 #include "fitsum/train/evaluation.h"
 #include "fitsum/train/lora_setup.h"
 #include "fitsum/train/memory_plan.h"
+#include "fitsum/train/model_lengths.h"
 #include "fitsum/train/run_folder.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
@@ -97,18 +98,9 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
     m.loaded.tokenizer_dir = std::move(preview.tokenizer_dir);
     m.loaded.description = std::move(preview.description);
   }
-  const auto& config = m.config;
-  for (const auto& warning : data::clamp_lengths_to_model(job.data, config.max_position_embeddings)) {
-    warn(report, warning);
-  }
-  if (const auto warning = data::missing_source_prefix_warning(config.model_type, job.data); !warning.empty()) {
-    warn(report, warning);
-  }
-  job.data.validate();
-  if (!m.loaded.tokenizer_dir.empty()) {
-    m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
-    job.data.validate_for(*m.tokenizer);  // before the data is read
-  }
+  if (!m.loaded.tokenizer_dir.empty()) m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
+  fit_lengths_to_model(job.data, m.config, m.tokenizer.get(),
+                       [&report](const std::string& line) { warn(report, line); });
   return m;
 }
 
@@ -176,9 +168,9 @@ void check_evaluations(const TrainingJob& job, const TrainerInputs& in, const mo
                               decoded);
   }
   if (args.predict_with_generate && (evaluates || args.do_predict)) {
-    const auto generation = evaluation_generation(args, in.generation);
-    generation.validate_for(config);
-    for (const auto& warning : generation.warnings()) warn(report, "generation: " + warning);
+    for (const auto& warning : check_generation_for_model(evaluation_generation(args, in.generation), config)) {
+      warn(report, "generation: " + warning);
+    }
   }
   const auto key = args.best_metric_key();
   if (key.empty() || args.eval_strategy == IntervalStrategy::no) return;

@@ -71,6 +71,8 @@ void add_batching_flags(CLI::App& command, data::DataOptions& options) {
       "Fill batches up to N padded tokens instead of a fixed number of examples");
 }
 
+void print_warning(const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }
+
 void clamp_lengths_to_model_config(data::DataOptions& options, const std::filesystem::path& model_dir) {
   const std::filesystem::path config_file = model_dir / "config.json";
   std::error_code error;

@@ -24,6 +24,9 @@ void add_sample_limit_flags(CLI::App& command, data::DataOptions& options);
 // --pad_to_multiple_of, --group_by_length, --max_tokens_per_batch
 void add_batching_flags(CLI::App& command, data::DataOptions& options);
 
+// "fitsum: warning: <line>" on stderr: how the commands that read data print the library's warnings.
+void print_warning(const std::string& line);
+
 // Reads max_position_embeddings from `model_dir`/config.json (when there is one) and lowers the maximum lengths to
 // it, printing a warning for each change.
 void clamp_lengths_to_model_config(data::DataOptions& options, const std::filesystem::path& model_dir);
