@@ -65,19 +65,6 @@ void release_cached_memory(const c10::Device& device) {
   (void)device;
 }
 
-void set_memory_limit(const c10::Device& device, std::int64_t bytes) {
-#ifdef FITSUM_WITH_CUDA
-  if (device.is_cuda()) {
-    const int index = device.index() < 0 ? 0 : device.index();
-    const auto total = static_cast<double>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
-    c10::cuda::CUDACachingAllocator::setMemoryFraction(
-        bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / total) : 1.0, index);
-    return;
-  }
-#endif
-  TrackingCpuAllocator::instance().set_limit(bytes);
-}
-
 CudaDeviceFacts cuda_device_facts(const c10::Device& device) {
   CudaDeviceFacts facts;
   if (const char* config = std::getenv("CUBLAS_WORKSPACE_CONFIG")) facts.cublas_workspace_config = config;

@@ -2,7 +2,6 @@
 #include "fitsum/train/training_job.h"
 
 #include <algorithm>
-#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -27,6 +26,8 @@
 #include "fitsum/train/distributed.h"
 #include "fitsum/train/evaluation.h"
 #include "fitsum/train/lora_setup.h"
+#include "fitsum/train/memory_plan.h"
+#include "fitsum/train/model_lengths.h"
 #include "fitsum/train/run_folder.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/checked_math.h"
@@ -97,18 +98,9 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
     m.loaded.tokenizer_dir = std::move(preview.tokenizer_dir);
     m.loaded.description = std::move(preview.description);
   }
-  const auto& config = m.config;
-  for (const auto& warning : data::clamp_lengths_to_model(job.data, config.max_position_embeddings)) {
-    warn(report, warning);
-  }
-  if (const auto warning = data::missing_source_prefix_warning(config.model_type, job.data); !warning.empty()) {
-    warn(report, warning);
-  }
-  job.data.validate();
-  if (!m.loaded.tokenizer_dir.empty()) {
-    m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
-    job.data.validate_for(*m.tokenizer);  // before the data is read
-  }
+  if (!m.loaded.tokenizer_dir.empty()) m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
+  fit_lengths_to_model(job.data, m.config, m.tokenizer.get(),
+                       [&report](const std::string& line) { warn(report, line); });
   return m;
 }
 
@@ -176,9 +168,9 @@ void check_evaluations(const TrainingJob& job, const TrainerInputs& in, const mo
                               decoded);
   }
   if (args.predict_with_generate && (evaluates || args.do_predict)) {
-    const auto generation = evaluation_generation(args, in.generation);
-    generation.validate_for(config);
-    for (const auto& warning : generation.warnings()) warn(report, "generation: " + warning);
+    for (const auto& warning : check_generation_for_model(evaluation_generation(args, in.generation), config)) {
+      warn(report, "generation: " + warning);
+    }
   }
   const auto key = args.best_metric_key();
   if (key.empty() || args.eval_strategy == IntervalStrategy::no) return;
@@ -233,64 +225,6 @@ std::optional<memory::FitResult> refusal_before_loading(const TrainingJob& job, 
       make_fit_request(job.args, job.fixed, {1, job.data.max_source_length, job.data.max_target_length}, budget,
                        planned_world_size(job));
   return memory::refusal_before_loading(io::preview_model(job.model).config, device, request);
-}
-
-// Every process of a job that plans: rank 0 runs the calibration probe and the others plan with its numbers (on one
-// machine the probes would run at once and measure each other; on equal devices they would measure the same).
-memory::Calibration share_rank_zero_calibration(
-    ProcessGroup& group, const std::function<memory::Calibration()>& probe,
-    const std::function<memory::Calibration(const std::vector<double>&)>& from_numbers, const Report& report) {
-  // Rank 0's numbers as bytes (none: its probe failed), through broadcast_string's length and payload.
-  std::optional<memory::Calibration> own;
-  std::string sent;
-  std::exception_ptr failed;
-  if (group.rank() == 0) {
-    try {
-      own = probe();
-      const auto numbers = memory::calibration_numbers(*own);
-      sent.assign(reinterpret_cast<const char*>(numbers.data()), numbers.size() * sizeof(double));
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  const auto received = group.broadcast_string(sent, 0);
-  if (failed) std::rethrow_exception(failed);
-  if (received.empty()) {
-    throw std::runtime_error("rank 0's calibration probe failed (its log says why); this process plans with it");
-  }
-  if (own) return *own;
-  std::vector<double> numbers(received.size() / sizeof(double));
-  std::memcpy(numbers.data(), received.data(), numbers.size() * sizeof(double));
-  auto calibration = from_numbers(numbers);
-  say_for_process(report, "planning with rank 0's calibration probe (" + std::to_string(calibration.samples.size()) +
-                              " passes) instead of probing here");
-  return calibration;
-}
-
-// With a budget: calibrates (with rank 0's probe where `group` is given), chooses and applies the plan, or throws
-// memory::PlanDoesNotFit.
-memory::FitResult plan_and_apply(PreparedTraining& p, const TrainingJob& job, const util::Runtime& runtime,
-                                 const Report& report, const std::shared_ptr<ProcessGroup>& group) {
-  const auto& device = runtime.device;
-  auto& model = *p.inputs.model;
-  model.to(device);
-  auto request = make_fit_request(p.args, job.fixed, worst_batch_shape(p.inputs.train_examples, job.data), p.budget,
-                                  planned_world_size(job));
-  request.cuda_alloc_conf = runtime.cuda_alloc_conf;  // on CUDA the budget caps reserved bytes under them
-  request.evaluation = evaluation_load(p.args, p.inputs, job.data);
-  if (group) {
-    request.share_calibration = [&group, &report](const auto& probe, const auto& from_numbers) {
-      return share_rank_zero_calibration(*group, probe, from_numbers, report);
-    };
-  }
-  auto fit = memory::fit_training(model, request);
-  if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
-  if (!fit.optimizer_warning.empty()) warn(report, fit.optimizer_warning);
-  if (!fit.evaluation_warning.empty()) warn(report, fit.evaluation_warning);
-  apply_plan(p.args, fit.chosen->knobs, model.config());
-  p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(fit.chosen->prediction.peak);
-  memory::apply_memory_budget(device, p.budget);
-  return fit;
 }
 
 }  // namespace
@@ -546,7 +480,17 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   p.args = job.args;
   join_launched_processes(p, report);
   const bool together = every_process_plans(p);
-  if (p.budget > 0) p.fit = plan_and_apply(p, job, runtime, report, together ? p.inputs.process_group : nullptr);
+  if (p.budget > 0) {
+    BudgetPlanOptions plan;
+    plan.budget = p.budget;
+    plan.worst = worst_batch_shape(p.inputs.train_examples, job.data);
+    plan.fixed = job.fixed;
+    plan.world_size = planned_world_size(job);
+    plan.evaluation = evaluation_load(p.args, p.inputs, job.data);
+    if (together) plan.share_calibration = p.inputs.process_group;
+    p.fit = plan_and_apply(*p.inputs.model, p.args, plan, runtime, report);
+    p.inputs.predicted_peak_bytes = static_cast<std::int64_t>(p.fit->chosen->prediction.peak);
+  }
   adopt_rank_zero_plan(p, config, report);
   p.inputs.output_dir_lock = hold_output_dir(std::move(output_dir.lock), p.args.output_dir, p.inputs.process_group);
   return p;

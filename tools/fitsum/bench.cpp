@@ -48,6 +48,7 @@
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
 #include "fitsum/train/lora_setup.h"
+#include "fitsum/train/memory_plan.h"
 #include "fitsum/train/optimizer_offload.h"
 #include "fitsum/util/bytes.h"
 #include "fitsum/util/device_timer.h"
@@ -114,9 +115,20 @@ void check_finite(double value, const char* flag) {
   }
 }
 
-// The LoRA settings as TrainingArguments carries them, checked as fitsum train checks them.
-train::TrainingArguments lora_arguments(const BenchTrainOptions& o) {
+// The benchmark's settings as TrainingArguments carries them (the LoRA ones checked as fitsum train checks them).
+// With --plan the optimizer is left unset, so that the planner chooses it (as fitsum train's optim auto).
+train::TrainingArguments bench_arguments(const BenchTrainOptions& o) {
   train::TrainingArguments args;
+  args.per_device_train_batch_size = o.batch;
+  args.gradient_accumulation_steps = o.gradient_accumulation_steps;
+  const auto optimizer = optim::parse_optimizer_type(o.optim, "--optim");
+  if (!o.plan) args.optim = optimizer;
+  args.gradient_checkpointing = o.gradient_checkpointing;
+  args.gradient_checkpointing_encoder_layers = o.checkpointed_encoder_layers;
+  args.gradient_checkpointing_decoder_layers = o.checkpointed_decoder_layers;
+  args.bf16 = o.bf16;
+  args.offload_optimizer = o.offload;
+  args.max_host_memory = o.max_host_memory;
   args.lora = o.lora;
   args.base_dtype = o.base_dtype;
   args.seed = static_cast<std::int64_t>(o.seed);
@@ -141,7 +153,7 @@ void check_bench_options(const BenchTrainOptions& o) {
     if (layers) check_range(*layers, 0, kMaxBenchSize, flag);
   }
   if (o.plan && o.max_memory.empty()) throw std::invalid_argument("--plan needs --max_memory");
-  lora_arguments(o);
+  bench_arguments(o);
   check_bench_records(o.records, o.device);
   if (!FITSUM_HAS_RECORD_PROFILE && !o.profile.empty()) {
     throw std::invalid_argument("--profile needs LibTorch 1.x's recorder; this build has LibTorch " +
@@ -183,7 +195,7 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
   kernels.recomputed_feed_forward = !unfused(o, "feed_forward");
   model->set_kernel_choices(kernels);
   if (o.lora.enabled()) {
-    auto args = lora_arguments(o);
+    auto args = bench_arguments(o);
     std::cerr << "fitsum: " << train::prepare_lora(*model, args) << "\n";
   }
   model->to(device);
@@ -192,11 +204,24 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
 }
 
 // The knobs the benchmark runs: as given, or (with --max_memory) checked by the planner against the budget, which
-// with --plan also chooses them. The budget then becomes a hard limit.
+// with --plan also chooses them, through the path of fitsum train --max_memory (train/memory_plan.h). The budget
+// then becomes a hard limit.
 memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, const util::Runtime& runtime,
                               std::optional<memory::Candidate>& planned) {
-  const auto& device = runtime.device;
   const auto& config = model.config();
+  if (!o.max_memory.empty()) {
+    train::BudgetPlanOptions plan;
+    plan.budget = memory::resolve_memory_budget(o.max_memory, runtime.device);
+    plan.worst = {1, o.src_len, o.tgt_len};
+    plan.fixed.micro_batch = plan.fixed.optimizer = plan.fixed.checkpointing = !o.plan;
+    auto args = bench_arguments(o);
+    train::Report report;
+    report.warning = [](const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; };
+    const auto fit = train::plan_and_apply(model, args, plan, runtime, report);
+    std::cerr << "fitsum: memory plan: " << fit.explanation << "\n";
+    planned = fit.chosen;
+    return fit.chosen->knobs;
+  }
   memory::PlanKnobs knobs;
   knobs.micro_batch = o.batch;
   knobs.accumulation = o.gradient_accumulation_steps;
@@ -207,32 +232,7 @@ memory::PlanKnobs bench_knobs(const BenchTrainOptions& o, model::Seq2SeqLMImpl& 
   knobs.optimizer = optim::parse_optimizer_type(o.optim, "--optim");
   knobs.bf16 = o.bf16;
   knobs.offload_optimizer = o.offload == optim::OffloadDevice::cpu;
-  if (o.max_memory.empty()) return knobs;
-  memory::FitRequest request;
-  request.budget = memory::resolve_memory_budget(o.max_memory, device);
-  request.worst = {1, o.src_len, o.tgt_len};
-  request.effective_batch = o.batch * o.gradient_accumulation_steps;
-  request.bf16 = o.bf16;
-  request.lora = o.lora;  // the probe's copies carry the same adapters
-  request.base_bfloat16 = o.lora.enabled() && o.base_dtype == "bfloat16";
-  request.cuda_alloc_conf = runtime.cuda_alloc_conf;
-  request.offload = !o.offload ? memory::OffloadPolicy::free
-                               : (knobs.offload_optimizer ? memory::OffloadPolicy::cpu : memory::OffloadPolicy::none);
-  request.host_budget = o.max_host_memory;
-  if (!o.plan) {
-    request.micro_batch = knobs.micro_batch;
-    request.optimizer = knobs.optimizer;
-    request.optimizer_policy = memory::OptimizerPolicy::fixed;
-    request.checkpointed_layers = std::pair{knobs.encoder_checkpointed, knobs.decoder_checkpointed};
-  } else {
-    request.optimizer_policy = memory::OptimizerPolicy::free;
-  }
-  auto fit = memory::fit_training(model, request);
-  if (fit.status != memory::FitStatus::fits) throw memory::PlanDoesNotFit(std::move(fit));
-  std::cerr << "fitsum: memory plan: " << fit.explanation << "\n";
-  planned = fit.chosen;
-  memory::apply_memory_budget(device, request.budget);
-  return fit.chosen->knobs;
+  return knobs;
 }
 
 struct BenchBatch {

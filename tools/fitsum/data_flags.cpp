@@ -4,9 +4,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include <nlohmann/json.hpp>
-
-#include "fitsum/util/files.h"
+#include "fitsum/io/hf_config.h"
 
 namespace fitsum::cli {
 
@@ -71,23 +69,17 @@ void add_batching_flags(CLI::App& command, data::DataOptions& options) {
       "Fill batches up to N padded tokens instead of a fixed number of examples");
 }
 
+void print_warning(const std::string& line) { std::cerr << "fitsum: warning: " << line << "\n"; }
+
 void clamp_lengths_to_model_config(data::DataOptions& options, const std::filesystem::path& model_dir) {
   const std::filesystem::path config_file = model_dir / "config.json";
   std::error_code error;
-  if (!std::filesystem::is_regular_file(config_file, error)) {
-    return;
-  }
-  const nlohmann::json config = util::read_json_file(config_file);
-  const auto it = config.find("max_position_embeddings");
-  if (it == config.end()) {
-    return;
-  }
-  if (!it->is_number_integer()) {
-    throw std::runtime_error("'" + config_file.string() + "': max_position_embeddings must be an integer, found " +
-                             it->type_name());
-  }
-  for (const std::string& warning : data::clamp_lengths_to_model(options, it->get<std::int64_t>())) {
-    std::cerr << "fitsum: warning: " << warning << "\n";
+  if (!std::filesystem::is_regular_file(config_file, error)) return;
+  // config.json as fitsum train reads it, so that both lower the lengths alike: a PEGASUS or BART config without
+  // max_position_embeddings has Hugging Face's default, 1024.
+  const auto config = io::read_model_config(config_file);
+  for (const auto& warning : data::clamp_lengths_to_model(options, config.max_position_embeddings)) {
+    print_warning(warning);
   }
 }
 

@@ -24,8 +24,12 @@ void add_sample_limit_flags(CLI::App& command, data::DataOptions& options);
 // --pad_to_multiple_of, --group_by_length, --max_tokens_per_batch
 void add_batching_flags(CLI::App& command, data::DataOptions& options);
 
-// Reads max_position_embeddings from `model_dir`/config.json (when there is one) and lowers the maximum lengths to
-// it, printing a warning for each change.
+// "fitsum: warning: <line>" on stderr: how the commands that read data print the library's warnings.
+void print_warning(const std::string& line);
+
+// Reads `model_dir`/config.json (when there is one) as io/hf_config.h reads it for training, and lowers the maximum
+// lengths to its max_position_embeddings (Hugging Face's default where it names none), printing a warning for each
+// change.
 void clamp_lengths_to_model_config(data::DataOptions& options, const std::filesystem::path& model_dir);
 
 }  // namespace fitsum::cli

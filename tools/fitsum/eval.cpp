@@ -15,6 +15,7 @@
 #include "fitsum/io/model_loader.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/model_lengths.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/output_paths.h"
 #include "generation_flags.h"
@@ -60,24 +61,19 @@ void run_eval(EvalArgs a) {
   auto loaded = io::load_model(source, 0);
   auto& model = *loaded.model;
   model.to(runtime.device);
-  for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
-    std::cerr << "fitsum: warning: " << warning << "\n";
-  }
-  if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
-    std::cerr << "fitsum: warning: " << warning << "\n";
-  }
-  a.data.validate();
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   if (!loaded.tokenizer_dir.empty()) tokenizer = tokenizer::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer* tok = tokenizer.get();
+  train::fit_lengths_to_model(a.data, model.config(), tok, print_warning);
 
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = !a.no_loss;
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
-  options.generation.validate_for(model.config());
-  for (const auto& warning : options.generation.warnings()) std::cerr << "fitsum: warning: " << warning << "\n";
+  for (const auto& warning : train::check_generation_for_model(options.generation, model.config())) {
+    print_warning(warning);
+  }
   options.rouge.use_stemmer = a.use_stemmer;
   options.rouge.split_sentences = a.rouge_split_sentences;
   options.bf16 = a.bf16;

@@ -20,6 +20,7 @@
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
+#include "fitsum/train/model_lengths.h"
 #include "generation_flags.h"
 #include "hub_flags.h"
 #include "runtime_flags.h"
@@ -153,21 +154,17 @@ void run_summarize(SummarizeArgs a) {
   }
   const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_owner = tokenizer::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
-  for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
-    std::cerr << "fitsum: warning: " << warning << "\n";
-  }
-  if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
-    std::cerr << "fitsum: warning: " << warning << "\n";
-  }
-  a.data.validate_for(tokenizer);  // the lengths against the tokenizer's special tokens, for stdin's text too
+  // The lengths against the tokenizer's special tokens, for stdin's text too.
+  train::fit_lengths_to_model(a.data, model.config(), &tokenizer, print_warning);
 
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = false;
   options.generation = generate::load_generation_options(a.model_dir);
   a.generation.apply(options.generation);
-  options.generation.validate_for(model.config());
-  for (const auto& warning : options.generation.warnings()) std::cerr << "fitsum: warning: " << warning << "\n";
+  for (const auto& warning : train::check_generation_for_model(options.generation, model.config())) {
+    print_warning(warning);
+  }
   options.collator.pad_token_id = model.config().pad_token_id;
   const auto batch = static_cast<std::size_t>(a.batch_size);
   const auto start = std::chrono::steady_clock::now();

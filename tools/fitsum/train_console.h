@@ -9,10 +9,26 @@
 
 #include <signal.h>
 
+#include "fitsum/memory/fit.h"
 #include "fitsum/train/trainer.h"
+#include "fitsum/train/training_job.h"
+#include "fitsum/util/runtime.h"
 #include "memory_report.h"
 
 namespace fitsum::cli {
+
+// The preparation's report for the process of rank `rank`: with several processes rank 0 prints it, the others only
+// the lines about themselves (on stderr). `progress`: a model named by Hub id shows its download's progress.
+train::Report log_report(int rank, bool progress);
+
+// The lines before the first step: the memory plan (with a budget), the resolved configuration, the steps to run.
+void print_memory_plan(const memory::FitResult& fit);
+void print_configuration(const train::PreparedTraining& p, const util::Runtime& runtime);
+void print_training_start(const train::Trainer& trainer, const train::TrainingArguments& args, int world_size);
+
+// The run's last line: the steps this run trained (a resumed run says from which step to which), its time and loss,
+// and where the model (or adapter) went.
+void print_done(const train::TrainResult& result, const train::TrainingArguments& args);
 
 // Every log entry with a measured peak is also appended to `measured` (for --memory_report). `progress` false
 // (disable_tqdm) leaves stderr quiet.

@@ -27,9 +27,6 @@ void reset_peak_memory(const c10::Device& device);
 // the CPU, whose allocator caches nothing. Memory the planner's probe cached would otherwise stay reserved, where
 // training could not always reuse it, and count in every later max_memory_reserved.
 void release_cached_memory(const c10::Device& device);
-// Caps what tensors may hold on `device` (0: no cap): the tracking allocator's limit on the CPU, the caching
-// allocator's memory fraction on CUDA. Allocations beyond it fail with c10::OutOfMemoryError.
-void set_memory_limit(const c10::Device& device, std::int64_t bytes);
 
 // What the CUDA memory model needs from the device: its compute capability (cuBLAS's default workspace),
 // CUBLAS_WORKSPACE_CONFIG, and the context's bytes (device memory in use beyond the caching allocator's

@@ -1,0 +1,25 @@
+// Implements include/fitsum/train/model_lengths.h.
+#include "fitsum/train/model_lengths.h"
+
+namespace fitsum::train {
+
+void fit_lengths_to_model(data::DataOptions& data, const model::ModelConfig& config,
+                          const tokenizer::Tokenizer* tokenizer, const std::function<void(const std::string&)>& warn) {
+  for (const auto& warning : data::clamp_lengths_to_model(data, config.max_position_embeddings)) warn(warning);
+  if (const auto warning = data::missing_source_prefix_warning(config.model_type, data); !warning.empty()) {
+    warn(warning);
+  }
+  if (tokenizer != nullptr) {
+    data.validate_for(*tokenizer);  // before any data is read
+  } else {
+    data.validate();
+  }
+}
+
+std::vector<std::string> check_generation_for_model(const generate::GenerationOptions& generation,
+                                                    const model::ModelConfig& config) {
+  generation.validate_for(config);
+  return generation.warnings();
+}
+
+}  // namespace fitsum::train
