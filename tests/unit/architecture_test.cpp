@@ -30,10 +30,11 @@ const std::map<std::string, std::set<std::string>>& layer_table() {
       {"model", {"util"}},
       {"optim", {"util"}},
       {"eval", {"util"}},
-      {"io", {"util", "model", "tokenizer"}},
+      {"families", {"util", "model", "tokenizer"}},
+      {"io", {"util", "model", "tokenizer", "families"}},
       {"generate", {"util", "model"}},
       {"memory", {"util", "model", "optim"}},
-      {"train", {"util", "tokenizer", "data", "model", "optim", "eval", "io", "generate", "memory"}},
+      {"train", {"util", "tokenizer", "data", "model", "optim", "eval", "io", "generate", "memory", "families"}},
   };
   return table;
 }
