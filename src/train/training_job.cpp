@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/families/family.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/adapter.h"
@@ -101,12 +102,13 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
   for (const auto& warning : data::clamp_lengths_to_model(job.data, config.max_position_embeddings)) {
     warn(report, warning);
   }
-  if (const auto warning = data::missing_source_prefix_warning(config.model_type, job.data); !warning.empty()) {
+  const auto prefix_family = families::source_prefix_family(config.model_type);
+  if (const auto warning = data::source_prefix_warning(prefix_family, job.data); !warning.empty()) {
     warn(report, warning);
   }
   job.data.validate();
   if (!m.loaded.tokenizer_dir.empty()) {
-    m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
+    m.tokenizer = families::load_tokenizer(m.loaded.tokenizer_dir);
     job.data.validate_for(*m.tokenizer);  // before the data is read
   }
   return m;
@@ -116,9 +118,7 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
 // tokenizer the model family's (BART: <s> </s>; PEGASUS and T5: </s>).
 std::vector<tokenizer::TokenId> empty_text_ids(const ModelAndTokenizer& m) {
   if (m.tokenizer) return m.tokenizer->encode("");
-  const auto eos = static_cast<tokenizer::TokenId>(m.config.eos_token_id);
-  if (m.config.model_type == "bart") return {static_cast<tokenizer::TokenId>(m.config.bos_token_id), eos};
-  return {eos};
+  return families::empty_text_ids(m.config);
 }
 
 std::vector<data::Example> read_split(const std::string& file, const ModelAndTokenizer& m,

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/eval/rouge.h"
+#include "fitsum/families/family.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/tokenizer/tokenizer.h"
@@ -63,12 +64,13 @@ void run_eval(EvalArgs a) {
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
-  if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
+  const auto prefix_family = families::source_prefix_family(model.config().model_type);
+  if (const auto warning = data::source_prefix_warning(prefix_family, a.data); !warning.empty()) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
   a.data.validate();
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  if (!loaded.tokenizer_dir.empty()) tokenizer = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  if (!loaded.tokenizer_dir.empty()) tokenizer = families::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer* tok = tokenizer.get();
 
   train::EvaluationOptions options;

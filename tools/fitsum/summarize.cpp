@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "data_flags.h"
+#include "fitsum/families/family.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/tokenizer/tokenizer.h"
@@ -151,12 +152,13 @@ void run_summarize(SummarizeArgs a) {
     throw std::invalid_argument("'" + a.model_dir + "' has no " + tokenizer::kTokenizerFiles +
                                 ": pass --tokenizer_name DIR");
   }
-  const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_owner = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_owner = families::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
   for (const auto& warning : data::clamp_lengths_to_model(a.data, model.config().max_position_embeddings)) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
-  if (const auto warning = data::missing_source_prefix_warning(model.config().model_type, a.data); !warning.empty()) {
+  const auto prefix_family = families::source_prefix_family(model.config().model_type);
+  if (const auto warning = data::source_prefix_warning(prefix_family, a.data); !warning.empty()) {
     std::cerr << "fitsum: warning: " << warning << "\n";
   }
   a.data.validate_for(tokenizer);  // the lengths against the tokenizer's special tokens, for stdin's text too
