@@ -206,10 +206,10 @@ std::vector<std::string> clamp_lengths_to_model(DataOptions& options, std::int64
   return warnings;
 }
 
-std::string missing_source_prefix_warning(const std::string& model_type, const DataOptions& options) {
-  if (model_type != "t5" || !options.source_prefix.empty()) return "";
-  return "this is a T5 model and no --source_prefix is set; T5 expects its task prefix, e.g. --source_prefix "
-         "'summarize: '";
+std::string source_prefix_warning(const std::string& prefix_family, const DataOptions& options) {
+  if (prefix_family.empty() || !options.source_prefix.empty()) return "";
+  return "this is a " + prefix_family + " model and no --source_prefix is set; " + prefix_family +
+         " expects its task prefix, e.g. --source_prefix 'summarize: '";
 }
 
 std::string ReadStats::summary(const DataOptions& options) const {

@@ -1,12 +1,15 @@
 // Implements include/fitsum/train/model_lengths.h.
 #include "fitsum/train/model_lengths.h"
 
+#include "fitsum/families/family.h"
+
 namespace fitsum::train {
 
 void fit_lengths_to_model(data::DataOptions& data, const model::ModelConfig& config,
                           const tokenizer::Tokenizer* tokenizer, const std::function<void(const std::string&)>& warn) {
   for (const auto& warning : data::clamp_lengths_to_model(data, config.max_position_embeddings)) warn(warning);
-  if (const auto warning = data::missing_source_prefix_warning(config.model_type, data); !warning.empty()) {
+  const auto prefix_family = families::source_prefix_family(config.model_type);
+  if (const auto warning = data::source_prefix_warning(prefix_family, data); !warning.empty()) {
     warn(warning);
   }
   if (tokenizer != nullptr) {

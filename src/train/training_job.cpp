@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/families/family.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/io/adapter.h"
@@ -98,7 +99,7 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
     m.loaded.tokenizer_dir = std::move(preview.tokenizer_dir);
     m.loaded.description = std::move(preview.description);
   }
-  if (!m.loaded.tokenizer_dir.empty()) m.tokenizer = tokenizer::load_tokenizer(m.loaded.tokenizer_dir);
+  if (!m.loaded.tokenizer_dir.empty()) m.tokenizer = families::load_tokenizer(m.loaded.tokenizer_dir);
   fit_lengths_to_model(job.data, m.config, m.tokenizer.get(),
                        [&report](const std::string& line) { warn(report, line); });
   return m;
@@ -108,9 +109,7 @@ ModelAndTokenizer load_model_and_tokenizer(TrainingJob& job, const Report& repor
 // tokenizer the model family's (BART: <s> </s>; PEGASUS and T5: </s>).
 std::vector<tokenizer::TokenId> empty_text_ids(const ModelAndTokenizer& m) {
   if (m.tokenizer) return m.tokenizer->encode("");
-  const auto eos = static_cast<tokenizer::TokenId>(m.config.eos_token_id);
-  if (m.config.model_type == "bart") return {static_cast<tokenizer::TokenId>(m.config.bos_token_id), eos};
-  return {eos};
+  return families::empty_text_ids(m.config);
 }
 
 std::vector<data::Example> read_split(const std::string& file, const ModelAndTokenizer& m,

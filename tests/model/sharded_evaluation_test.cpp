@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "fitsum/families/family.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
@@ -76,7 +77,7 @@ void expect_same_result(const train::EvaluationResult& got, const train::Evaluat
 
 TEST(ShardedEvaluation, EachShardRunsItsBatchesAndEndsWithTheOneProcessResult) {
   FITSUM_REQUIRE_SHARED();
-  const auto tokenizer = tokenizer::load_tokenizer(shared_dir() / "data" / "pegasus");
+  const auto tokenizer = families::load_tokenizer(shared_dir() / "data" / "pegasus");
   torch::manual_seed(5);
   std::vector<data::Example> examples;
   // 7 examples in batches of 2: shard 0 of 2 runs batches 0 and 2, shard 1 batches 1 and 3 (a single example).

@@ -2,6 +2,7 @@
 // labels it decodes as run_summarization's compute_metrics does (HF's ignore index -100 as the pad id).
 #include <gtest/gtest.h>
 
+#include "fitsum/families/family.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/train/evaluation.h"
 #include "test_support.h"
@@ -45,7 +46,7 @@ TEST(EvaluationChecks, IdsOutsideTheVocabularyAreRefusedNamingFileLineAndField) 
 }
 
 TEST(EvaluationChecks, LabelsRougeDecodesMustBeTheTokenizersIds) {
-  const auto tokenizer = tokenizer::load_tokenizer(source_dir() / "data" / "pegasus");
+  const auto tokenizer = families::load_tokenizer(source_dir() / "data" / "pegasus");
   const auto tokens = tokenizer->vocab_size();                     // 96103
   const auto model_vocab = static_cast<std::int64_t>(tokens) + 8;  // a model table with rows the tokenizer lacks
   const std::vector<data::Example> examples = {example({5, 1}, std::vector<data::TokenId>{tokens + 2, 1}, 7)};
@@ -65,7 +66,7 @@ TEST(EvaluationChecks, LabelsRougeDecodesMustBeTheTokenizersIds) {
 
 TEST(EvaluationChecks, ReferencesDecodeIgnoreIndexAsPadding) {
   EXPECT_EQ(train::reference_ids({7, 8, 1, -100, -100}, 0), (std::vector<std::int64_t>{7, 8, 1, 0, 0}));
-  const auto tokenizer = tokenizer::load_tokenizer(source_dir() / "data" / "pegasus");
+  const auto tokenizer = families::load_tokenizer(source_dir() / "data" / "pegasus");
   const std::vector<data::TokenId> plain = {500, 600, 1};
   const std::vector<data::TokenId> padded = {500, 600, 1, -100, -100};
   EXPECT_EQ(tokenizer->decode(train::reference_ids(padded, tokenizer->pad_id())), tokenizer->decode(plain));

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fitsum/families/family.h"
 #include "fitsum/tokenizer/bart_tokenizer.h"
 #include "fitsum/tokenizer/byte_level_bpe.h"
 #include "fitsum/tokenizer/pegasus_tokenizer.h"
@@ -305,18 +306,18 @@ TEST(T5Tokenizer, RefusesAModelWithoutT5sPieceLayout) {
 }
 
 TEST(LoadTokenizer, ChoosesTheFamilyFromTheFolder) {
-  EXPECT_EQ(load_tokenizer(fixture("tiny-bart"))->name(), "BartTokenizer");
-  EXPECT_EQ(load_tokenizer(fixture("tiny-t5"))->name(), "T5Tokenizer");
+  EXPECT_EQ(families::load_tokenizer(fixture("tiny-bart"))->name(), "BartTokenizer");
+  EXPECT_EQ(families::load_tokenizer(fixture("tiny-t5"))->name(), "T5Tokenizer");
   // config.json says t5, and the folder has no spiece.model: T5's error, not PEGASUS's or BART's
   try {
-    load_tokenizer(fixture("tiny-t5-v1_1"));
+    families::load_tokenizer(fixture("tiny-t5-v1_1"));
     ADD_FAILURE() << "a T5 folder without spiece.model loaded";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("T5 checkpoint"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(load_tokenizer(test::source_dir() / "data" / "pegasus")->name(), "PegasusTokenizer");
-  EXPECT_EQ(load_tokenizer(test::source_dir() / "data" / "gpt2")->name(), "BartTokenizer");
-  EXPECT_THROW(load_tokenizer(test::temp_dir("no_tokenizer")), std::runtime_error);
+  EXPECT_EQ(families::load_tokenizer(test::source_dir() / "data" / "pegasus")->name(), "PegasusTokenizer");
+  EXPECT_EQ(families::load_tokenizer(test::source_dir() / "data" / "gpt2")->name(), "BartTokenizer");
+  EXPECT_THROW(families::load_tokenizer(test::temp_dir("no_tokenizer")), std::runtime_error);
 }
 
 TEST(LoadTokenizer, EmptyTextIsTheTemplateAlone) {

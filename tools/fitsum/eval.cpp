@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/eval/rouge.h"
+#include "fitsum/families/family.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/tokenizer/tokenizer.h"
@@ -62,7 +63,7 @@ void run_eval(EvalArgs a) {
   auto& model = *loaded.model;
   model.to(runtime.device);
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  if (!loaded.tokenizer_dir.empty()) tokenizer = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  if (!loaded.tokenizer_dir.empty()) tokenizer = families::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer* tok = tokenizer.get();
   train::fit_lengths_to_model(a.data, model.config(), tok, print_warning);
 

@@ -16,6 +16,7 @@
 
 #include "commands.h"
 #include "data_flags.h"
+#include "fitsum/families/family.h"
 #include "fitsum/io/model_loader.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/tokenizer/tokenizer.h"
@@ -152,7 +153,7 @@ void run_summarize(SummarizeArgs a) {
     throw std::invalid_argument("'" + a.model_dir + "' has no " + tokenizer::kTokenizerFiles +
                                 ": pass --tokenizer_name DIR");
   }
-  const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_owner = tokenizer::load_tokenizer(loaded.tokenizer_dir);
+  const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_owner = families::load_tokenizer(loaded.tokenizer_dir);
   const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
   // The lengths against the tokenizer's special tokens, for stdin's text too.
   train::fit_lengths_to_model(a.data, model.config(), &tokenizer, print_warning);

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "data_flags.h"
 #include "fitsum/data/dataset.h"
+#include "fitsum/families/family.h"
 #include "fitsum/tokenizer/tokenizer.h"
 #include "fitsum/util/files.h"
 #include "fitsum/util/output_paths.h"
@@ -54,7 +55,7 @@ void run_tokenize(TokenizeArgs args) {
   }
   args.data.validate();
   const std::filesystem::path tokenizer_dir = args.tokenizer_name.empty() ? args.model : args.tokenizer_name;
-  const auto tokenizer_owner = tokenizer::load_tokenizer(tokenizer_dir);
+  const auto tokenizer_owner = families::load_tokenizer(tokenizer_dir);
   const tokenizer::Tokenizer& tokenizer = *tokenizer_owner;
   // With --model, every id must fit its vocabulary: a --tokenizer_name of another model is refused at the first id
   // past it, naming both sizes, as train and eval refuse it.

@@ -56,9 +56,10 @@ struct DataOptions {
 // position table has no rows beyond it); returns one warning per change, for the caller to print.
 std::vector<std::string> clamp_lengths_to_model(DataOptions& options, std::int64_t max_position_embeddings);
 
-// run_summarization.py's warning for a T5 model (`model_type` "t5") without a source_prefix: T5 was pretrained with a
-// task prefix and summarizes from "summarize: ". Empty for other families or when a prefix is set.
-std::string missing_source_prefix_warning(const std::string& model_type, const DataOptions& options);
+// run_summarization.py's warning for a model pretrained with a task prefix (T5 summarizes from "summarize: ") when no
+// source_prefix is set. `prefix_family` names the model's family when it expects one (the caller asks the family
+// registry: families::source_prefix_family), "" when it does not; empty when no warning is due.
+std::string source_prefix_warning(const std::string& prefix_family, const DataOptions& options);
 
 // One training or evaluation example. Token ids are stored as int32 (the vocabulary is 96103), halving the
 // memory of a tokenized corpus; the collator widens them to int64 tensors.

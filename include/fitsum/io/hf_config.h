@@ -1,6 +1,7 @@
-// Hugging Face config.json <-> ModelConfig. The family adapters live here: a PEGASUS config fills the switches of
-// the one encoder-decoder implementation (pre-LN, sinusoidal positions, final LayerNorms, tied head). Whatever the
-// model cannot honour is rejected with the config field's name.
+// Hugging Face config.json <-> ModelConfig. config.json's model_type picks the family (families/family.h), whose
+// record knows the field names and defaults: a PEGASUS config fills the switches of the one encoder-decoder
+// implementation (pre-LN, sinusoidal positions, final LayerNorms, tied head). Whatever the model cannot honour is
+// rejected with the config field's name.
 #pragma once
 
 #include <filesystem>
@@ -12,14 +13,16 @@
 
 namespace fitsum::io {
 
-// `source` names the file in error messages. Throws std::invalid_argument for unsupported or inconsistent fields.
+// `source` names the file in error messages. Throws std::invalid_argument for unsupported or inconsistent fields,
+// and for a model_type no family reads (the message lists the supported ones).
 model::ModelConfig model_config_from_hf(const nlohmann::json& config_json, const std::string& source);
 
 // Reads DIR/config.json (or a config file path).
 model::ModelConfig read_model_config(const std::filesystem::path& path);
 
 // The config.json that HF would write for `config`, keeping every field of `original` (ids, labels, generation
-// settings, ...) and overwriting the architecture fields fitsum knows.
+// settings, ...) and overwriting the architecture fields fitsum knows; "architectures", when `original` has none, is
+// the family's transformers class. Throws std::invalid_argument for a model_type no family reads.
 nlohmann::json model_config_to_hf(const model::ModelConfig& config, const nlohmann::json& original = {});
 
 // HF's --config_overrides ("dropout=0.0,attention_dropout=0.0"): each value takes the JSON type of the field it

@@ -4,8 +4,8 @@
 // its family (transformers 4.35): the same ids for encode(text) with add_special_tokens and truncation=True, the
 // same text for decode(ids).
 //
-// load_tokenizer(dir) picks the family from tokenizer_config.json's tokenizer_class, else from config.json's
-// model_type, else from the files present.
+// families::load_tokenizer(dir) (families/family.h) opens a folder's tokenizer: the family registry says which class
+// reads it.
 #pragma once
 
 #include <cstdint>
@@ -57,10 +57,7 @@ class Tokenizer {
   bool is_empty_text(const std::vector<TokenId>& ids) const;
 };
 
-// Opens the tokenizer of a Hugging Face model (or tokenizer) folder. Throws std::runtime_error naming the folder
-// and the files looked for when it holds none.
-std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& dir);
-// Whether `dir` holds files load_tokenizer can read: spiece.model, tokenizer.json, or vocab.json and merges.txt.
+// Whether `dir` holds files families::load_tokenizer can read: spiece.model, tokenizer.json, or vocab.json and merges.txt.
 bool has_tokenizer(const fs::path& dir);
 // What a folder without a tokenizer lacks, for messages: "spiece.model, tokenizer.json or vocab.json + merges.txt".
 inline constexpr const char* kTokenizerFiles = "spiece.model, tokenizer.json or vocab.json + merges.txt";
