@@ -250,7 +250,7 @@ json t5_config_to_hf(const model::ModelConfig& c, json j) {
 json model_config_to_hf(const model::ModelConfig& c, const json& original) {
   json j = original.is_object() ? original : json::object();
   j["model_type"] = c.model_type;
-  if (c.is_t5()) return t5_config_to_hf(c, std::move(j));
+  if (c.module_layout == model::ModuleLayout::blocks) return t5_config_to_hf(c, std::move(j));
   if (!j.contains("architectures")) {
     j["architectures"] =
         json::array({c.model_type == "bart" ? "BartForConditionalGeneration" : "PegasusForConditionalGeneration"});

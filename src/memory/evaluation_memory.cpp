@@ -32,8 +32,8 @@ struct Widths {
   // Feed-forward tensors of the width ffn at its peak: the product and its activation, or a gated feed-forward's
   // two products, the activation and their product (T5 v1.1).
   double ffn_tensors = 2;
-  // T5: every self-attention adds a float32 (rows, heads, T, S) mask carrying the relative position bias, computed
-  // once per stack and held while the stack runs.
+  // Relative positions (T5): every self-attention adds a float32 (rows, heads, T, S) mask carrying the relative
+  // position bias, computed once per stack and held while the stack runs.
   bool position_bias = false;
   // The LM head's logits get final_logits_bias added (PEGASUS, BART; not T5).
   bool logits_bias = true;
@@ -54,7 +54,7 @@ Widths widths_of(const model::ModelConfig& c, bool bf16, std::int64_t threads) {
   w.pre_norm = c.normalize_before ? 1.0 : 0.0;
   w.float_bias_transient = bf16 && c.linear_bias && !c.gated_ffn;
   w.ffn_tensors = c.gated_ffn ? 4.0 : 2.0;
-  w.position_bias = c.is_t5();
+  w.position_bias = c.position_embedding == model::PositionEmbedding::relative;
   w.logits_bias = c.has_final_logits_bias;
   w.threads = static_cast<double>(threads > 0 ? threads : at::get_num_threads());
   return w;

@@ -63,19 +63,19 @@ torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim) {
 // ---- Attention (HF PegasusAttention) ----
 
 AttentionImpl::AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout)
-    : AttentionImpl(AttentionShape{d_model, heads, 0, dropout, false}) {}
+    : AttentionImpl(AttentionShape{d_model, heads, 0, dropout}) {}
 
 AttentionImpl::AttentionImpl(const AttentionShape& shape)
     : heads_(shape.heads),
       head_dim_(shape.head_dim > 0 ? shape.head_dim : shape.d_model / shape.heads),
-      scaling_(shape.t5 ? 1.0 : std::pow(static_cast<double>(head_dim_), -0.5)),
+      scaling_(shape.scale_scores ? std::pow(static_cast<double>(head_dim_), -0.5) : 1.0),
       dropout_(shape.dropout) {
   const auto inner = heads_ * head_dim_;
   const auto linear = [&](std::int64_t in, std::int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(!shape.t5));
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(shape.bias));
   };
-  // Registration order is each family's (PEGASUS/BART: k, v, q, out; T5: q, k, v, o).
-  if (shape.t5) {
+  // Registration order is each layout's (layers: k, v, q, out; blocks: q, k, v, o).
+  if (shape.layout == ModuleLayout::blocks) {
     q_proj = register_module("q", linear(shape.d_model, inner));
     k_proj = register_module("k", linear(shape.d_model, inner));
     v_proj = register_module("v", linear(shape.d_model, inner));
@@ -97,7 +97,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
                                     const torch::Tensor& mask, std::int64_t group) {
   const auto batch = x.size(0);
   const auto length = x.size(1);
-  // HF scales the projected queries (bias included) before the product; T5 does not scale.
+  // HF scales the projected queries (bias included) before the product; T5's unscaled scores skip it.
   auto query = split_heads(scaling_ == 1.0 ? project(q_proj, x) : project(q_proj, x) * scaling_);  // (B, H, T, hd)
   if (group > 1) {
     // The queries of a group's rows become one row's positions: (B, H, T, hd) -> (B / group, H, group * T, hd).
@@ -228,13 +228,9 @@ torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch
                                    s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
 }
 
-}  // namespace
-
-namespace {
-
-// One sub-layer of a T5 block under T5's names: {`name`: block, layer_norm: RMSNorm}.
-std::shared_ptr<torch::nn::Module> t5_sub_layer(const char* name, const std::shared_ptr<torch::nn::Module>& block,
-                                                RMSNorm& norm, const ModelConfig& c) {
+// One sub-layer of a block under HF T5Block's names: {`name`: block, layer_norm: RMSNorm}.
+std::shared_ptr<torch::nn::Module> block_sub_layer(const char* name, const std::shared_ptr<torch::nn::Module>& block,
+                                                   RMSNorm& norm, const ModelConfig& c) {
   auto holder = std::make_shared<torch::nn::Module>();
   holder->register_module(name, block);
   norm = holder->register_module("layer_norm", RMSNorm(c.d_model, c.layer_norm_eps));
@@ -244,26 +240,27 @@ std::shared_ptr<torch::nn::Module> t5_sub_layer(const char* name, const std::sha
 }  // namespace
 
 TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind, bool first)
-    : settings_(layer_settings(c)), t5_(c.is_t5()) {
+    : settings_(layer_settings(c)), blocks_(c.module_layout == ModuleLayout::blocks) {
   const bool decoder = kind == StackKind::decoder;
-  if (t5_) {
+  if (blocks_) {
     const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
-    const AttentionShape shape{c.d_model, heads, decoder ? c.decoder_head_dim() : c.encoder_head_dim(),
-                               c.attention_dropout, true};
+    const auto head_dim = decoder ? c.decoder_head_dim() : c.encoder_head_dim();
+    const AttentionShape shape{
+        c.d_model, heads, head_dim, c.attention_dropout, c.module_layout, c.linear_bias, c.scale_attention_scores};
     layer = register_module("layer", torch::nn::ModuleList());
     self_attn = Attention(shape);
-    if (first) {
+    if (first && c.position_embedding == PositionEmbedding::relative) {
       self_attn->position_bias =
           RelativePositionBias(c.relative_attention_num_buckets, c.relative_attention_max_distance, heads, !decoder);
       self_attn->register_module("relative_attention_bias", self_attn->position_bias->relative_attention_bias);
     }
-    layer->push_back(t5_sub_layer("SelfAttention", self_attn.ptr(), self_attn_rms, c));
+    layer->push_back(block_sub_layer("SelfAttention", self_attn.ptr(), self_attn_rms, c));
     if (decoder) {
       encoder_attn = Attention(shape);
-      layer->push_back(t5_sub_layer("EncDecAttention", encoder_attn.ptr(), encoder_attn_rms, c));
+      layer->push_back(block_sub_layer("EncDecAttention", encoder_attn.ptr(), encoder_attn_rms, c));
     }
     ff = T5FeedForward(c.d_model, decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim, c.gated_ffn);
-    layer->push_back(t5_sub_layer("DenseReluDense", ff.ptr(), ff_rms, c));
+    layer->push_back(block_sub_layer("DenseReluDense", ff.ptr(), ff_rms, c));
     return;
   }
   const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
@@ -290,9 +287,9 @@ void TransformerLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
   }
 }
 
-torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, const torch::Tensor& self_mask,
-                                               const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
-                                               AttentionCache* self_cache, AttentionCache* cross_cache) {
+torch::Tensor TransformerLayerImpl::forward_block(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                                                  const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                                                  AttentionCache* self_cache, AttentionCache* cross_cache) {
   // HF T5Block: each sub-layer is hidden + dropout(block(RMSNorm(hidden))); the masks already hold the position bias.
   const bool training = is_training();
   const auto residual = [&](const torch::Tensor& h, const torch::Tensor& block) {
@@ -314,7 +311,7 @@ torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, cons
 torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
                                             const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
                                             AttentionCache* self_cache, AttentionCache* cross_cache) {
-  if (t5_) return forward_t5(hidden, self_mask, encoder_hidden, cross_mask, self_cache, cross_cache);
+  if (blocks_) return forward_block(hidden, self_mask, encoder_hidden, cross_mask, self_cache, cross_cache);
   const bool training = is_training();
   auto h = residual_block(hidden, self_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
     return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache) : self_attn->forward(x, x, self_mask);
@@ -379,9 +376,10 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
       embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
       dropout_(c.dropout),
       padding_idx_(c.embedding_padding_idx),
-      t5_(c.is_t5()) {
+      blocks_(c.module_layout == ModuleLayout::blocks),
+      relative_positions_(c.position_embedding == PositionEmbedding::relative) {
   const auto depth = kind == StackKind::decoder ? c.decoder_layers : c.encoder_layers;
-  if (t5_) {
+  if (blocks_) {
     // HF T5Stack: embed_tokens (the shared table, not registered again), block, final_layer_norm.
     layers = register_module("block", torch::nn::ModuleList());
     for (std::int64_t i = 0; i < depth; ++i) layers->push_back(TransformerLayer(c, kind, i == 0));
@@ -412,7 +410,7 @@ torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
   const char* name = kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids";
   if (past == 0 && !ids_checked_on_host()) check_ids_in_vocabulary(ids, embed_tokens_->weight.size(0), name);
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
-  if (t5_) return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);  // no scale, no positions
+  if (blocks_) return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);     // T5Stack: no scale
   h = h * embed_scale_;
   h = h + embed_positions->forward(ids.size(1), past);
   if (!layernorm_embedding.is_empty()) {
@@ -432,7 +430,7 @@ torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, c
   const bool cross = encoder_hidden.defined();
   if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
     // The encoder states are an input of a decoder block: their gradient flows back through the recompute. So is
-    // T5's self-attention mask, which carries the trained position bias.
+    // a self-attention mask carrying the trained relative position bias.
     TensorList inputs{hidden};
     if (cross) inputs.push_back(encoder_hidden);
     const bool mask_is_input = self_mask.defined() && self_mask.requires_grad();
@@ -450,13 +448,13 @@ torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, c
 }
 
 torch::Tensor StackImpl::with_position_bias(const torch::Tensor& mask, std::int64_t length, std::int64_t past) {
-  if (!t5_) return mask;
+  if (!relative_positions_) return mask;
   auto bias = layers[0]->as<TransformerLayer>()->self_attn->position_bias->forward(length, past);  // (1, H, T, K)
   return mask.defined() ? bias + mask : bias;
 }
 
 torch::Tensor StackImpl::finish(const torch::Tensor& hidden) {
-  if (t5_) return model::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
+  if (blocks_) return model::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
   return layer_norm.is_empty() ? hidden : layer_norm->forward(hidden);
 }
 
@@ -493,7 +491,7 @@ Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
 
 Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
   config_.validate();
-  if (config_.is_t5()) {
+  if (config_.module_layout == ModuleLayout::blocks) {
     // T5ForConditionalGeneration: shared, encoder, decoder (and lm_head) at the top level, no final_logits_bias.
     model = Seq2SeqModel(config_);
     register_module("shared", model->shared);

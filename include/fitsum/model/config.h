@@ -92,8 +92,6 @@ struct ModelConfig {
 
   std::int64_t encoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / encoder_attention_heads; }
   std::int64_t decoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / decoder_attention_heads; }
-  // Whether the model needs T5's blocks (RMSNorm, relative position bias, ...).
-  bool is_t5() const { return position_embedding == PositionEmbedding::relative; }
 };
 
 const char* to_string(Activation activation);
