@@ -8,7 +8,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "fitsum/model/loss.h"
+#include "fitsum/kernels/loss.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::memory {
@@ -132,14 +132,14 @@ double decoder_peak(const Widths& w, double rows, double length, double source) 
          position_bias_mask(w, rows, length, length, w.heads_decoder);
 }
 
-// The encoder, then the decoder, then the fused head and loss (model/loss.h): without gradients it holds one chunk
+// The encoder, then the decoder, then the fused head and loss (kernels/loss.h): without gradients it holds one chunk
 // of float32 logits (every label token x chunk columns) beside the decoder output and its label rows.
 double loss_peak(const Widths& w, const EvaluationLoad& load) {
   const double rows = static_cast<double>(load.batch);
   const double source = static_cast<double>(load.source_length);
   const double target = static_cast<double>(load.target_length);
   const double tokens = rows * target;
-  const double chunk_bytes = static_cast<double>(model::LinearCrossEntropyOptions{}.chunk_bytes);
+  const double chunk_bytes = static_cast<double>(kernels::LinearCrossEntropyOptions{}.chunk_bytes);
   const double chunk = std::min(w.vocab, std::max(256.0, std::floor(chunk_bytes / (4.0 * tokens))));
   const double head = 4.0 * tokens * chunk + 2.0 * w.act * tokens * w.d;
   return std::max({encoder_peak(w, rows, source), decoder_peak(w, rows, target, source), head});

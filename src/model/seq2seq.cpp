@@ -9,12 +9,13 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/kernels/feed_forward.h"
+#include "fitsum/kernels/few_rows_linear.h"
+#include "fitsum/kernels/tied_embedding.h"
 #include "fitsum/model/activation_checkpoint.h"
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/feed_forward.h"
-#include "fitsum/model/few_rows_linear.h"
 #include "fitsum/model/host_checked_ids.h"
-#include "fitsum/model/tied_embedding.h"
+#include "fitsum/model/lora.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -129,24 +130,24 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   // cross-attention of 4 sources x 8 beams over 200 positions: 0.25 -> 0.05 ms per layer); training uses
   // dense_matmul's products whatever the shape (onednn_linear.h), as linear() uses dense_linear's.
   constexpr std::int64_t few_keys = 32;
-  const bool few_rows = !is_training() && few_rows_attention_applies(query, key, value);
+  const bool few_rows = !is_training() && kernels::few_rows_attention_applies(query, key, value);
   const bool one_query = !few_rows && query.size(2) == 1 && key.size(2) <= few_keys;
   // Many query rows in evaluation (the encoder's): oneDNN's products where it applies (onednn_linear.h), on the
   // same threads as the linear layers' (LibTorch's bmm would wake OpenBLAS's, and the two pools' spinning threads
   // slow each other down on a machine with few cores).
-  auto scores = few_rows    ? few_rows_scores(query, key)
-                : one_query ? (query * key).sum(-1).unsqueeze(2)                           // (B, H, 1, S)
-                            : model::matmul(query, key.transpose(-1, -2), is_training());  // (B, H, T, S)
+  auto scores = few_rows    ? kernels::few_rows_scores(query, key)
+                : one_query ? (query * key).sum(-1).unsqueeze(2)                             // (B, H, 1, S)
+                            : kernels::matmul(query, key.transpose(-1, -2), is_training());  // (B, H, T, S)
   if (mask.defined()) {
     // In place when the dtypes agree (the product's backward needs only its operands); under autocast the float
     // mask promotes the bfloat16 scores to float, as before.
     scores = scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
   }
   auto probs = torch::softmax(scores, -1);
-  probs = model::dropout(probs, dropout_, is_training(), byte_mask_dropout_);
-  context = few_rows    ? few_rows_context(probs, value)
+  probs = kernels::dropout(probs, dropout_, is_training(), byte_mask_dropout_);
+  context = few_rows    ? kernels::few_rows_context(probs, value)
             : one_query ? (probs.transpose(-1, -2) * value).sum(2).unsqueeze(2)  // (B, H, 1, hd)
-                        : model::matmul(probs, value, is_training());            // (B, H, T, hd)
+                        : kernels::matmul(probs, value, is_training());          // (B, H, T, hd)
 #endif
   if (group > 1) {
     context = context.view({batch / group, heads_, group, length, head_dim_})
@@ -212,20 +213,20 @@ template <typename Block>
 torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
                              bool training, Block&& block) {
   if (s.normalize_before) {
-    return hidden + model::dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
+    return hidden + kernels::dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
   }
-  return norm->forward(hidden + model::dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
+  return norm->forward(hidden + kernels::dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
 }
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
   if (lora_adapter_of(*fc2)) {  // fc2's adapter takes fc2's input, which the fused node never holds
-    auto h = model::dropout(activate(project(fc1, x), s.activation), s.activation_dropout, training,
-                            s.byte_mask_dropout);
+    auto h = kernels::dropout(kernels::activate(project(fc1, x), s.activation), s.activation_dropout, training,
+                              s.byte_mask_dropout);
     return project(fc2, h);
   }
-  return activation_dropout_linear(project(fc1, x), s.activation, s.activation_dropout, training,  // (B, T, D)
-                                   s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
+  return kernels::activation_dropout_linear(project(fc1, x), s.activation, s.activation_dropout, training,  // (B, T, D)
+                                            s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
 }
 
 // One sub-layer of a block under HF T5Block's names: {`name`: block, layer_norm: RMSNorm}.
@@ -293,7 +294,7 @@ torch::Tensor TransformerLayerImpl::forward_block(const torch::Tensor& hidden, c
   // HF T5Block: each sub-layer is hidden + dropout(block(RMSNorm(hidden))); the masks already hold the position bias.
   const bool training = is_training();
   const auto residual = [&](const torch::Tensor& h, const torch::Tensor& block) {
-    return h + model::dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
+    return h + kernels::dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
   };
   // Each norm is a temporary of its sub-layer's expression: not held while the next sub-layer runs.
   const auto self_attention = [&](const torch::Tensor& x) {
@@ -364,7 +365,7 @@ void check_ids_in_vocabulary(const torch::Tensor& ids, std::int64_t vocab_size, 
 torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tensor& ids, std::int64_t padding_idx,
                            bool in_place_gradient) {
   // (B, T) -> (B, T, D)
-  return in_place_gradient ? embedding_lookup(table->weight, ids, padding_idx)
+  return in_place_gradient ? kernels::embedding_lookup(table->weight, ids, padding_idx)
                            : torch::embedding(table->weight, ids, padding_idx);
 }
 
@@ -410,13 +411,11 @@ torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
   const char* name = kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids";
   if (past == 0 && !ids_checked_on_host()) check_ids_in_vocabulary(ids, embed_tokens_->weight.size(0), name);
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
-  if (blocks_) return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);     // T5Stack: no scale
+  if (blocks_) return kernels::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);   // T5Stack: no scale
   h = h * embed_scale_;
   h = h + embed_positions->forward(ids.size(1), past);
-  if (!layernorm_embedding.is_empty()) {
-    h = layernorm_embedding->forward(h);
-  }
-  return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
+  if (!layernorm_embedding.is_empty()) h = layernorm_embedding->forward(h);
+  return kernels::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
 }
 
 torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -454,7 +453,7 @@ torch::Tensor StackImpl::with_position_bias(const torch::Tensor& mask, std::int6
 }
 
 torch::Tensor StackImpl::finish(const torch::Tensor& hidden) {
-  if (blocks_) return model::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
+  if (blocks_) return kernels::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
   return layer_norm.is_empty() ? hidden : layer_norm->forward(hidden);
 }
 
@@ -535,18 +534,19 @@ torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
   // per region and keeps the copy (evaluation_memory.h counts it), where the modules' linear casts it at every call.
   const auto x = head_input(decoder_hidden);
   const auto weight = lm_head_weight();
-  auto logits = !is_training() && few_rows_kernel_applies(x, weight, at::Tensor())
-                    ? model::linear(x, weight, at::Tensor(), /*training=*/false)
+  auto logits = !is_training() && kernels::few_rows_kernel_applies(x, weight, at::Tensor())
+                    ? kernels::linear(x, weight, at::Tensor(), /*training=*/false)
                     : torch::linear(x, weight);
   return final_logits_bias.defined() ? logits + final_logits_bias : logits;
 }
 
-TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
-                                    double label_smoothing, const KnownLabels* known) {
-  LinearCrossEntropyOptions options;
+kernels::TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
+                                             double label_smoothing, const kernels::KnownLabels* known) {
+  kernels::LinearCrossEntropyOptions options;
   options.label_smoothing = label_smoothing;
   options.known = known;
-  return linear_cross_entropy(head_input(decoder_hidden), lm_head_weight(), final_logits_bias, labels, options);
+  return kernels::linear_cross_entropy(head_input(decoder_hidden), lm_head_weight(), final_logits_bias, labels,
+                                       options);
 }
 
 void Seq2SeqLMImpl::set_kernel_choices(const KernelChoices& kernels) {
@@ -568,7 +568,7 @@ Seq2SeqOutput Seq2SeqLMImpl::forward(const torch::Tensor& input_ids, const torch
   out.encoder_hidden_state = encode(input_ids, attention_mask);
   auto hidden = decode(shift_tokens_right(labels), out.encoder_hidden_state, attention_mask);
   out.logits = lm_logits(hidden);
-  out.loss = label_cross_entropy(out.logits, labels);
+  out.loss = kernels::label_cross_entropy(out.logits, labels);
   return out;
 }
 

@@ -27,13 +27,16 @@ const std::map<std::string, std::set<std::string>>& layer_table() {
       {"util", {}},
       {"tokenizer", {"util"}},
       {"data", {"util", "tokenizer"}},
-      {"model", {"util"}},
+      {"kernels", {"util"}},
+      {"model", {"util", "kernels"}},
       {"optim", {"util"}},
       {"eval", {"util"}},
       {"io", {"util", "model", "tokenizer"}},
       {"generate", {"util", "model"}},
-      {"memory", {"util", "model", "optim"}},
-      {"train", {"util", "tokenizer", "data", "model", "optim", "eval", "io", "generate", "memory"}},
+      // memory: the fused loss's chunk sizes (kernels/loss.h) are terms of the planner's memory model.
+      {"memory", {"util", "kernels", "model", "optim"}},
+      // train: a batch's KnownLabels and the TokenLoss sums (kernels/loss.h).
+      {"train", {"util", "tokenizer", "data", "kernels", "model", "optim", "eval", "io", "generate", "memory"}},
   };
   return table;
 }

@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "fitsum/kernels/activation.h"
+
 namespace fitsum::model {
 
-enum class Activation { relu, gelu, gelu_new, silu };
+using kernels::Activation;  // relu, gelu, gelu_new, silu
 
 enum class PositionEmbedding {
   sinusoidal,  // PEGASUS: fixed table, sin in the first half of the features, cos in the second; not trained

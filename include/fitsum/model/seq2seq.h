@@ -18,9 +18,9 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include "fitsum/kernels/loss.h"
 #include "fitsum/model/config.h"
 #include "fitsum/model/decoder_cache.h"
-#include "fitsum/model/loss.h"
 #include "fitsum/model/t5_layers.h"
 
 namespace fitsum::model {
@@ -42,10 +42,10 @@ torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim);
 // rounding (dropout draws other, equally distributed masks). All on by default; turning one off is for
 // before/after measurements (`fitsum bench train --unfused`) and tests.
 struct KernelChoices {
-  bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (model/tied_embedding.h)
-  bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
+  bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (kernels/tied_embedding.h)
+  bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (kernels/dropout.h)
   bool fused_rms_norm = true;               // T5's RMSNorm as one autograd node (model/t5_layers.h)
-  bool recomputed_feed_forward = true;      // fc2's input recomputed in backward (model/feed_forward.h)
+  bool recomputed_feed_forward = true;      // fc2's input recomputed in backward (kernels/feed_forward.h)
 };
 
 // PEGASUS's and BART's attention (the layers layout: q_proj, k_proj, v_proj, out_proj with biases; queries scaled by
@@ -243,11 +243,11 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   // decoder states (B, T, D) -> logits (B, T, V): the tied (or separate) LM head plus final_logits_bias.
   torch::Tensor lm_logits(const torch::Tensor& decoder_hidden);
   // The summed token loss of decoder states (B, T, D) against labels (B, T): label_loss_sum(lm_logits(hidden),
-  // labels, label_smoothing) computed by the fused LM head + cross-entropy (model/loss.h), which never holds the
+  // labels, label_smoothing) computed by the fused LM head + cross-entropy (kernels/loss.h), which never holds the
   // (B, T, V) logits. What training uses; lm_logits is for generation. `known`: what the host found in the labels
-  // (model/loss.h), so that nothing is read back from the device.
-  TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels, double label_smoothing = 0.0,
-                       const KnownLabels* known = nullptr);
+  // (kernels/loss.h), so that nothing is read back from the device.
+  kernels::TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
+                                double label_smoothing = 0.0, const kernels::KnownLabels* known = nullptr);
   // Full pass with teacher forcing: decoder inputs are labels shifted right (HF shift_tokens_right).
   Seq2SeqOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& labels);
