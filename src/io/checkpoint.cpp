@@ -220,7 +220,7 @@ namespace {
 struct WeightMatch {
   std::map<std::string, at::Tensor> expected;  // parameters and buffers under their HF names
   bool has_prefix = false;                     // stored names start with "model." (else: a bare PegasusModel)
-  bool t5 = false;                             // T5's names have no "model." level at all
+  bool top_level = false;                      // the blocks layout's names have no "model." level at all
   std::string shared_name = "model.shared.weight";
   std::vector<const TensorSource::Info*> to_load;
   std::vector<const TensorSource::Info*> duplicates;
@@ -230,14 +230,14 @@ struct WeightMatch {
 
   // Checkpoints saved from the bare PegasusModel have no "model." prefix; HF adds it on load, so do we.
   std::string hf_name(const std::string& stored) const {
-    if (t5 || has_prefix || stored == "final_logits_bias" || stored.rfind("lm_head.", 0) == 0) return stored;
+    if (top_level || has_prefix || stored == "final_logits_bias" || stored.rfind("lm_head.", 0) == 0) return stored;
     return "model." + stored;
   }
 };
 
 // Sorts one stored tensor into to_load, duplicates or problems.
 void match_stored(WeightMatch& m, const TensorSource::Info& info, const model::ModelConfig& c) {
-  const std::string prefix = m.t5 ? "" : "model.";
+  const std::string prefix = m.top_level ? "" : "model.";
   std::set<std::string> tied_copies{prefix + "encoder.embed_tokens.weight", prefix + "decoder.embed_tokens.weight"};
   if (c.tie_word_embeddings) tied_copies.insert("lm_head.weight");
   const std::string name = m.hf_name(info.name);
@@ -278,8 +278,8 @@ WeightMatch match_weights(model::Seq2SeqLMImpl& model, const TensorSource& sourc
     if (info.name.rfind("model.", 0) == 0) m.has_prefix = true;
   }
   const auto& c = model.config();
-  m.t5 = c.is_t5();
-  if (m.t5) m.shared_name = "shared.weight";
+  m.top_level = c.module_layout == model::ModuleLayout::blocks;
+  if (m.top_level) m.shared_name = "shared.weight";
   for (const auto& info : source.tensors()) match_stored(m, info, c);
   for (const auto& [name, tensor] : m.expected) {
     if (m.found.count(name)) continue;

@@ -12,9 +12,9 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/kernels/loss.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/lora_memory.h"
-#include "fitsum/model/loss.h"
 #include "fitsum/model/micro_step.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"

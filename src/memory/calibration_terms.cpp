@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "fitsum/kernels/loss.h"
 #include "fitsum/memory/calibration.h"
-#include "fitsum/model/loss.h"
 
 namespace fitsum::memory {
 
@@ -54,7 +54,7 @@ double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_laye
 }
 
 LossHeadModes loss_head_modes(const model::ModelConfig& config, const BatchShape& shape) {
-  const model::LinearCrossEntropyOptions loss;
+  const kernels::LinearCrossEntropyOptions loss;
   const double tokens = static_cast<double>(shape.batch) * static_cast<double>(shape.target);
   const double vocab = static_cast<double>(config.vocab_size);
   LossHeadModes m;

@@ -8,7 +8,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "fitsum/model/loss.h"
+#include "fitsum/kernels/loss.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::memory {
@@ -32,8 +32,8 @@ struct Widths {
   // Feed-forward tensors of the width ffn at its peak: the product and its activation, or a gated feed-forward's
   // two products, the activation and their product (T5 v1.1).
   double ffn_tensors = 2;
-  // T5: every self-attention adds a float32 (rows, heads, T, S) mask carrying the relative position bias, computed
-  // once per stack and held while the stack runs.
+  // Relative positions (T5): every self-attention adds a float32 (rows, heads, T, S) mask carrying the relative
+  // position bias, computed once per stack and held while the stack runs.
   bool position_bias = false;
   // The LM head's logits get final_logits_bias added (PEGASUS, BART; not T5).
   bool logits_bias = true;
@@ -54,7 +54,7 @@ Widths widths_of(const model::ModelConfig& c, bool bf16, std::int64_t threads) {
   w.pre_norm = c.normalize_before ? 1.0 : 0.0;
   w.float_bias_transient = bf16 && c.linear_bias && !c.gated_ffn;
   w.ffn_tensors = c.gated_ffn ? 4.0 : 2.0;
-  w.position_bias = c.is_t5();
+  w.position_bias = c.position_embedding == model::PositionEmbedding::relative;
   w.logits_bias = c.has_final_logits_bias;
   w.threads = static_cast<double>(threads > 0 ? threads : at::get_num_threads());
   return w;
@@ -132,14 +132,14 @@ double decoder_peak(const Widths& w, double rows, double length, double source) 
          position_bias_mask(w, rows, length, length, w.heads_decoder);
 }
 
-// The encoder, then the decoder, then the fused head and loss (model/loss.h): without gradients it holds one chunk
+// The encoder, then the decoder, then the fused head and loss (kernels/loss.h): without gradients it holds one chunk
 // of float32 logits (every label token x chunk columns) beside the decoder output and its label rows.
 double loss_peak(const Widths& w, const EvaluationLoad& load) {
   const double rows = static_cast<double>(load.batch);
   const double source = static_cast<double>(load.source_length);
   const double target = static_cast<double>(load.target_length);
   const double tokens = rows * target;
-  const double chunk_bytes = static_cast<double>(model::LinearCrossEntropyOptions{}.chunk_bytes);
+  const double chunk_bytes = static_cast<double>(kernels::LinearCrossEntropyOptions{}.chunk_bytes);
   const double chunk = std::min(w.vocab, std::max(256.0, std::floor(chunk_bytes / (4.0 * tokens))));
   const double head = 4.0 * tokens * chunk + 2.0 * w.act * tokens * w.d;
   return std::max({encoder_peak(w, rows, source), decoder_peak(w, rows, target, source), head});

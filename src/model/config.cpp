@@ -35,6 +35,21 @@ void require_probability(double value, const char* field) {
   }
 }
 
+// Each layout builds one variant of the blocks (seq2seq.cpp, count_parameters): blocks with relative positions,
+// RMSNorm and no biases (T5's module tree); layers with a position table, LayerNorm and biases.
+void require_layout_variants(const ModelConfig& c) {
+  const bool blocks = c.module_layout == ModuleLayout::blocks;
+  const auto require = [&](bool holds, const char* field, const char* needed) {
+    if (holds) return;
+    throw std::invalid_argument(std::string("config field '") + field + "' must be " + needed + " with module_layout " +
+                                to_string(c.module_layout) + ": the only variant that layout builds");
+  };
+  require((c.position_embedding == PositionEmbedding::relative) == blocks, "position_embedding",
+          blocks ? "relative" : "sinusoidal or learned");
+  require((c.normalization == Normalization::rms_norm) == blocks, "normalization", blocks ? "rms_norm" : "layer_norm");
+  require(c.linear_bias != blocks, "linear_bias", blocks ? "false" : "true");
+}
+
 }  // namespace
 
 void ModelConfig::validate() const {
@@ -80,6 +95,7 @@ void ModelConfig::validate() const {
   if (!(layer_norm_eps > 0.0)) {
     throw std::invalid_argument("config field 'layer_norm_eps' must be positive");
   }
+  require_layout_variants(*this);
 }
 
 const char* to_string(Activation activation) {
@@ -96,6 +112,8 @@ const char* to_string(Activation activation) {
   return "?";
 }
 
+const char* to_string(ModuleLayout layout) { return layout == ModuleLayout::blocks ? "blocks" : "layers"; }
+
 Activation activation_from_string(const std::string& name) {
   if (name == "relu") return Activation::relu;
   if (name == "gelu") return Activation::gelu;
@@ -107,9 +125,9 @@ Activation activation_from_string(const std::string& name) {
 
 namespace {
 
-// T5's layout (transformers' T5ForConditionalGeneration): no biases, RMSNorm weights only, the relative position
-// table in the first block of each stack, no final_logits_bias.
-ParameterCounts count_t5_parameters(const ModelConfig& c) {
+// The blocks layout (transformers' T5ForConditionalGeneration): no biases, RMSNorm weights only, the relative
+// position table in the first block of each stack, no final_logits_bias.
+ParameterCounts count_block_parameters(const ModelConfig& c) {
   ParameterCounts counts;
   const std::int64_t d = c.d_model;
   const auto add_matrix = [&](std::int64_t rows, std::int64_t cols) {
@@ -152,7 +170,7 @@ ParameterCounts count_t5_parameters(const ModelConfig& c) {
 }  // namespace
 
 ParameterCounts count_parameters(const ModelConfig& c) {
-  if (c.is_t5()) return count_t5_parameters(c);
+  if (c.module_layout == ModuleLayout::blocks) return count_block_parameters(c);
   ParameterCounts counts;
   const std::int64_t d = c.d_model;
   // Checked: a config is user input, and a count that wraps would be printed as a negative parameter count.
@@ -244,6 +262,8 @@ double training_matmul_flops(const ModelConfig& c, std::int64_t batch, std::int6
 std::optional<ArchitectureDifference> architecture_difference(const ModelConfig& first, const ModelConfig& second) {
   if (first.model_type != second.model_type)
     return ArchitectureDifference{"model_type", first.model_type, second.model_type};
+  if (first.module_layout != second.module_layout)
+    return ArchitectureDifference{"module_layout", to_string(first.module_layout), to_string(second.module_layout)};
   const std::pair<const char*, std::int64_t ModelConfig::*> sizes[] = {
       {"vocab_size", &ModelConfig::vocab_size},
       {"d_model", &ModelConfig::d_model},

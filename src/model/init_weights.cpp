@@ -14,8 +14,9 @@ namespace {
 
 using util::ends_with;
 
-// T5PreTrainedModel._init_weights: normals scaled by initializer_factor (init_std here) and the fan-in.
-double t5_init_std(const std::string& name, const ModelConfig& c) {
+// The blocks layout's modules as T5PreTrainedModel._init_weights draws them: normals scaled by initializer_factor
+// (init_std here) and the fan-in, by module name.
+double block_init_std(const std::string& name, const ModelConfig& c) {
   const double factor = c.init_std;
   const double d_model = static_cast<double>(c.d_model);
   const double d_kv = static_cast<double>(c.encoder_head_dim());
@@ -36,12 +37,13 @@ void init_weights(Seq2SeqLMImpl& model, std::uint64_t seed) {
   for (auto& item : model.named_parameters()) {
     const auto& name = item.key();
     auto& p = item.value();
-    const double std = config.is_t5() ? t5_init_std(name, config) : config.init_std;
+    const bool blocks = config.module_layout == ModuleLayout::blocks;
+    const double std = blocks ? block_init_std(name, config) : config.init_std;
     const bool is_norm =
         name.find("layer_norm") != std::string::npos || name.find("layernorm_embedding") != std::string::npos;
     if (is_norm) {
       if (ends_with(name, ".weight")) {
-        p.fill_(config.is_t5() ? config.init_std : 1.0);
+        p.fill_(blocks ? config.init_std : 1.0);  // T5LayerNorm's weight: initializer_factor
       } else {
         p.zero_();
       }

@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "fitsum/model/dropout.h"
+#include "fitsum/kernels/dropout.h"
 
 namespace fitsum::model {
 
@@ -96,7 +96,7 @@ torch::Tensor attend_blocks(torch::nn::Module& module, const LongT5LayerOptions&
               " (the first block's bias must come from the same attention type)");
   scores = scores + position_bias.to(scores.scalar_type());
   auto probs = torch::softmax(scores, -1, torch::kFloat).to(scores.scalar_type());
-  probs = model::dropout(probs, o.dropout, module.is_training(), o.byte_mask_dropout);
+  probs = kernels::dropout(probs, o.dropout, module.is_training(), o.byte_mask_dropout);
   auto context = torch::matmul(probs.narrow(-1, 0, 3 * block_len), value);  // (B, N, H, K, d)
   if (side.key.defined()) {
     context = context + torch::matmul(probs.narrow(-1, 3 * block_len, side.value.size(-2)), side.value);
@@ -317,8 +317,8 @@ LongT5Attended LongT5EncoderBlockImpl::forward(const torch::Tensor& hidden, cons
   const auto normed = attention_norm->forward(hidden);
   auto attended = local_attention.is_empty() ? global_attention->forward(normed, attention_mask, position_bias)
                                              : local_attention->forward(normed, attention_mask, position_bias);
-  auto h = hidden + model::dropout(attended.hidden, o.dropout, training, o.byte_mask_dropout);
-  h = h + model::dropout(ff->forward(ff_norm->forward(h), o.dropout, training, o.byte_mask_dropout), o.dropout,
+  auto h = hidden + kernels::dropout(attended.hidden, o.dropout, training, o.byte_mask_dropout);
+  h = h + kernels::dropout(ff->forward(ff_norm->forward(h), o.dropout, training, o.byte_mask_dropout), o.dropout,
                          training, o.byte_mask_dropout);
   return {h, attended.position_bias};
 }

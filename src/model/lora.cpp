@@ -6,8 +6,8 @@
 
 #include <torch/torch.h>
 
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/few_rows_linear.h"
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/kernels/few_rows_linear.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/util/strings.h"
 
@@ -131,10 +131,16 @@ LoraAdapter lora_adapter_of(const torch::nn::LinearImpl& layer) {
 
 at::Tensor add_lora(const at::Tensor& y, const at::Tensor& x, const LoraAdapter& adapter, bool training) {
   const auto& s = *adapter.settings;
-  const auto input = s.dropout > 0.0 ? model::dropout(x, s.dropout, training) : x;
-  const auto down = linear(input, adapter.lora_A->weight, {}, training);
-  const auto up = linear(down, adapter.lora_B->weight, {}, training);
+  const auto input = s.dropout > 0.0 ? kernels::dropout(x, s.dropout, training) : x;
+  const auto down = kernels::linear(input, adapter.lora_A->weight, {}, training);
+  const auto up = kernels::linear(down, adapter.lora_B->weight, {}, training);
   return y.add(up, s.scaling);  // PEFT: result + lora_B(lora_A(dropout(x))) * scaling
+}
+
+at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x) {
+  auto y = kernels::linear(x, layer->weight, layer->bias, layer->is_training());
+  if (const auto adapter = lora_adapter_of(*layer)) return add_lora(y, x, adapter, layer->is_training());
+  return y;
 }
 
 std::vector<std::string> lora_target_names(Seq2SeqLMImpl& model, const LoraConfig& config) {

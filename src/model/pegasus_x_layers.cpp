@@ -11,8 +11,8 @@
 
 #include <torch/torch.h>
 
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/feed_forward.h"
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/kernels/feed_forward.h"
 #include "fitsum/model/seq2seq.h"
 
 namespace fitsum::model {
@@ -87,7 +87,7 @@ torch::Tensor PegasusXGlobalLocalAttentionImpl::merge_heads(const torch::Tensor&
 }
 
 torch::Tensor PegasusXGlobalLocalAttentionImpl::probabilities(const torch::Tensor& scores) {
-  return model::dropout(torch::softmax(scores, -1), dropout_, is_training(), byte_mask_dropout_);
+  return kernels::dropout(torch::softmax(scores, -1), dropout_, is_training(), byte_mask_dropout_);
 }
 
 PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& global,
@@ -162,8 +162,8 @@ PegasusXEncoderLayerImpl::PegasusXEncoderLayerImpl(const PegasusXLayerOptions& o
 torch::Tensor PegasusXEncoderLayerImpl::feed_forward(const torch::Tensor& x) {
   const bool training = is_training();
   auto h = activate(fc1->forward(final_layer_norm->forward(x)), options_.activation);
-  h = model::dropout(h, options_.activation_dropout, training, options_.byte_mask_dropout);
-  return x + model::dropout(fc2->forward(h), options_.dropout, training, options_.byte_mask_dropout);
+  h = kernels::dropout(h, options_.activation_dropout, training, options_.byte_mask_dropout);
+  return x + kernels::dropout(fc2->forward(h), options_.dropout, training, options_.byte_mask_dropout);
 }
 
 PegasusXStates PegasusXEncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& global,
@@ -182,8 +182,8 @@ PegasusXStates PegasusXEncoderLayerImpl::forward(const torch::Tensor& hidden, co
   auto attended = self_attn->forward(h, g, m);
   if (options_.stagger_blocks) attended.hidden = attended.hidden.narrow(1, half_block, hidden.size(1));
   // One statement each: HF draws the tokens' dropout mask before the global tokens'.
-  auto new_hidden = hidden + model::dropout(attended.hidden, options_.dropout, training, options_.byte_mask_dropout);
-  auto new_global = global + model::dropout(attended.global, options_.dropout, training, options_.byte_mask_dropout);
+  auto new_hidden = hidden + kernels::dropout(attended.hidden, options_.dropout, training, options_.byte_mask_dropout);
+  auto new_global = global + kernels::dropout(attended.global, options_.dropout, training, options_.byte_mask_dropout);
   new_hidden = feed_forward(new_hidden);
   new_global = feed_forward(new_global);
   return {new_hidden, new_global};

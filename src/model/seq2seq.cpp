@@ -9,12 +9,13 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/kernels/feed_forward.h"
+#include "fitsum/kernels/few_rows_linear.h"
+#include "fitsum/kernels/tied_embedding.h"
 #include "fitsum/model/activation_checkpoint.h"
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/feed_forward.h"
-#include "fitsum/model/few_rows_linear.h"
 #include "fitsum/model/host_checked_ids.h"
-#include "fitsum/model/tied_embedding.h"
+#include "fitsum/model/lora.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -63,19 +64,19 @@ torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim) {
 // ---- Attention (HF PegasusAttention) ----
 
 AttentionImpl::AttentionImpl(std::int64_t d_model, std::int64_t heads, double dropout)
-    : AttentionImpl(AttentionShape{d_model, heads, 0, dropout, false}) {}
+    : AttentionImpl(AttentionShape{d_model, heads, 0, dropout}) {}
 
 AttentionImpl::AttentionImpl(const AttentionShape& shape)
     : heads_(shape.heads),
       head_dim_(shape.head_dim > 0 ? shape.head_dim : shape.d_model / shape.heads),
-      scaling_(shape.t5 ? 1.0 : std::pow(static_cast<double>(head_dim_), -0.5)),
+      scaling_(shape.scale_scores ? std::pow(static_cast<double>(head_dim_), -0.5) : 1.0),
       dropout_(shape.dropout) {
   const auto inner = heads_ * head_dim_;
   const auto linear = [&](std::int64_t in, std::int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(!shape.t5));
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(shape.bias));
   };
-  // Registration order is each family's (PEGASUS/BART: k, v, q, out; T5: q, k, v, o).
-  if (shape.t5) {
+  // Registration order is each layout's (layers: k, v, q, out; blocks: q, k, v, o).
+  if (shape.layout == ModuleLayout::blocks) {
     q_proj = register_module("q", linear(shape.d_model, inner));
     k_proj = register_module("k", linear(shape.d_model, inner));
     v_proj = register_module("v", linear(shape.d_model, inner));
@@ -97,7 +98,7 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
                                     const torch::Tensor& mask, std::int64_t group) {
   const auto batch = x.size(0);
   const auto length = x.size(1);
-  // HF scales the projected queries (bias included) before the product; T5 does not scale.
+  // HF scales the projected queries (bias included) before the product; T5's unscaled scores skip it.
   auto query = split_heads(scaling_ == 1.0 ? project(q_proj, x) : project(q_proj, x) * scaling_);  // (B, H, T, hd)
   if (group > 1) {
     // The queries of a group's rows become one row's positions: (B, H, T, hd) -> (B / group, H, group * T, hd).
@@ -129,24 +130,24 @@ torch::Tensor AttentionImpl::attend(const torch::Tensor& x, const torch::Tensor&
   // cross-attention of 4 sources x 8 beams over 200 positions: 0.25 -> 0.05 ms per layer); training uses
   // dense_matmul's products whatever the shape (onednn_linear.h), as linear() uses dense_linear's.
   constexpr std::int64_t few_keys = 32;
-  const bool few_rows = !is_training() && few_rows_attention_applies(query, key, value);
+  const bool few_rows = !is_training() && kernels::few_rows_attention_applies(query, key, value);
   const bool one_query = !few_rows && query.size(2) == 1 && key.size(2) <= few_keys;
   // Many query rows in evaluation (the encoder's): oneDNN's products where it applies (onednn_linear.h), on the
   // same threads as the linear layers' (LibTorch's bmm would wake OpenBLAS's, and the two pools' spinning threads
   // slow each other down on a machine with few cores).
-  auto scores = few_rows    ? few_rows_scores(query, key)
-                : one_query ? (query * key).sum(-1).unsqueeze(2)                           // (B, H, 1, S)
-                            : model::matmul(query, key.transpose(-1, -2), is_training());  // (B, H, T, S)
+  auto scores = few_rows    ? kernels::few_rows_scores(query, key)
+                : one_query ? (query * key).sum(-1).unsqueeze(2)                             // (B, H, 1, S)
+                            : kernels::matmul(query, key.transpose(-1, -2), is_training());  // (B, H, T, S)
   if (mask.defined()) {
     // In place when the dtypes agree (the product's backward needs only its operands); under autocast the float
     // mask promotes the bfloat16 scores to float, as before.
     scores = scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
   }
   auto probs = torch::softmax(scores, -1);
-  probs = model::dropout(probs, dropout_, is_training(), byte_mask_dropout_);
-  context = few_rows    ? few_rows_context(probs, value)
+  probs = kernels::dropout(probs, dropout_, is_training(), byte_mask_dropout_);
+  context = few_rows    ? kernels::few_rows_context(probs, value)
             : one_query ? (probs.transpose(-1, -2) * value).sum(2).unsqueeze(2)  // (B, H, 1, hd)
-                        : model::matmul(probs, value, is_training());            // (B, H, T, hd)
+                        : kernels::matmul(probs, value, is_training());          // (B, H, T, hd)
 #endif
   if (group > 1) {
     context = context.view({batch / group, heads_, group, length, head_dim_})
@@ -212,29 +213,25 @@ template <typename Block>
 torch::Tensor residual_block(const torch::Tensor& hidden, torch::nn::LayerNorm& norm, const LayerSettings& s,
                              bool training, Block&& block) {
   if (s.normalize_before) {
-    return hidden + model::dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
+    return hidden + kernels::dropout(block(norm->forward(hidden)), s.dropout, training, s.byte_mask_dropout);
   }
-  return norm->forward(hidden + model::dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
+  return norm->forward(hidden + kernels::dropout(block(hidden), s.dropout, training, s.byte_mask_dropout));
 }
 
 torch::Tensor feed_forward(const torch::Tensor& x, torch::nn::Linear& fc1, torch::nn::Linear& fc2,
                            const LayerSettings& s, bool training) {
   if (lora_adapter_of(*fc2)) {  // fc2's adapter takes fc2's input, which the fused node never holds
-    auto h = model::dropout(activate(project(fc1, x), s.activation), s.activation_dropout, training,
-                            s.byte_mask_dropout);
+    auto h = kernels::dropout(kernels::activate(project(fc1, x), s.activation), s.activation_dropout, training,
+                              s.byte_mask_dropout);
     return project(fc2, h);
   }
-  return activation_dropout_linear(project(fc1, x), s.activation, s.activation_dropout, training,  // (B, T, D)
-                                   s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
+  return kernels::activation_dropout_linear(project(fc1, x), s.activation, s.activation_dropout, training,  // (B, T, D)
+                                            s.byte_mask_dropout, fc2->weight, fc2->bias, s.recomputed_feed_forward);
 }
 
-}  // namespace
-
-namespace {
-
-// One sub-layer of a T5 block under T5's names: {`name`: block, layer_norm: RMSNorm}.
-std::shared_ptr<torch::nn::Module> t5_sub_layer(const char* name, const std::shared_ptr<torch::nn::Module>& block,
-                                                RMSNorm& norm, const ModelConfig& c) {
+// One sub-layer of a block under HF T5Block's names: {`name`: block, layer_norm: RMSNorm}.
+std::shared_ptr<torch::nn::Module> block_sub_layer(const char* name, const std::shared_ptr<torch::nn::Module>& block,
+                                                   RMSNorm& norm, const ModelConfig& c) {
   auto holder = std::make_shared<torch::nn::Module>();
   holder->register_module(name, block);
   norm = holder->register_module("layer_norm", RMSNorm(c.d_model, c.layer_norm_eps));
@@ -244,26 +241,27 @@ std::shared_ptr<torch::nn::Module> t5_sub_layer(const char* name, const std::sha
 }  // namespace
 
 TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind, bool first)
-    : settings_(layer_settings(c)), t5_(c.is_t5()) {
+    : settings_(layer_settings(c)), blocks_(c.module_layout == ModuleLayout::blocks) {
   const bool decoder = kind == StackKind::decoder;
-  if (t5_) {
+  if (blocks_) {
     const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
-    const AttentionShape shape{c.d_model, heads, decoder ? c.decoder_head_dim() : c.encoder_head_dim(),
-                               c.attention_dropout, true};
+    const auto head_dim = decoder ? c.decoder_head_dim() : c.encoder_head_dim();
+    const AttentionShape shape{
+        c.d_model, heads, head_dim, c.attention_dropout, c.module_layout, c.linear_bias, c.scale_attention_scores};
     layer = register_module("layer", torch::nn::ModuleList());
     self_attn = Attention(shape);
-    if (first) {
+    if (first && c.position_embedding == PositionEmbedding::relative) {
       self_attn->position_bias =
           RelativePositionBias(c.relative_attention_num_buckets, c.relative_attention_max_distance, heads, !decoder);
       self_attn->register_module("relative_attention_bias", self_attn->position_bias->relative_attention_bias);
     }
-    layer->push_back(t5_sub_layer("SelfAttention", self_attn.ptr(), self_attn_rms, c));
+    layer->push_back(block_sub_layer("SelfAttention", self_attn.ptr(), self_attn_rms, c));
     if (decoder) {
       encoder_attn = Attention(shape);
-      layer->push_back(t5_sub_layer("EncDecAttention", encoder_attn.ptr(), encoder_attn_rms, c));
+      layer->push_back(block_sub_layer("EncDecAttention", encoder_attn.ptr(), encoder_attn_rms, c));
     }
     ff = T5FeedForward(c.d_model, decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim, c.gated_ffn);
-    layer->push_back(t5_sub_layer("DenseReluDense", ff.ptr(), ff_rms, c));
+    layer->push_back(block_sub_layer("DenseReluDense", ff.ptr(), ff_rms, c));
     return;
   }
   const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
@@ -290,13 +288,13 @@ void TransformerLayerImpl::set_kernel_choices(const KernelChoices& kernels) {
   }
 }
 
-torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, const torch::Tensor& self_mask,
-                                               const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
-                                               AttentionCache* self_cache, AttentionCache* cross_cache) {
+torch::Tensor TransformerLayerImpl::forward_block(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                                                  const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                                                  AttentionCache* self_cache, AttentionCache* cross_cache) {
   // HF T5Block: each sub-layer is hidden + dropout(block(RMSNorm(hidden))); the masks already hold the position bias.
   const bool training = is_training();
   const auto residual = [&](const torch::Tensor& h, const torch::Tensor& block) {
-    return h + model::dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
+    return h + kernels::dropout(block, settings_.dropout, training, settings_.byte_mask_dropout);
   };
   // Each norm is a temporary of its sub-layer's expression: not held while the next sub-layer runs.
   const auto self_attention = [&](const torch::Tensor& x) {
@@ -314,7 +312,7 @@ torch::Tensor TransformerLayerImpl::forward_t5(const torch::Tensor& hidden, cons
 torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& self_mask,
                                             const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
                                             AttentionCache* self_cache, AttentionCache* cross_cache) {
-  if (t5_) return forward_t5(hidden, self_mask, encoder_hidden, cross_mask, self_cache, cross_cache);
+  if (blocks_) return forward_block(hidden, self_mask, encoder_hidden, cross_mask, self_cache, cross_cache);
   const bool training = is_training();
   auto h = residual_block(hidden, self_attn_layer_norm, settings_, training, [&](const torch::Tensor& x) {
     return self_cache ? self_attn->forward_self_cached(x, self_mask, *self_cache) : self_attn->forward(x, x, self_mask);
@@ -367,7 +365,7 @@ void check_ids_in_vocabulary(const torch::Tensor& ids, std::int64_t vocab_size, 
 torch::Tensor embed_tokens(const torch::nn::Embedding& table, const torch::Tensor& ids, std::int64_t padding_idx,
                            bool in_place_gradient) {
   // (B, T) -> (B, T, D)
-  return in_place_gradient ? embedding_lookup(table->weight, ids, padding_idx)
+  return in_place_gradient ? kernels::embedding_lookup(table->weight, ids, padding_idx)
                            : torch::embedding(table->weight, ids, padding_idx);
 }
 
@@ -379,9 +377,10 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
       embed_scale_(c.scale_embedding ? std::sqrt(static_cast<double>(c.d_model)) : 1.0),
       dropout_(c.dropout),
       padding_idx_(c.embedding_padding_idx),
-      t5_(c.is_t5()) {
+      blocks_(c.module_layout == ModuleLayout::blocks),
+      relative_positions_(c.position_embedding == PositionEmbedding::relative) {
   const auto depth = kind == StackKind::decoder ? c.decoder_layers : c.encoder_layers;
-  if (t5_) {
+  if (blocks_) {
     // HF T5Stack: embed_tokens (the shared table, not registered again), block, final_layer_norm.
     layers = register_module("block", torch::nn::ModuleList());
     for (std::int64_t i = 0; i < depth; ++i) layers->push_back(TransformerLayer(c, kind, i == 0));
@@ -412,13 +411,11 @@ torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
   const char* name = kind_ == StackKind::encoder ? "input_ids" : "decoder_input_ids";
   if (past == 0 && !ids_checked_on_host()) check_ids_in_vocabulary(ids, embed_tokens_->weight.size(0), name);
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
-  if (t5_) return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);  // no scale, no positions
+  if (blocks_) return kernels::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);   // T5Stack: no scale
   h = h * embed_scale_;
   h = h + embed_positions->forward(ids.size(1), past);
-  if (!layernorm_embedding.is_empty()) {
-    h = layernorm_embedding->forward(h);
-  }
-  return model::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
+  if (!layernorm_embedding.is_empty()) h = layernorm_embedding->forward(h);
+  return kernels::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
 }
 
 torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
@@ -432,7 +429,7 @@ torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, c
   const bool cross = encoder_hidden.defined();
   if (is_training() && static_cast<std::int64_t>(i) < checkpointed_layers_) {
     // The encoder states are an input of a decoder block: their gradient flows back through the recompute. So is
-    // T5's self-attention mask, which carries the trained position bias.
+    // a self-attention mask carrying the trained relative position bias.
     TensorList inputs{hidden};
     if (cross) inputs.push_back(encoder_hidden);
     const bool mask_is_input = self_mask.defined() && self_mask.requires_grad();
@@ -450,13 +447,13 @@ torch::Tensor StackImpl::run_layer(std::size_t i, const torch::Tensor& hidden, c
 }
 
 torch::Tensor StackImpl::with_position_bias(const torch::Tensor& mask, std::int64_t length, std::int64_t past) {
-  if (!t5_) return mask;
+  if (!relative_positions_) return mask;
   auto bias = layers[0]->as<TransformerLayer>()->self_attn->position_bias->forward(length, past);  // (1, H, T, K)
   return mask.defined() ? bias + mask : bias;
 }
 
 torch::Tensor StackImpl::finish(const torch::Tensor& hidden) {
-  if (t5_) return model::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
+  if (blocks_) return kernels::dropout(final_rms->forward(hidden), dropout_, is_training(), kernels_.byte_mask_dropout);
   return layer_norm.is_empty() ? hidden : layer_norm->forward(hidden);
 }
 
@@ -493,7 +490,7 @@ Seq2SeqModelImpl::Seq2SeqModelImpl(const ModelConfig& c) {
 
 Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
   config_.validate();
-  if (config_.is_t5()) {
+  if (config_.module_layout == ModuleLayout::blocks) {
     // T5ForConditionalGeneration: shared, encoder, decoder (and lm_head) at the top level, no final_logits_bias.
     model = Seq2SeqModel(config_);
     register_module("shared", model->shared);
@@ -537,18 +534,19 @@ torch::Tensor Seq2SeqLMImpl::lm_logits(const torch::Tensor& decoder_hidden) {
   // per region and keeps the copy (evaluation_memory.h counts it), where the modules' linear casts it at every call.
   const auto x = head_input(decoder_hidden);
   const auto weight = lm_head_weight();
-  auto logits = !is_training() && few_rows_kernel_applies(x, weight, at::Tensor())
-                    ? model::linear(x, weight, at::Tensor(), /*training=*/false)
+  auto logits = !is_training() && kernels::few_rows_kernel_applies(x, weight, at::Tensor())
+                    ? kernels::linear(x, weight, at::Tensor(), /*training=*/false)
                     : torch::linear(x, weight);
   return final_logits_bias.defined() ? logits + final_logits_bias : logits;
 }
 
-TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
-                                    double label_smoothing, const KnownLabels* known) {
-  LinearCrossEntropyOptions options;
+kernels::TokenLoss Seq2SeqLMImpl::token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
+                                             double label_smoothing, const kernels::KnownLabels* known) {
+  kernels::LinearCrossEntropyOptions options;
   options.label_smoothing = label_smoothing;
   options.known = known;
-  return linear_cross_entropy(head_input(decoder_hidden), lm_head_weight(), final_logits_bias, labels, options);
+  return kernels::linear_cross_entropy(head_input(decoder_hidden), lm_head_weight(), final_logits_bias, labels,
+                                       options);
 }
 
 void Seq2SeqLMImpl::set_kernel_choices(const KernelChoices& kernels) {
@@ -570,7 +568,7 @@ Seq2SeqOutput Seq2SeqLMImpl::forward(const torch::Tensor& input_ids, const torch
   out.encoder_hidden_state = encode(input_ids, attention_mask);
   auto hidden = decode(shift_tokens_right(labels), out.encoder_hidden_state, attention_mask);
   out.logits = lm_logits(hidden);
-  out.loss = label_cross_entropy(out.logits, labels);
+  out.loss = kernels::label_cross_entropy(out.logits, labels);
   return out;
 }
 

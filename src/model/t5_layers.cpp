@@ -4,10 +4,11 @@
 
 #include <cmath>
 
+#include <torch/autograd.h>
 #include <torch/nn/functional/activation.h>
 
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/few_rows_linear.h"
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/model/lora.h"
 
 namespace fitsum::model {
 
@@ -134,7 +135,7 @@ torch::Tensor T5FeedForwardImpl::forward(const torch::Tensor& x, double dropout,
     auto hidden_linear = project(wi_1, x);                      // HF's names: hidden_linear, hidden_gelu
     h = torch::gelu(project(wi_0, x), "tanh") * hidden_linear;  // gelu_new is the tanh approximation
   }
-  h = model::dropout(h, dropout, training, byte_mask_dropout);
+  h = kernels::dropout(h, dropout, training, byte_mask_dropout);
   return project(wo, h);
 }
 

@@ -68,7 +68,7 @@ Trainer::Trainer(TrainingArguments args, TrainerInputs inputs, TrainerCallbacks 
   }
   auto& model = *in_.model;
   model.to(in_.device);
-  head_bias_nonzero_ = model::bias_has_nonzero(model.final_logits_bias);  // a buffer nobody trains: read once
+  head_bias_nonzero_ = kernels::bias_has_nonzero(model.final_logits_bias);  // a buffer nobody trains: read once
   if (args_.gradient_checkpointing) {
     const auto [encoder_layers, decoder_layers] = args_.checkpointed_layers();
     model.set_gradient_checkpointing(encoder_layers, decoder_layers);
@@ -143,7 +143,7 @@ Trainer::StepOutcome Trainer::run_step(const std::vector<std::vector<std::size_t
   return outcome;
 }
 
-model::TokenLoss Trainer::micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
+kernels::TokenLoss Trainer::micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
                                               std::int64_t& input_tokens, std::int64_t& input_elements) {
   DeviceBatchOptions transfer;
   transfer.device = in_.device;
@@ -172,7 +172,7 @@ Trainer::Accumulated Trainer::accumulate(const std::vector<std::vector<std::size
     for (std::size_t i = 0; i < micro_batches.size();) {
       const auto mb = micro_batches[i];
       const auto micro_rng = util::random_state(in_.device);
-      model::TokenLoss token_loss;
+      kernels::TokenLoss token_loss;
       std::int64_t input_tokens = 0;
       std::int64_t input_elements = 0;
       try {

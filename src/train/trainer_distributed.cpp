@@ -315,7 +315,7 @@ void Trainer::train_sharded_micro_batch(const std::vector<std::size_t>& examples
   std::int64_t elements = 0;
   for (std::size_t i = 0; i < parts.size();) {
     const auto part_rng = util::random_state(in_.device);
-    model::TokenLoss token_loss;
+    kernels::TokenLoss token_loss;
     std::int64_t input_tokens = 0;
     std::int64_t input_elements = 0;
     try {

@@ -105,7 +105,7 @@ TEST(CudaParity, Bfloat16AutocastWithinLooserTolerances) {
     util::AutocastGuard autocast(device.type(), torch::kBFloat16);
     auto hidden = m->decode(m->shift_tokens_right(c.labels), m->encode(c.ids, c.mask), c.mask);
     logits = m->lm_logits(hidden).to(torch::kFloat);
-    loss = model::label_cross_entropy(logits, c.labels);
+    loss = kernels::label_cross_entropy(logits, c.labels);
   }
   const double expected_loss = c.json["loss"].get<double>();
   EXPECT_CLOSE(loss.item<double>(), expected_loss, relative(2e-2));
@@ -166,7 +166,7 @@ TEST(CudaParity, FastPathsEqualPlainPaths) {
     for (int micro = 0; micro < 2; ++micro) {
       auto hidden = m->decode(m->shift_tokens_right(c.labels), m->encode(c.ids, c.mask), c.mask);
       const auto loss =
-          fast ? m->token_loss(hidden, c.labels, 0.1) : model::label_loss_sum(m->lm_logits(hidden), c.labels, 0.1);
+          fast ? m->token_loss(hidden, c.labels, 0.1) : kernels::label_loss_sum(m->lm_logits(hidden), c.labels, 0.1);
       (loss.sum * 0.5).backward();
     }
     for (const auto& item : m->named_parameters()) {

@@ -188,7 +188,7 @@ TEST(AttentionKernel, T5UnscaledAttentionWithPositionBiasMatchesTheFormula) {
   torch::manual_seed(23);
   // T5's inner width (heads x d_kv = 24) differs from d_model (16), and q, k, v, o have no biases.
   const std::int64_t d_model = 16, heads = 4, length = 9;
-  model::Attention attention(model::AttentionShape{d_model, heads, 6, 0.0, true});
+  model::Attention attention(model::AttentionShape{d_model, heads, 6, 0.0, model::ModuleLayout::blocks, false, false});
   randomize(attention);
   ASSERT_FALSE(attention->q_proj->bias.defined());
   Problem p;
@@ -251,7 +251,7 @@ TEST(AttentionKernel, DropoutDropsProbabilitiesAndKeepsTheExpectation) {
   const std::int64_t keys = 8, rows = 2048;
   const double rate = 0.25;
   // Uniform probabilities (zero q and k projections) over one-hot values: the output is the dropped probabilities.
-  model::Attention attention(model::AttentionShape{keys, 1, 0, rate, false});
+  model::Attention attention(model::AttentionShape{keys, 1, 0, rate});
   {
     torch::NoGradGuard no_grad;
     for (auto& p : attention->parameters()) p.zero_();
@@ -274,7 +274,7 @@ TEST(AttentionKernel, DropoutDropsProbabilitiesAndKeepsTheExpectation) {
   EXPECT_CLOSE(out.mean(0).to(torch::kDouble), eval_out.mean(0).to(torch::kDouble), relative(0.07));
   // A rate of 0 in training is evaluation: bit for bit with SDPA (the same kernel); 1.13's math path takes other
   // products in evaluation (oneDNN's, or the few-rows kernels), equal up to float32 rounding.
-  model::Attention plain(model::AttentionShape{keys, 1, 0, 0.0, false});
+  model::Attention plain(model::AttentionShape{keys, 1, 0, 0.0});
   randomize(plain);
   const auto xs = torch::randn({3, 5, keys});
   const auto trained = plain->forward(xs, xs, {}).detach();

@@ -41,7 +41,7 @@ TEST_P(FamilyParity, ConfigHasTheFamilysLayout) {
     EXPECT_EQ(config.embedding_padding_idx, config.pad_token_id);
   } else {
     EXPECT_EQ(config.model_type, "t5");
-    EXPECT_TRUE(config.is_t5());
+    EXPECT_EQ(config.module_layout, model::ModuleLayout::blocks);
     EXPECT_FALSE(model->final_logits_bias.defined());
     const auto names = model->named_parameters();
     EXPECT_TRUE(names.contains("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"));
@@ -154,7 +154,8 @@ TEST(FamilyConfig, T5ConfigsReadAsTransformersBuildsThem) {
     const auto c = io::read_model_config(dir);
     const bool v1_1 = name == "tiny-t5-v1_1";
     EXPECT_EQ(c.model_type, "t5");
-    EXPECT_TRUE(c.is_t5());
+    EXPECT_EQ(c.module_layout, model::ModuleLayout::blocks);
+    EXPECT_EQ(c.position_embedding, model::PositionEmbedding::relative);
     EXPECT_EQ(c.normalization, model::Normalization::rms_norm);
     EXPECT_FALSE(c.linear_bias);
     EXPECT_FALSE(c.scale_attention_scores);
@@ -241,7 +242,7 @@ TEST(FamilyConfig, MT5IsT5V11UnderItsOwnName) {
   mt5->eval();
   t5->eval();
   EXPECT_EQ(mt5->config().model_type, "mt5");
-  EXPECT_TRUE(mt5->config().is_t5());
+  EXPECT_EQ(mt5->config().module_layout, model::ModuleLayout::blocks);
   EXPECT_TRUE(mt5->config().gated_ffn);
   EXPECT_FALSE(mt5->config().tie_word_embeddings);
   torch::NoGradGuard no_grad;

@@ -6,13 +6,13 @@
 #include <torch/torch.h>
 
 #include "fitsum/io/hf_config.h"
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/kernels/feed_forward.h"
+#include "fitsum/kernels/few_rows_linear.h"
+#include "fitsum/kernels/loss.h"
+#include "fitsum/kernels/tied_embedding.h"
 #include "fitsum/memory/tracking_allocator.h"
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/feed_forward.h"
-#include "fitsum/model/few_rows_linear.h"
-#include "fitsum/model/loss.h"
 #include "fitsum/model/seq2seq.h"
-#include "fitsum/model/tied_embedding.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
 #include "test_support.h"
@@ -68,7 +68,7 @@ std::map<std::string, torch::Tensor> step_gradients(std::int64_t padding_idx, bo
   for (int micro = 0; micro < 2; ++micro) {
     auto hidden = m->decode(m->shift_tokens_right(batch.labels), m->encode(batch.ids, batch.mask), batch.mask);
     const auto loss = fast ? m->token_loss(hidden, batch.labels, smoothing)
-                           : model::label_loss_sum(m->lm_logits(hidden), batch.labels, smoothing);
+                           : kernels::label_loss_sum(m->lm_logits(hidden), batch.labels, smoothing);
     (loss.sum * 0.25).backward();
   }
   return gradients(m);
@@ -93,7 +93,7 @@ TEST(TiedEmbedding, InPlaceGradientsEqualAutograd) {
 TEST(TiedEmbedding, PaddingRowGetsNoLookupGradient) {
   auto weight = torch::randn({7, 3}, torch::requires_grad());
   auto ids = torch::tensor({0, 2, 0, 2, 5}, torch::kLong);
-  auto out = model::embedding_lookup(weight, ids, /*padding_idx=*/0);
+  auto out = kernels::embedding_lookup(weight, ids, /*padding_idx=*/0);
   EXPECT_TRUE(torch::equal(out.detach(), weight.detach().index_select(0, ids)));
   out.sum().backward();
   auto expected = torch::zeros({7, 3});
@@ -101,7 +101,7 @@ TEST(TiedEmbedding, PaddingRowGetsNoLookupGradient) {
   expected[5].fill_(1.0);
   EXPECT_TRUE(torch::equal(weight.grad(), expected)) << weight.grad();
   // A second use adds into the same buffer.
-  model::embedding_lookup(weight, ids, -1).sum().backward();
+  kernels::embedding_lookup(weight, ids, -1).sum().backward();
   expected[0].fill_(2.0);
   expected[2].fill_(4.0);
   expected[5].fill_(2.0);
@@ -112,17 +112,17 @@ TEST(TiedEmbedding, FallsBackWhenTheTableIsNotATrainableLeaf) {
   auto leaf = torch::randn({7, 3}, torch::requires_grad());
   auto scaled = leaf * 2.0;  // not a leaf: its gradient must flow through autograd
   auto ids = torch::tensor({1, 4, 4}, torch::kLong);
-  model::embedding_lookup(scaled, ids, -1).sum().backward();
+  kernels::embedding_lookup(scaled, ids, -1).sum().backward();
   auto expected = torch::zeros({7, 3});
   expected[1].fill_(2.0);
   expected[4].fill_(4.0);
   EXPECT_CLOSE(leaf.grad(), expected, relative(1e-6));
   torch::NoGradGuard no_grad;
-  EXPECT_FALSE(model::embedding_lookup(leaf, ids, 0).requires_grad());
+  EXPECT_FALSE(kernels::embedding_lookup(leaf, ids, 0).requires_grad());
 }
 
 // linear_cross_entropy against full logits + label_loss_sum, value and gradients, for one set of options.
-void check_fused_loss(const model::LinearCrossEntropyOptions& options, bool weight_is_leaf, const std::string& what) {
+void check_fused_loss(const kernels::LinearCrossEntropyOptions& options, bool weight_is_leaf, const std::string& what) {
   torch::manual_seed(3);
   const std::int64_t vocab = 613, dim = 16;
   auto hidden_a = torch::randn({3, 5, dim}, torch::requires_grad());
@@ -135,11 +135,11 @@ void check_fused_loss(const model::LinearCrossEntropyOptions& options, bool weig
   labels[2][0] = -100;
   labels[1][1] = vocab - 1;
 
-  auto plain = model::label_loss_sum(torch::linear(hidden_a, weight_a) + bias, labels, options.label_smoothing);
+  auto plain = kernels::label_loss_sum(torch::linear(hidden_a, weight_a) + bias, labels, options.label_smoothing);
   plain.sum.backward();
   // A non-leaf head weight must get its gradient through autograd instead of in place.
   auto head = weight_is_leaf ? weight_b : weight_b * 1.0;
-  auto fused = model::linear_cross_entropy(hidden_b, head, bias, labels, options);
+  auto fused = kernels::linear_cross_entropy(hidden_b, head, bias, labels, options);
   EXPECT_EQ(fused.tokens, plain.tokens) << what;
   EXPECT_CLOSE(fused.sum.item<double>(), plain.sum.item<double>(), relative(1e-5)) << what;
   (fused.sum * 1.0).backward();
@@ -151,9 +151,9 @@ void check_fused_loss(const model::LinearCrossEntropyOptions& options, bool weig
 
 TEST(FusedLoss, EqualsFullLogitsCrossEntropy) {
   for (const double smoothing : {0.0, 0.1}) {
-    model::LinearCrossEntropyOptions in_forward;  // the default: the gradient formed in forward
+    kernels::LinearCrossEntropyOptions in_forward;  // the default: the gradient formed in forward
     in_forward.label_smoothing = smoothing;
-    model::LinearCrossEntropyOptions chunked = in_forward;
+    kernels::LinearCrossEntropyOptions chunked = in_forward;
     chunked.keep_logits_bytes = 0;
     chunked.chunk_bytes = 13 * 256 * 4;  // 256-column chunks: three of them, the last one short
     for (const bool leaf : {true, false}) {
@@ -171,21 +171,21 @@ TEST(FusedLoss, WithoutGradientsAndWithoutLabelTokens) {
   auto labels = torch::randint(0, 300, {2, 3}, torch::kLong);
   {
     torch::NoGradGuard no_grad;
-    const auto plain = model::label_loss_sum(torch::linear(hidden, weight), labels, 0.1);
-    const auto fused = model::linear_cross_entropy(hidden, weight, {}, labels, {0.1});
+    const auto plain = kernels::label_loss_sum(torch::linear(hidden, weight), labels, 0.1);
+    const auto fused = kernels::linear_cross_entropy(hidden, weight, {}, labels, {0.1});
     EXPECT_CLOSE(fused.sum.item<double>(), plain.sum.item<double>(), relative(1e-5));
     // A bias of zeros (skipped) is no bias.
-    const auto zero_bias = model::linear_cross_entropy(hidden, weight, torch::zeros({1, 300}), labels, {0.1});
+    const auto zero_bias = kernels::linear_cross_entropy(hidden, weight, torch::zeros({1, 300}), labels, {0.1});
     EXPECT_EQ(zero_bias.sum.item<double>(), fused.sum.item<double>());
   }
   auto trainable = hidden.clone().requires_grad_(true);
-  const auto none = model::linear_cross_entropy(trainable, weight, {}, torch::full({2, 3}, -100, torch::kLong));
+  const auto none = kernels::linear_cross_entropy(trainable, weight, {}, torch::full({2, 3}, -100, torch::kLong));
   EXPECT_EQ(none.tokens, 0);
   EXPECT_EQ(none.sum.item<double>(), 0.0);
   none.sum.backward();
   EXPECT_EQ(trainable.grad().abs().max().item<double>(), 0.0);
   labels[1][2] = 300;
-  EXPECT_THROW(model::linear_cross_entropy(hidden, weight, {}, labels), c10::Error);
+  EXPECT_THROW(kernels::linear_cross_entropy(hidden, weight, {}, labels), c10::Error);
 }
 
 // ---- optimizers ----
@@ -304,24 +304,24 @@ TEST(FusedOptimizers, ResultsDoNotDependOnTheThreadCount) {
 TEST(Dropout, KeepsOneMinusPAndScalesWhatItKeeps) {
   torch::manual_seed(8);
   auto x = torch::rand({1000, 1000}) + 0.5;  // no zeros of its own
-  auto y = model::dropout(x, 0.1, true);
+  auto y = kernels::dropout(x, 0.1, true);
   const auto kept = y.ne(0);
   EXPECT_NEAR(kept.to(torch::kDouble).mean().item<double>(), 0.9, 0.002);
   EXPECT_CLOSE(y.masked_select(kept), x.masked_select(kept) / 0.9, relative(1e-6)) << "kept values";
   // The same seed gives the same mask; the generator moved on, so the next call gives another.
   torch::manual_seed(8);
   torch::rand({1000, 1000});
-  EXPECT_TRUE(torch::equal(model::dropout(x, 0.1, true), y));
-  EXPECT_FALSE(torch::equal(model::dropout(x, 0.1, true), y));
+  EXPECT_TRUE(torch::equal(kernels::dropout(x, 0.1, true), y));
+  EXPECT_FALSE(torch::equal(kernels::dropout(x, 0.1, true), y));
   // Off when not training or p = 0.
-  EXPECT_TRUE(model::dropout(x, 0.1, false).is_same(x));
-  EXPECT_TRUE(model::dropout(x, 0.0, true).is_same(x));
+  EXPECT_TRUE(kernels::dropout(x, 0.1, false).is_same(x));
+  EXPECT_TRUE(kernels::dropout(x, 0.0, true).is_same(x));
 }
 
 TEST(Dropout, BackwardUsesTheSameMask) {
   torch::manual_seed(9);
   auto x = (torch::rand({64, 33}) + 0.5).requires_grad_(true);
-  auto y = model::dropout(x, 0.25, true);
+  auto y = kernels::dropout(x, 0.25, true);
   auto weights = torch::randn({64, 33});
   (y * weights).sum().backward();
   const auto expected = y.detach().ne(0).to(torch::kFloat) * weights / 0.75;
@@ -330,7 +330,7 @@ TEST(Dropout, BackwardUsesTheSameMask) {
   auto xb = x.detach().to(torch::kBFloat16);
   torch::manual_seed(9);
   torch::rand({64, 33});
-  auto yb = model::dropout(xb, 0.25, true);
+  auto yb = kernels::dropout(xb, 0.25, true);
   EXPECT_TRUE(torch::equal(yb.ne(0), y.detach().ne(0)));
 }
 
@@ -348,10 +348,11 @@ FeedForwardResult run_feed_forward(model::Activation activation, double p, bool 
   const auto bias = with_bias ? torch::randn({24}).requires_grad_(true) : torch::Tensor();
   const auto upstream = torch::randn({3, 7, 24});
   torch::manual_seed(22);  // the dropout's draw
-  // Plain: what the layer computes without the node, fc2 through model::linear in training (its products are the
+  // Plain: what the layer computes without the node, fc2 through kernels::linear in training (its products are the
   // node's: oneDNN's where available, else LibTorch's).
-  const auto y = recompute ? model::activation_dropout_linear(u, activation, p, true, true, weight, bias, true)
-                           : model::linear(model::dropout(model::activate(u, activation), p, true), weight, bias, true);
+  const auto y = recompute
+                     ? kernels::activation_dropout_linear(u, activation, p, true, true, weight, bias, true)
+                     : kernels::linear(kernels::dropout(kernels::activate(u, activation), p, true), weight, bias, true);
   (y * upstream).sum().backward();
   return {y.detach(), u.grad(), weight.grad(), with_bias ? bias.grad() : torch::Tensor()};
 }
@@ -384,7 +385,7 @@ TEST(RecomputedFeedForward, KeepsOneFloatTensorLessUntilBackward) {
     const auto weight = torch::randn({32, 512}).requires_grad_(true);
     const auto bias = torch::randn({32}).requires_grad_(true);
     const auto before = allocator.current_bytes();
-    auto y = model::activation_dropout_linear(u, model::Activation::gelu, 0.1, true, true, weight, bias, recompute);
+    auto y = kernels::activation_dropout_linear(u, model::Activation::gelu, 0.1, true, true, weight, bias, recompute);
     return allocator.current_bytes() - before - static_cast<std::int64_t>(y.numel() * 4);
   };
   const auto plain = kept_bytes(false);

@@ -15,7 +15,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/io/safetensors.h"
-#include "fitsum/model/dropout.h"
+#include "fitsum/kernels/dropout.h"
 #include "fitsum/model/long_t5_layers.h"
 #include "test_support.h"
 #include "tolerance.h"
@@ -105,9 +105,9 @@ struct TinyEncoder : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& embeds, const torch::Tensor& attention_mask) {
     // LongT5Stack: dropout on the embeddings, the blocks, final_layer_norm, dropout.
-    const auto hidden = model::dropout(embeds, dropout, is_training(), /*byte_mask=*/false);
+    const auto hidden = kernels::dropout(embeds, dropout, is_training(), /*byte_mask=*/false);
     const auto out = final_layer_norm->forward(model::run_long_t5_blocks(block, hidden, attention_mask));
-    return model::dropout(out, dropout, is_training(), /*byte_mask=*/false);
+    return kernels::dropout(out, dropout, is_training(), /*byte_mask=*/false);
   }
   double dropout;
   torch::nn::ModuleList block{nullptr};

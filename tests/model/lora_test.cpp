@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/io/hf_config.h"
-#include "fitsum/model/few_rows_linear.h"
+#include "fitsum/kernels/few_rows_linear.h"
 #include "fitsum/model/lora.h"
 #include "fitsum/model/micro_step.h"
 #include "fitsum/model/seq2seq.h"

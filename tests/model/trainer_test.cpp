@@ -86,7 +86,7 @@ TEST(Trainer, EvaluationLossEqualsFullLogitsLoss) {
     const auto batch = data::collate(eval_examples, indices);
     auto hidden = model->decode(model->shift_tokens_right(batch.labels),
                                 model->encode(batch.input_ids, batch.attention_mask), batch.attention_mask);
-    const auto loss = model::label_loss_sum(model->lm_logits(hidden), batch.labels, 0.1);
+    const auto loss = kernels::label_loss_sum(model->lm_logits(hidden), batch.labels, 0.1);
     sum_of_means += loss.sum.item<double>() / static_cast<double>(loss.tokens);
   }
   const double plain = sum_of_means / 3.0;  // 3 batches of 2, 2 and 1: HF's Trainer averages the batch means

@@ -1,4 +1,4 @@
-// The attention products of a decoding step on the few-rows kernels (model::few_rows_scores, few_rows_context)
+// The attention products of a decoding step on the few-rows kernels (kernels::few_rows_scores, few_rows_context)
 // against double-precision products, with the error bounds of their orders of additions; results independent of
 // the thread count; the inputs they leave to LibTorch's matmul (autograd, too many query rows, widths not a multiple
 // of 16, broadcast leading dimensions, other dtypes).
@@ -9,10 +9,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "fitsum/model/few_rows_linear.h"
+#include "fitsum/kernels/few_rows_linear.h"
 #include "fitsum/util/threads.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 namespace {
 
 bool kernels_available() {
@@ -136,4 +136,4 @@ TEST(FewRowsAttention, LeavesOtherInputsToLibTorch) {
 }
 
 }  // namespace
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

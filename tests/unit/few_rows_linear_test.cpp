@@ -1,4 +1,4 @@
-// model::linear's few-rows kernel against a double-precision product, with the error bound of its order of
+// kernels::linear's few-rows kernel against a double-precision product, with the error bound of its order of
 // additions; results independent of the thread count; the inputs it leaves to LibTorch (autograd, a training
 // module, too many rows, an inner dimension not a multiple of 16, other dtypes and layouts, a strided weight)
 // computed by LibTorch's linear.
@@ -11,11 +11,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "fitsum/model/few_rows_linear.h"
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/few_rows_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/threads.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 namespace {
 
 bool kernel_available() { return few_rows_kernel_applies(torch::zeros({1, 16}), torch::zeros({1, 16}), at::Tensor()); }
@@ -145,4 +145,4 @@ TEST(FewRowsLinear, LeavesOtherInputsToLibTorch) {
 }
 
 }  // namespace
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -1,5 +1,5 @@
-// oneDNN's products for evaluation (model/onednn_linear.h) against double-precision products, within the error
-// bound of a sum of k products in any order; every output in its place; what model::linear and model::matmul leave
+// oneDNN's products for evaluation (kernels/onednn_linear.h) against double-precision products, within the error
+// bound of a sum of k products in any order; every output in its place; what kernels::linear and kernels::matmul leave
 // to LibTorch (autograd, training modules, other dtypes). Skipped where the build has no oneDNN or the processor
 // no AVX-512 (there both functions are LibTorch's, which the last test checks).
 #include <limits>
@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "fitsum/model/few_rows_linear.h"
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/few_rows_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/threads.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 namespace {
 
 bool available() { return onednn_linear_applies(torch::zeros({64, 16}), torch::zeros({16, 16}), at::Tensor()); }
@@ -247,4 +247,4 @@ TEST(DenseProducts, MmAndAddmmOnTransposedAndNarrowedOperands) {
 }
 
 }  // namespace
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -40,10 +40,10 @@
 #include "bench_support.h"
 #include "commands.h"
 #include "fitsum/io/hf_config.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/memory/device_memory.h"
 #include "fitsum/memory/fit.h"
 #include "fitsum/model/micro_step.h"
-#include "fitsum/model/onednn_linear.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/optim/optimizer_step.h"
 #include "fitsum/optim/optimizers.h"
@@ -276,10 +276,10 @@ StepTimes timed_steps(const BenchTrainOptions& o, model::Seq2SeqLMImpl& model, t
   update.threads = runtime.threads.update;
   // What the trainer knows of its batches on the host (train/device_batch.h): every label position is real and
   // every id was drawn in the vocabulary, so the micro-steps read nothing back from the device, as training's.
-  model::KnownLabels known;
+  kernels::KnownLabels known;
   known.rows = torch::arange(batch.labels.numel(), torch::TensorOptions(torch::kLong).device(device));
   known.ids_checked = true;
-  known.bias_nonzero = model::bias_has_nonzero(model.final_logits_bias);
+  known.bias_nonzero = kernels::bias_has_nonzero(model.final_logits_bias);
   micro.known = &known;
   torch::manual_seed(o.seed);
   StepTimes t;

@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "bench_support.h"
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/device_timer.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/python_numbers.h"
@@ -58,8 +58,8 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   };
   auto c = torch::empty({o.size, o.size}, a.options());
   const auto [libtorch_seconds, libtorch_repeats] = time_product([&] { torch::mm_out(c, a, b); });
-  // The products fitsum's model runs (oneDNN's where available, model/onednn_linear.h; else LibTorch's).
-  const auto [seconds, repeats] = time_product([&] { c = model::dense_mm(a, b); });
+  // The products fitsum's model runs (oneDNN's where available, kernels/onednn_linear.h; else LibTorch's).
+  const auto [seconds, repeats] = time_product([&] { c = kernels::dense_mm(a, b); });
   const double n = static_cast<double>(o.size);
   nlohmann::ordered_json out;
   out["impl"] = "fitsum";
@@ -70,7 +70,7 @@ void run_bench_matmul(const BenchMatmulOptions& o) {
   out["blas"] = util::blas_description();
   out["host_allocator"] = util::host_allocator_description();
   out["device"] = device.str();
-  out["products"] = model::onednn_available() && device.is_cpu() ? "oneDNN" : "LibTorch";
+  out["products"] = kernels::onednn_available() && device.is_cpu() ? "oneDNN" : "LibTorch";
   out["repeats"] = repeats;
   out["gflops"] = 2.0 * n * n * n / seconds / 1e9;  // the denominator of MFU
   out["libtorch_repeats"] = libtorch_repeats;

@@ -49,10 +49,13 @@ nlohmann::ordered_json architecture_json(const model::ModelConfig& c) {
                               {"pad_token_id", c.pad_token_id},
                               {"eos_token_id", c.eos_token_id},
                               {"decoder_start_token_id", c.decoder_start_token_id}};
-  if (c.is_t5()) {  // relative positions: no table, no length limit; T5's own widths
-    j["max_position_embeddings"] = nullptr;
+  const bool relative = c.position_embedding == model::PositionEmbedding::relative;
+  if (relative) j["max_position_embeddings"] = nullptr;  // no table, no length limit
+  if (c.module_layout == model::ModuleLayout::blocks) {  // the blocks' own head width and feed-forward variant
     j["d_kv"] = c.encoder_head_dim();
     j["gated_ffn"] = c.gated_ffn;
+  }
+  if (relative) {
     j["relative_attention_num_buckets"] = c.relative_attention_num_buckets;
     j["relative_attention_max_distance"] = c.relative_attention_max_distance;
   }

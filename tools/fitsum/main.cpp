@@ -11,7 +11,7 @@
 #include "argument_text.h"
 #include "commands.h"
 #include "errors.h"
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/threads.h"
 #include "standard_streams.h"
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", [] {
     return std::string("fitsum 0.1.0\nLibTorch ") + TORCH_VERSION + ", BLAS: " + fitsum::util::blas_description() +
-           ", model products: " + (fitsum::model::onednn_available() ? "oneDNN" : "LibTorch's") +
+           ", model products: " + (fitsum::kernels::onednn_available() ? "oneDNN" : "LibTorch's") +
            ", host allocator: " + fitsum::util::host_allocator_description();
   });
   fitsum::cli::add_info_command(app);

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <string>
 
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/host_allocator.h"
 #include "fitsum/util/threads.h"
 #include "hub_flags.h"
@@ -80,7 +80,7 @@ void print_configuration(const train::PreparedTraining& p, const util::Runtime& 
               runtime.threads.intra_op, util::blas_threads(), util::blas_description().c_str());
   std::printf(
       "  %-28s %s\n", "model products",
-      model::onednn_available() && runtime.device.is_cpu() ? "oneDNN (FITSUM_ONEDNN=0: LibTorch's)" : "LibTorch's");
+      kernels::onednn_available() && runtime.device.is_cpu() ? "oneDNN (FITSUM_ONEDNN=0: LibTorch's)" : "LibTorch's");
   std::printf("  %-28s %s\n", "host allocator", util::host_allocator_description().c_str());
   std::printf("  %-28s %zu train, %zu eval\n", "examples", p.inputs.train_examples.size(),
               p.inputs.eval_examples.size());

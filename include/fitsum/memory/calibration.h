@@ -90,7 +90,7 @@ struct OptimizerCost {
   std::uint64_t peak_reserved_bytes = 0;  // the device's reserved peak during the measured step (CPU: allocated)
 };
 
-// The fused LM head and loss (model/loss.h) keep a micro-step's (M, V) logits, turned into their gradient, while
+// The fused LM head and loss (kernels/loss.h) keep a micro-step's (M, V) logits, turned into their gradient, while
 // they take at most LinearCrossEntropyOptions::keep_logits_bytes (M label tokens, V the vocabulary), and walk the
 // vocabulary in chunks beyond. What the two modes hold differs by terms known exactly: kept, the saved gradient and
 // its product with the head (4 M (V + D) bytes, from the head's forward until the backward pass ends); chunked, one

@@ -10,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "fitsum/kernels/activation.h"
+
 namespace fitsum::model {
 
-enum class Activation { relu, gelu, gelu_new, silu };
+using kernels::Activation;  // relu, gelu, gelu_new, silu
 
 enum class PositionEmbedding {
   sinusoidal,  // PEGASUS: fixed table, sin in the first half of the features, cos in the second; not trained
@@ -74,7 +76,7 @@ struct ModelConfig {
   // plain reference in ../shared/reference does, for instance).
   std::int64_t embedding_padding_idx = 0;
 
-  // T5's switches (model_type "t5"); the defaults are PEGASUS's and BART's.
+  // The block variants of the blocks layout (T5's); the defaults are the layers layout's (PEGASUS's and BART's).
   Normalization normalization = Normalization::layer_norm;
   bool linear_bias = true;             // T5: no bias in any projection
   bool scale_attention_scores = true;  // T5: q·k unscaled (the 1/sqrt(d_kv) is folded into its init)
@@ -85,16 +87,17 @@ struct ModelConfig {
   std::int64_t relative_attention_num_buckets = 32;
   std::int64_t relative_attention_max_distance = 128;
 
-  // Throws std::invalid_argument naming the field when the combination cannot be built.
+  // Throws std::invalid_argument naming the field when the combination cannot be built: among others, each
+  // module_layout builds one block variant (blocks: relative positions, RMSNorm, no biases; layers: a position
+  // table, LayerNorm, biases).
   void validate() const;
 
   std::int64_t encoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / encoder_attention_heads; }
   std::int64_t decoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / decoder_attention_heads; }
-  // Whether the model needs T5's blocks (RMSNorm, relative position bias, ...).
-  bool is_t5() const { return position_embedding == PositionEmbedding::relative; }
 };
 
 const char* to_string(Activation activation);
+const char* to_string(ModuleLayout layout);  // "layers", "blocks"
 // Throws std::invalid_argument listing the supported names.
 Activation activation_from_string(const std::string& name);
 
@@ -142,7 +145,8 @@ struct ArchitectureDifference {
   std::string second;
 };
 // The first difference between `first` and `second` in what makes a model's parameters and its function: model_type
-// first, then the sizes, the layer counts and the block variants. Dropout, initialisation and token ids may differ.
+// first, then module_layout, the sizes, the layer counts and the block variants. Dropout, initialisation and token
+// ids may differ.
 std::optional<ArchitectureDifference> architecture_difference(const ModelConfig& first, const ModelConfig& second);
 
 // The PEGASUS architectures of the benchmarks, random init (configs/ holds the same as config.json files):

@@ -64,6 +64,10 @@ LoraAdapter lora_adapter_of(const torch::nn::LinearImpl& layer);
 // What `project` adds to a layer's output y = W x + b: y + scaling * B(A(dropout(x))). `training` as the layer's.
 at::Tensor add_lora(const at::Tensor& y, const at::Tensor& x, const LoraAdapter& adapter, bool training);
 
+// layer->forward(x) through kernels::linear (kernels/few_rows_linear.h), in the layer's mode, plus the layer's LoRA
+// adapter where it has one.
+at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x);
+
 // The qualified names ("model.encoder.layers.0.self_attn.q_proj") of the Linear layers `config` targets in
 // `model`, in registration order. Throws std::invalid_argument when an entry of target_modules or modules_to_save
 // matches no module (PEFT's "Target modules ... not found in the base model"), naming the entry and the model's
@@ -88,7 +92,7 @@ std::vector<std::pair<std::string, at::Tensor>> lora_state(Seq2SeqLMImpl& model,
 void merge_lora(Seq2SeqLMImpl& model);
 
 // Holds the frozen (requires_grad false) weights of the targeted-or-not Linear layers of the stacks in bfloat16
-// (`--base_dtype bfloat16`): products convert them to float32 as they run (model/onednn_linear.h's dense_linear saves
+// (`--base_dtype bfloat16`): products convert them to float32 as they run (kernels/onednn_linear.h's dense_linear saves
 // the bfloat16 weight for backward, never a float32 copy). Trainable tensors, embeddings, norms and biases stay
 // float32. Returns the bytes saved.
 std::int64_t hold_frozen_linears_in_bfloat16(Seq2SeqLMImpl& model);

@@ -9,7 +9,7 @@
 
 #include <torch/types.h>
 
-#include "fitsum/model/loss.h"
+#include "fitsum/kernels/loss.h"
 #include "fitsum/model/seq2seq.h"
 
 namespace fitsum::model {
@@ -24,20 +24,22 @@ struct MicroBatchOptions {
   // Called with the encoder's output (B, S, D) before the decoder uses it, e.g. to register a gradient hook: the
   // memory planner's probe tells the decoder's backward phase from the encoder's by it.
   std::function<void(torch::Tensor&)> on_encoder_output;
-  // What the host found in the collated batch before copying it (model/loss.h): with it, the stacks skip their
+  // What the host found in the collated batch before copying it (kernels/loss.h): with it, the stacks skip their
   // check of the ids (done on the host, model/host_checked_ids.h) and the fused loss reads nothing back from the
   // device, so a micro-step queues its work without waiting for the device. Unset: found on the device.
-  const KnownLabels* known = nullptr;
+  const kernels::KnownLabels* known = nullptr;
 };
 
 // The forward half alone. The trainer calls it and the backward separately, to tell an out-of-memory error in the
 // forward (nothing accumulated yet) from one in the backward.
-TokenLoss micro_batch_loss(Seq2SeqLMImpl& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                           const torch::Tensor& labels, const MicroBatchOptions& options);
+kernels::TokenLoss micro_batch_loss(Seq2SeqLMImpl& model, const torch::Tensor& input_ids,
+                                    const torch::Tensor& attention_mask, const torch::Tensor& labels,
+                                    const MicroBatchOptions& options);
 
 // input_ids, attention_mask (B, S) and labels (B, T) on the model's device. Returns the summed loss (detached) and
 // the label tokens it covers.
-TokenLoss forward_backward(Seq2SeqLMImpl& model, const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                           const torch::Tensor& labels, const MicroBatchOptions& options);
+kernels::TokenLoss forward_backward(Seq2SeqLMImpl& model, const torch::Tensor& input_ids,
+                                    const torch::Tensor& attention_mask, const torch::Tensor& labels,
+                                    const MicroBatchOptions& options);
 
 }  // namespace fitsum::model

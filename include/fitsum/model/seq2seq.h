@@ -18,9 +18,9 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include "fitsum/kernels/loss.h"
 #include "fitsum/model/config.h"
 #include "fitsum/model/decoder_cache.h"
-#include "fitsum/model/loss.h"
 #include "fitsum/model/t5_layers.h"
 
 namespace fitsum::model {
@@ -42,20 +42,22 @@ torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim);
 // rounding (dropout draws other, equally distributed masks). All on by default; turning one off is for
 // before/after measurements (`fitsum bench train --unfused`) and tests.
 struct KernelChoices {
-  bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (model/tied_embedding.h)
-  bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (model/dropout.h)
+  bool in_place_embedding_gradient = true;  // lookups add into model.shared.weight's .grad (kernels/tied_embedding.h)
+  bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (kernels/dropout.h)
   bool fused_rms_norm = true;               // T5's RMSNorm as one autograd node (model/t5_layers.h)
-  bool recomputed_feed_forward = true;      // fc2's input recomputed in backward (model/feed_forward.h)
+  bool recomputed_feed_forward = true;      // fc2's input recomputed in backward (kernels/feed_forward.h)
 };
 
-// PEGASUS's and BART's attention (q_proj, k_proj, v_proj, out_proj with biases; queries scaled by head_dim^-0.5), or
-// T5's (q, k, v, o without biases, unscaled scores, heads x d_kv wide inside).
+// PEGASUS's and BART's attention (the layers layout: q_proj, k_proj, v_proj, out_proj with biases; queries scaled by
+// head_dim^-0.5), or T5's (the blocks layout: q, k, v, o without biases, unscaled scores, heads x d_kv wide inside).
 struct AttentionShape {
   std::int64_t d_model = 0;
   std::int64_t heads = 1;
   std::int64_t head_dim = 0;  // 0: d_model / heads
   double dropout = 0.0;
-  bool t5 = false;
+  ModuleLayout layout = ModuleLayout::layers;  // the projections' names and registration order
+  bool bias = true;                            // ModelConfig::linear_bias
+  bool scale_scores = true;                    // ModelConfig::scale_attention_scores
 };
 
 class AttentionImpl : public torch::nn::Module {
@@ -74,9 +76,9 @@ class AttentionImpl : public torch::nn::Module {
 
   void set_kernel_choices(const KernelChoices& kernels) { byte_mask_dropout_ = kernels.byte_mask_dropout; }
 
-  torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};  // T5: k, v, q, o
-  // T5: the first layer's self-attention of each stack owns the relative position bias (registered under it as
-  // relative_attention_bias); the stack adds it to every layer's mask.
+  torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};  // blocks: k, v, q, o
+  // Relative positions: the first layer's self-attention of each stack owns the relative position bias (registered
+  // under it as relative_attention_bias); the stack adds it to every layer's mask.
   RelativePositionBias position_bias{nullptr};
 
  private:
@@ -112,7 +114,7 @@ enum class StackKind { encoder, decoder };
 // (before the block for pre-LN, after the sum for post-LN).
 class TransformerLayerImpl : public torch::nn::Module {
  public:
-  // `first`: the first layer of a T5 stack, whose self-attention owns the stack's relative position bias.
+  // `first`: the first layer of a stack, whose self-attention owns the stack's relative position bias (if any).
   TransformerLayerImpl(const ModelConfig& config, StackKind kind, bool first = false);
   // hidden (B, T, D), self_mask additive, broadcastable to (B, 1, T, T'), or undefined -> (B, T, D).
   // Decoder layers also take encoder_hidden (B, S, D) and cross_mask (B, 1, 1, S); with caches, T' = cached
@@ -128,7 +130,7 @@ class TransformerLayerImpl : public torch::nn::Module {
   torch::nn::LayerNorm encoder_attn_layer_norm{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::nn::LayerNorm final_layer_norm{nullptr};
-  // T5 (HF T5Block): `layer` holds the sub-layers T5LayerSelfAttention {SelfAttention, layer_norm},
+  // The blocks layout (HF T5Block): `layer` holds the sub-layers T5LayerSelfAttention {SelfAttention, layer_norm},
   // T5LayerCrossAttention {EncDecAttention, layer_norm} (decoder) and T5LayerFF {DenseReluDense, layer_norm};
   // self_attn and encoder_attn point into it, the norms are RMSNorms.
   torch::nn::ModuleList layer{nullptr};
@@ -136,12 +138,12 @@ class TransformerLayerImpl : public torch::nn::Module {
   T5FeedForward ff{nullptr};
 
  private:
-  torch::Tensor forward_t5(const torch::Tensor& hidden, const torch::Tensor& self_mask,
-                           const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
-                           AttentionCache* self_cache, AttentionCache* cross_cache);
+  torch::Tensor forward_block(const torch::Tensor& hidden, const torch::Tensor& self_mask,
+                              const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask,
+                              AttentionCache* self_cache, AttentionCache* cross_cache);
 
   LayerSettings settings_;
-  bool t5_ = false;
+  bool blocks_ = false;  // ModuleLayout::blocks
 };
 TORCH_MODULE(TransformerLayer);
 
@@ -181,9 +183,9 @@ class StackImpl : public torch::nn::Module {
 
   PositionalEmbedding embed_positions{nullptr};
   torch::nn::LayerNorm layernorm_embedding{nullptr};
-  torch::nn::ModuleList layers;  // T5: registered as "block"
+  torch::nn::ModuleList layers;  // blocks layout: registered as "block"
   torch::nn::LayerNorm layer_norm{nullptr};
-  RMSNorm final_rms{nullptr};  // T5: "final_layer_norm"
+  RMSNorm final_rms{nullptr};  // blocks layout: "final_layer_norm"
 
  private:
   // ids (B, T) at positions past .. past + T - 1 -> (B, T, D), before the first layer.
@@ -191,10 +193,10 @@ class StackImpl : public torch::nn::Module {
   // Layer i, checkpointed while training when i < checkpointed_layers_ (never with a cache).
   torch::Tensor run_layer(std::size_t i, const torch::Tensor& hidden, const torch::Tensor& self_mask,
                           const torch::Tensor& encoder_hidden, const torch::Tensor& cross_mask, DecoderCache* cache);
-  // T5: the relative position bias of `length` queries after `past` positions added to `mask` (which may be
-  // undefined)  ->  (B or 1, heads, length, past + length). Other families: `mask` as it is.
+  // Relative positions: their bias for `length` queries after `past` positions added to `mask` (which may be
+  // undefined)  ->  (B or 1, heads, length, past + length). Positions from a table: `mask` as it is.
   torch::Tensor with_position_bias(const torch::Tensor& mask, std::int64_t length, std::int64_t past);
-  // The stack's last step: the final LayerNorm (PEGASUS), RMSNorm and dropout (T5), or nothing (BART).
+  // The stack's last step: the final LayerNorm (PEGASUS), RMSNorm and dropout (the blocks layout), or nothing (BART).
   torch::Tensor finish(const torch::Tensor& hidden);
 
   StackKind kind_;
@@ -204,12 +206,13 @@ class StackImpl : public torch::nn::Module {
   std::int64_t padding_idx_;
   std::int64_t checkpointed_layers_ = 0;
   KernelChoices kernels_;
-  bool t5_ = false;
+  bool blocks_ = false;              // ModuleLayout::blocks
+  bool relative_positions_ = false;  // PositionEmbedding::relative
 };
 TORCH_MODULE(Stack);
 
-// HF's `model` submodule: the shared token embedding and the two stacks. (T5 has no `model`: Seq2SeqLM registers
-// these three at its top level, as T5ForConditionalGeneration does.)
+// HF's `model` submodule: the shared token embedding and the two stacks. (The blocks layout has no `model`: Seq2SeqLM
+// registers these three at its top level, as T5ForConditionalGeneration does.)
 class Seq2SeqModelImpl : public torch::nn::Module {
  public:
   explicit Seq2SeqModelImpl(const ModelConfig& config);
@@ -240,11 +243,11 @@ class Seq2SeqLMImpl : public torch::nn::Module {
   // decoder states (B, T, D) -> logits (B, T, V): the tied (or separate) LM head plus final_logits_bias.
   torch::Tensor lm_logits(const torch::Tensor& decoder_hidden);
   // The summed token loss of decoder states (B, T, D) against labels (B, T): label_loss_sum(lm_logits(hidden),
-  // labels, label_smoothing) computed by the fused LM head + cross-entropy (model/loss.h), which never holds the
+  // labels, label_smoothing) computed by the fused LM head + cross-entropy (kernels/loss.h), which never holds the
   // (B, T, V) logits. What training uses; lm_logits is for generation. `known`: what the host found in the labels
-  // (model/loss.h), so that nothing is read back from the device.
-  TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels, double label_smoothing = 0.0,
-                       const KnownLabels* known = nullptr);
+  // (kernels/loss.h), so that nothing is read back from the device.
+  kernels::TokenLoss token_loss(const torch::Tensor& decoder_hidden, const torch::Tensor& labels,
+                                double label_smoothing = 0.0, const kernels::KnownLabels* known = nullptr);
   // Full pass with teacher forcing: decoder inputs are labels shifted right (HF shift_tokens_right).
   Seq2SeqOutput forward(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
                         const torch::Tensor& labels);

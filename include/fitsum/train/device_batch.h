@@ -11,15 +11,15 @@
 #include <torch/types.h>
 
 #include "fitsum/data/collator.h"
-#include "fitsum/model/loss.h"
+#include "fitsum/kernels/loss.h"
 
 namespace fitsum::train {
 
 struct DeviceBatch {
-  torch::Tensor input_ids;       // (B, S) on the device
-  torch::Tensor attention_mask;  // (B, S)
-  torch::Tensor labels;          // (B, T)
-  model::KnownLabels known;      // label rows (on the device), ids checked, the head bias's flag
+  torch::Tensor input_ids;          // (B, S) on the device
+  torch::Tensor attention_mask;     // (B, S)
+  torch::Tensor labels;             // (B, T)
+  kernels::KnownLabels known;       // label rows (on the device), ids checked, the head bias's flag
   std::int64_t input_tokens = 0;    // attention_mask's ones
   std::int64_t input_elements = 0;  // input_ids' elements, padding included (HF's estimate_tokens)
   std::int64_t label_tokens = 0;    // labels that are not -100
@@ -29,7 +29,7 @@ struct DeviceBatchOptions {
   c10::Device device = c10::kCPU;
   std::int64_t vocab_size = 0;  // every input and label id must lie in [0, vocab_size)
   bool pin_memory = true;       // CUDA only: pinned host tensors, asynchronous copies
-  bool bias_nonzero = true;     // model::KnownLabels::bias_nonzero, found once per run
+  bool bias_nonzero = true;     // kernels::KnownLabels::bias_nonzero, found once per run
 };
 
 // Throws std::invalid_argument naming the tensor and the id when an id lies outside the vocabulary (the message

@@ -16,7 +16,7 @@
 namespace fitsum::train {
 
 // Lowers max_source_length / max_target_length above the model's max_position_embeddings to it (a warning each,
-// data::clamp_lengths_to_model), warns for a T5 model without source_prefix (data::missing_source_prefix_warning),
+// data::clamp_lengths_to_model), warns for a T5 model without source_prefix (data::source_prefix_warning, the family from the registry),
 // each given to `warn` as it is found, then validates the data options: against `tokenizer`'s template where one is
 // given (DataOptions::validate_for), else on their own (DataOptions::validate). Throws std::invalid_argument.
 void fit_lengths_to_model(data::DataOptions& data, const model::ModelConfig& config,

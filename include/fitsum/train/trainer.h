@@ -162,8 +162,8 @@ class Trainer {
   // The forward of one micro-batch: its summed token loss (the backward scales it by loss_scale), its input
   // tokens and the elements of its padded input_ids, counted on the host before the batch is copied to the device
   // (train/device_batch.h). Throws c10::OutOfMemoryError with nothing touched.
-  model::TokenLoss micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
-                                       std::int64_t& input_tokens, std::int64_t& input_elements);
+  kernels::TokenLoss micro_batch_forward(const std::vector<std::size_t>& examples, double loss_scale,
+                                         std::int64_t& input_tokens, std::int64_t& input_elements);
   // The micro-batches of one process into its gradients (.grad), summed over the processes during the backward of
   // the last one; an out-of-memory error in a backward redoes the whole step with the split micro-batches.
   Accumulated accumulate(const std::vector<std::vector<std::size_t>>& step, double denominator);
@@ -284,7 +284,7 @@ class Trainer {
   double total_loss_ = 0.0;  // summed step losses of the whole run
   double last_grad_norm_ = 0.0;
   StepStatistics statistics_;  // the three above, on the device, read when needed
-  bool head_bias_nonzero_ = true;  // model::KnownLabels::bias_nonzero, read once as the trainer is built
+  bool head_bias_nonzero_ = true;  // kernels::KnownLabels::bias_nonzero, read once as the trainer is built
   // HF's total_flos: 6 x non-embedding parameters x padded input elements, summed over every micro-batch of every
   // process (trainer_state.json keeps it across resumes).
   double total_flos_ = 0.0;

@@ -1,18 +1,18 @@
-// Implements include/fitsum/model/feed_forward.h. fc2 is torch::nn::Linear's forward, torch::nn::functional::linear:
+// Implements include/fitsum/kernels/feed_forward.h. fc2 is torch::nn::Linear's forward, torch::nn::functional::linear:
 // for a (B, T, ffn) input LibTorch's C++ frontend multiplies (matmul, folded into one mm) and then adds the bias in
 // place (for a 2-D input, addmm). The node's backward repeats, for the same tensors, what autograd runs for that:
 // mm_mat1_backward / mm_mat2_backward for a row-major input and a transposed weight, the bias's gradient summed over
 // the rows, then the byte mask and the activation's own backward.
-#include "fitsum/model/feed_forward.h"
+#include "fitsum/kernels/feed_forward.h"
 
 #include <torch/torch.h>
 
-#include "fitsum/model/dropout.h"
-#include "fitsum/model/few_rows_linear.h"
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/dropout.h"
+#include "fitsum/kernels/few_rows_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/torch_compat.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 at::Tensor activate(const at::Tensor& x, Activation activation) {
   switch (activation) {
@@ -105,12 +105,12 @@ at::Tensor activation_dropout_linear(at::Tensor u, Activation activation, double
                      (active_p == 0.0 || byte_mask) && at::GradMode::is_enabled() &&
                      (u.requires_grad() || weight.requires_grad());
   if (!fused) {
-    auto h = model::dropout(activate(u, activation), p, training, byte_mask);
+    auto h = kernels::dropout(activate(u, activation), p, training, byte_mask);
     u.reset();  // fc1's output is not kept beside fc2's (unless autograd keeps it)
-    return model::linear(h, weight, bias, training);
+    return kernels::linear(h, weight, bias, training);
   }
   return ActivationDropoutLinear::apply(u, weight, bias.defined() ? bias : at::empty({0}, weight.options()),
                                         static_cast<std::int64_t>(activation), active_p);
 }
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

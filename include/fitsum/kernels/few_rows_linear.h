@@ -17,11 +17,8 @@
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
-#include <torch/nn/modules/linear.h>
 
-#include "fitsum/model/lora.h"
-
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 // At most this many rows (x's elements / its last dimension) take the kernel: measured on the development machine
 // (2 cores, AVX-512, two threads each) against OpenBLAS for PEGASUS's shapes, the kernel is 1.6-9x faster up to
@@ -47,14 +44,6 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 // in training dense_matmul.
 at::Tensor matmul(const at::Tensor& a, const at::Tensor& b, bool training);
 
-// layer->forward(x) through linear() above, in the layer's mode, plus the layer's LoRA adapter where it has one
-// (model/lora.h).
-inline at::Tensor project(const torch::nn::Linear& layer, const at::Tensor& x) {
-  auto y = linear(x, layer->weight, layer->bias, layer->is_training());
-  if (const auto adapter = lora_adapter_of(*layer)) return add_lora(y, x, adapter, layer->is_training());
-  return y;
-}
-
 // The two products of attention for a few query rows, batched over the leading dimensions (batch and heads): at a
 // decoding step, one query row per sequence and head in self-attention, a source's beams (its group) in
 // cross-attention. LibTorch 1.x's bmm makes one BLAS call per batch entry (per row and head in self-attention:
@@ -75,4 +64,4 @@ at::Tensor few_rows_scores(const at::Tensor& query, const at::Tensor& key);
 // (else throws).
 at::Tensor few_rows_context(const at::Tensor& probs, const at::Tensor& value);
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

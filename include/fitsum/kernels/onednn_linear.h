@@ -25,7 +25,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 // Whether the build has oneDNN and the processor AVX-512 (oneDNN's reading, ONEDNN_MAX_CPU_ISA applied), and the
 // environment does not say FITSUM_ONEDNN=0.
@@ -40,7 +40,7 @@ int product_threads(std::int64_t fmas);
 bool onednn_gemm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b, float beta);
 
 // at::mm(a, b), c.addmm_(a, b) and at::addmm(bias, a, b), through onednn_gemm where it applies: the products of
-// fitsum's own autograd functions (model/loss.h, model/feed_forward.h, dense_linear below), so that a training step
+// fitsum's own autograd functions (kernels/loss.h, kernels/feed_forward.h, dense_linear below), so that a training step
 // runs all its products on one library's threads.
 at::Tensor dense_mm(const at::Tensor& a, const at::Tensor& b);
 void dense_addmm_(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b);
@@ -81,4 +81,4 @@ bool onednn_matmul_applies(const at::Tensor& a, const at::Tensor& b);
 // results do not depend on the thread count).
 at::Tensor onednn_matmul(const at::Tensor& a, const at::Tensor& b);
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -1,10 +1,10 @@
-// Implements include/fitsum/model/tied_embedding.h with a custom autograd Function whose backward writes into the
+// Implements include/fitsum/kernels/tied_embedding.h with a custom autograd Function whose backward writes into the
 // table's gradient buffer and returns no gradient for the table itself.
-#include "fitsum/model/tied_embedding.h"
+#include "fitsum/kernels/tied_embedding.h"
 
 #include <torch/torch.h>
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 namespace {
 
@@ -57,4 +57,4 @@ at::Tensor embedding_lookup(const at::Tensor& weight, const at::Tensor& ids, std
   return EmbeddingLookup::apply(weight, ids, padding_idx);
 }
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -3,7 +3,7 @@
 //   linear_cross_entropy from the decoder states, fusing the LM head into the loss: logits exist only for the
 //                        label tokens, at most once, and become their own gradient in place (or, past a size
 //                        limit, are walked in vocabulary chunks and recomputed in backward); the head weight's
-//                        gradient is added into its .grad in place (model/tied_embedding.h).
+//                        gradient is added into its .grad in place (kernels/tied_embedding.h).
 // Label smoothing is HF's LabelSmoother: each token costs (1 - eps) * nll + eps * mean over the vocabulary of
 // -log p. Positions labelled -100 cost nothing and get no gradient.
 #pragma once
@@ -12,7 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 // The summed loss of the label tokens (those not -100) and their count; dividing the sum by the tokens of a whole
 // accumulated batch gives the exact loss of that batch.
@@ -31,9 +31,9 @@ TokenLoss label_loss_sum(const at::Tensor& logits, const at::Tensor& labels, dou
 // before they are copied to the device), so that the loss reads nothing back from the device: on CUDA, finding the
 // label rows (nonzero), checking the ids' range and testing the bias each wait for the device.
 struct KnownLabels {
-  at::Tensor rows;            // (M) int64 on the labels' device: positions in labels.reshape(-1) that are not -100
-  bool ids_checked = false;   // every input and label id was checked to lie in [0, vocabulary) on the host
-  bool bias_nonzero = true;   // whether the head's bias has an entry that is not 0 (read once per run)
+  at::Tensor rows;           // (M) int64 on the labels' device: positions in labels.reshape(-1) that are not -100
+  bool ids_checked = false;  // every input and label id was checked to lie in [0, vocabulary) on the host
+  bool bias_nonzero = true;  // whether the head's bias has an entry that is not 0 (read once per run)
 };
 
 // Whether `bias` (the head's, a buffer) has an entry that is not 0: a bias of zeros is skipped.
@@ -56,4 +56,4 @@ struct LinearCrossEntropyOptions {
 TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
                                const at::Tensor& labels, const LinearCrossEntropyOptions& options = {});
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -1,5 +1,5 @@
-// Implements include/fitsum/model/dropout.h: a custom autograd Function that saves the uint8 keep-mask.
-#include "fitsum/model/dropout.h"
+// Implements include/fitsum/kernels/dropout.h: a custom autograd Function that saves the uint8 keep-mask.
+#include "fitsum/kernels/dropout.h"
 
 #include <cstdint>
 #include <mutex>
@@ -9,7 +9,7 @@
 
 #include "fitsum/util/cpu_dispatch.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 namespace {
 
@@ -123,7 +123,7 @@ at::Tensor dropout(const at::Tensor& input, double p, bool training) {
 }
 
 at::Tensor dropout(const at::Tensor& input, double p, bool training, bool byte_mask) {
-  return byte_mask ? model::dropout(input, p, training) : torch::dropout(input, p, training);
+  return byte_mask ? kernels::dropout(input, p, training) : torch::dropout(input, p, training);
 }
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

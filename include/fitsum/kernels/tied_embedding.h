@@ -3,7 +3,7 @@
 // zero-filled gradient of the whole table for every lookup and then adds the copies together: for a 96103 x 512
 // table that is three 197 MB buffers per micro-batch, half of an eager step's time on a CPU. Here every use adds
 // into one buffer, the table's .grad, in place: lookups scatter their rows into it (index_add_), and the fused LM
-// head loss (model/loss.h) adds its dense product into it directly.
+// head loss (kernels/loss.h) adds its dense product into it directly.
 //
 // The gradient therefore reaches the table through .grad, as backward() delivers it; torch::autograd::grad() with
 // the table as an input would not see it. Whenever the in-place path does not apply (the table is not a leaf that
@@ -14,7 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 // weight (V, D), ids (...) -> (..., D). Rows of ids equal to padding_idx get no gradient (torch's padding_idx);
 // padding_idx < 0 means none.
@@ -27,4 +27,4 @@ bool accumulates_in_place(const at::Tensor& weight);
 // weight.grad(), created zero-filled (with the weight's layout) when it does not exist yet.
 at::Tensor& gradient_buffer(const at::Tensor& weight);
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -8,9 +8,9 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
-// The byte-mask kernel itself, for the autograd nodes that fuse dropout with their neighbours (model/feed_forward.h):
+// The byte-mask kernel itself, for the autograd nodes that fuse dropout with their neighbours (kernels/feed_forward.h):
 // `input` on the CPU, float32 or bfloat16, 0 < p < 1; one draw of LibTorch's generator, as dropout() makes.
 struct ByteMaskDropout {
   at::Tensor output;  // contiguous
@@ -27,4 +27,4 @@ at::Tensor dropout(const at::Tensor& input, double p, bool training);
 // The model's dropout: this one, or torch::dropout when `byte_mask` is off (KernelChoices::byte_mask_dropout).
 at::Tensor dropout(const at::Tensor& input, double p, bool training, bool byte_mask);
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -1,5 +1,5 @@
-// Implements include/fitsum/model/few_rows_linear.h.
-#include "fitsum/model/few_rows_linear.h"
+// Implements include/fitsum/kernels/few_rows_linear.h.
+#include "fitsum/kernels/few_rows_linear.h"
 
 #include <algorithm>
 
@@ -11,11 +11,11 @@
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/util/threads.h"
 #include "fitsum/util/torch_compat.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 namespace {
 
 // GCC 12 reports the intrinsics' deliberately undefined vectors (_mm512_undefined_ps inside the headers' broadcasts
@@ -338,4 +338,4 @@ at::Tensor few_rows_context(const at::Tensor& probs, const at::Tensor& value) {
   return y;
 }
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

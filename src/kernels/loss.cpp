@@ -1,10 +1,10 @@
-// Implements include/fitsum/model/loss.h. linear_cross_entropy is a custom autograd Function with two plans:
+// Implements include/fitsum/kernels/loss.h. linear_cross_entropy is a custom autograd Function with two plans:
 //  - gradient in forward (the label tokens' logits fit in keep_logits_bytes): one (M, V) tensor becomes logits,
 //    then softmax, then d loss / d logits in place; the states' gradient is multiplied out at once and the tensor is
 //    kept for the weight's gradient, so the head costs three products, as in plain autograd, with one (M, V) buffer;
 //  - chunked: the forward keeps only the states (M, D) and their log-normaliser (M); the backward walks the
 //    vocabulary again, recomputing each chunk of logits (a fourth product) into its gradient.
-#include "fitsum/model/loss.h"
+#include "fitsum/kernels/loss.h"
 
 #include <algorithm>
 #include <limits>
@@ -12,10 +12,10 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/torch.h>
 
-#include "fitsum/model/onednn_linear.h"
-#include "fitsum/model/tied_embedding.h"
+#include "fitsum/kernels/onednn_linear.h"
+#include "fitsum/kernels/tied_embedding.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 namespace F = torch::nn::functional;
 
@@ -264,4 +264,4 @@ TokenLoss linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weigh
   return out;
 }
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

@@ -12,19 +12,19 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "fitsum/model/config.h"
+#include "fitsum/kernels/activation.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 // HF's ACT2FN for the activations fitsum's configs name.
 at::Tensor activate(const at::Tensor& x, Activation activation);
 
 // fc2(dropout(activation(u))) with fc2's `weight` (D x ffn) and `bias` (D, or undefined); dropout with probability
-// `p` when training, the byte-mask kernel when `byte_mask` (model/dropout.h), else torch::dropout. `recompute`
+// `p` when training, the byte-mask kernel when `byte_mask` (kernels/dropout.h), else torch::dropout. `recompute`
 // chooses the single node described above where it applies (KernelChoices::recomputed_feed_forward). `u` is taken
 // by value: a caller that moves it in (or passes fc1's output directly) lets the composition free it before fc2
 // runs (memory/evaluation_memory.h counts fc1's output beside its activation, not beside fc2's product).
 at::Tensor activation_dropout_linear(at::Tensor u, Activation activation, double p, bool training, bool byte_mask,
                                      const at::Tensor& weight, const at::Tensor& bias, bool recompute);
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels

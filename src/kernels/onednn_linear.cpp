@@ -1,4 +1,4 @@
-#include "fitsum/model/onednn_linear.h"
+#include "fitsum/kernels/onednn_linear.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -22,7 +22,7 @@
 #include "fitsum/util/threads.h"
 #include "fitsum/util/torch_compat.h"
 
-namespace fitsum::model {
+namespace fitsum::kernels {
 
 namespace {
 
@@ -409,4 +409,4 @@ at::Tensor dense_matmul(const at::Tensor& a, const at::Tensor& b) {
   return DenseMatmulFunction::apply(a, b);
 }
 
-}  // namespace fitsum::model
+}  // namespace fitsum::kernels
