@@ -161,7 +161,7 @@ PegasusXEncoderLayerImpl::PegasusXEncoderLayerImpl(const PegasusXLayerOptions& o
 
 torch::Tensor PegasusXEncoderLayerImpl::feed_forward(const torch::Tensor& x) {
   const bool training = is_training();
-  auto h = activate(fc1->forward(final_layer_norm->forward(x)), options_.activation);
+  auto h = kernels::activate(fc1->forward(final_layer_norm->forward(x)), options_.activation);
   h = kernels::dropout(h, options_.activation_dropout, training, options_.byte_mask_dropout);
   return x + kernels::dropout(fc2->forward(h), options_.dropout, training, options_.byte_mask_dropout);
 }
