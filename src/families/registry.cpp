@@ -60,7 +60,8 @@ std::int64_t token_field(const nlohmann::json& j, const char* name, std::int64_t
 }
 
 const std::vector<const Family*>& registered_families() {
-  static const std::vector<const Family*> families = {&pegasus_family(), &bart_family(), &t5_family()};
+  static const std::vector<const Family*> families = {&pegasus_family(), &bart_family(), &t5_family(),
+                                                            &pegasus_x_family(), &long_t5_family()};
   return families;
 }
 

@@ -5,6 +5,7 @@
 
 #include "fitsum/families/config_fields.h"
 #include "fitsum/families/family.h"
+#include "fitsum/families/t5_style_config.h"
 #include "fitsum/tokenizer/t5_tokenizer.h"
 
 namespace fitsum::families {
@@ -67,6 +68,8 @@ void read_t5_feed_forward(const json& j, const T5Defaults& d, model::ModelConfig
   c.gated_ffn = field<bool>(j, "is_gated_act", gated, source);
   c.activation_function = model::activation_from_string(field<std::string>(j, "dense_act_fn", activation, source));
 }
+
+}  // namespace
 
 model::ModelConfig read_t5_config(const json& j, const std::string& model_type, const std::string& source) {
   const bool mt5 = model_type == kMT5;
@@ -143,7 +146,6 @@ std::unique_ptr<tokenizer::Tokenizer> load_t5_tokenizer(const fs::path& dir) {
   return std::make_unique<tokenizer::T5Tokenizer>(tokenizer::T5Tokenizer::from_folder(dir));
 }
 
-}  // namespace
 
 const Family& t5_family() {
   static const Family family = [] {

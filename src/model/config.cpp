@@ -1,6 +1,8 @@
 // Implements include/fitsum/model/config.h: validation and parameter arithmetic.
 #include "fitsum/model/config.h"
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -45,9 +47,48 @@ void require_layout_variants(const ModelConfig& c) {
                                 to_string(c.module_layout) + ": the only variant that layout builds");
   };
   require((c.position_embedding == PositionEmbedding::relative) == blocks, "position_embedding",
-          blocks ? "relative" : "sinusoidal or learned");
+          blocks ? "relative" : "sinusoidal, learned or computed");
   require((c.normalization == Normalization::rms_norm) == blocks, "normalization", blocks ? "rms_norm" : "layer_norm");
   require(c.linear_bias != blocks, "linear_bias", blocks ? "false" : "true");
+}
+
+// The long-input encoders build their own family's layers (pegasus_x_layers.h, long_t5_layers.h), whatever else the
+// config says: a combination they do not build is refused rather than silently computed otherwise.
+void require_encoder_attention_variants(const ModelConfig& c) {
+  const auto require = [&](bool holds, const char* field, const std::string& needed) {
+    if (holds) return;
+    throw std::invalid_argument(std::string("config field '") + field + "' must be " + needed +
+                                " with encoder_attention " + to_string(c.encoder_attention) +
+                                ": the only variant that encoder builds");
+  };
+  switch (c.encoder_attention) {
+    case EncoderAttention::full:
+      return;
+    case EncoderAttention::global_local:
+      require(c.module_layout == ModuleLayout::layers, "module_layout", "layers");
+      require(c.normalize_before, "normalize_before", "true");
+      require(c.final_layer_norm, "final_layer_norm", "true");
+      require(!c.layernorm_embedding, "layernorm_embedding", "false");
+      require(!c.attention_bias, "attention_bias", "false");
+      require(c.position_embedding != PositionEmbedding::learned, "position_embedding", "sinusoidal or computed");
+      require_positive(c.block_size, "block_size", kMaxPositions);
+      require_positive(c.num_global_tokens, "num_global_tokens", kMaxPositions);
+      require(!c.stagger_local_blocks || c.block_size % 2 == 0, "block_size",
+              "even (a staggered layer shifts its blocks by half a block; or set stagger_local_blocks false)");
+      return;
+    case EncoderAttention::local:
+    case EncoderAttention::transient_global:
+      require(c.module_layout == ModuleLayout::blocks, "module_layout", "blocks");
+      if (c.local_radius < 0) {
+        throw std::invalid_argument("config field 'local_radius' must not be negative, found " +
+                                    std::to_string(c.local_radius));
+      }
+      require_positive(c.local_radius + 1, "local_radius + 1", kMaxPositions);
+      if (c.encoder_attention == EncoderAttention::transient_global) {
+        require_positive(c.global_block_size, "global_block_size", kMaxPositions);
+      }
+      return;
+  }
 }
 
 }  // namespace
@@ -96,6 +137,7 @@ void ModelConfig::validate() const {
     throw std::invalid_argument("config field 'layer_norm_eps' must be positive");
   }
   require_layout_variants(*this);
+  require_encoder_attention_variants(*this);
 }
 
 const char* to_string(Activation activation) {
@@ -113,6 +155,20 @@ const char* to_string(Activation activation) {
 }
 
 const char* to_string(ModuleLayout layout) { return layout == ModuleLayout::blocks ? "blocks" : "layers"; }
+
+const char* to_string(EncoderAttention attention) {
+  switch (attention) {
+    case EncoderAttention::full:
+      return "full";
+    case EncoderAttention::global_local:
+      return "global_local";
+    case EncoderAttention::local:
+      return "local";
+    case EncoderAttention::transient_global:
+      return "transient_global";
+  }
+  return "?";
+}
 
 Activation activation_from_string(const std::string& name) {
   if (name == "relu") return Activation::relu;
@@ -153,9 +209,13 @@ ParameterCounts count_block_parameters(const ModelConfig& c) {
       add_matrix(d, inner);                              // o
       add_norm();                                        // layer_norm
     };
+    // LongT5's transient-global encoder blocks: a second table in block 0, a side-key RMSNorm in every block.
+    const bool transient_global = !decoder && c.encoder_attention == EncoderAttention::transient_global;
     add_matrix(c.relative_attention_num_buckets, heads);  // block.0's relative_attention_bias
+    if (transient_global) add_matrix(c.relative_attention_num_buckets, heads);  // global_relative_attention_bias
     for (std::int64_t i = 0; i < (decoder ? c.decoder_layers : c.encoder_layers); ++i) {
-      add_attention();                      // SelfAttention
+      add_attention();                      // SelfAttention (LongT5: LocalSelfAttention, ...)
+      if (transient_global) add_norm();     // global_input_layer_norm
       if (decoder) add_attention();         // EncDecAttention
       add_matrix(ffn, d);                   // wi, or wi_0
       if (c.gated_ffn) add_matrix(ffn, d);  // wi_1
@@ -202,25 +262,29 @@ ParameterCounts count_parameters(const ModelConfig& c) {
     add_vector(d);
   };
   const auto add_attention = [&]() {
-    for (int i = 0; i < 4; ++i) add_linear(d, d);
+    for (int i = 0; i < 4; ++i) c.attention_bias ? add_linear(d, d) : add_matrix(d, d);
     add_layer_norm();
   };
 
-  add_matrix(c.vocab_size, d);                              // model.shared
-  if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);  // lm_head
-  add(counts.frozen, c.vocab_size);                         // final_logits_bias
+  add_matrix(c.vocab_size, d);                                  // model.shared
+  if (!c.tie_word_embeddings) add_matrix(c.vocab_size, d);      // lm_head
+  if (c.has_final_logits_bias) add(counts.frozen, c.vocab_size);  // final_logits_bias
   for (int side = 0; side < 2; ++side) {
     const bool decoder = side == 1;
     const std::int64_t layers = decoder ? c.decoder_layers : c.encoder_layers;
     const std::int64_t ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
+    // PEGASUS-X's encoder: the global tokens' embedding, and their own LayerNorm in every layer.
+    const bool global_local = !decoder && c.encoder_attention == EncoderAttention::global_local;
+    if (global_local) add_matrix(c.num_global_tokens, d);  // embed_global
     if (c.position_embedding == PositionEmbedding::sinusoidal) {
       add(counts.frozen, product(c.max_position_embeddings, d));
-    } else {
+    } else if (c.position_embedding == PositionEmbedding::learned) {
       add_matrix(c.max_position_embeddings + c.learned_position_offset, d);
     }
     if (c.layernorm_embedding) add_layer_norm();
     for (std::int64_t i = 0; i < layers; ++i) {
       add_attention();               // self_attn + self_attn_layer_norm
+      if (global_local) add_layer_norm();  // global_self_attn_layer_norm
       if (decoder) add_attention();  // encoder_attn + encoder_attn_layer_norm
       add_linear(ffn, d);            // fc1
       add_linear(d, ffn);            // fc2
@@ -240,9 +304,31 @@ ForwardFlops forward_matmul_flops(const ModelConfig& c, std::int64_t batch, std:
   // One (m x k) x (k x n) product costs 2mkn.
   const auto product = [](double m, double k, double n) { return 2.0 * m * k * n; };
   ForwardFlops f;
-  // Encoder layer: q, k, v, out projections; scores and weighted values; the two feed-forward products.
-  f.encoder_layer = 4.0 * product(b * s, d, d) + 2.0 * product(b * s, d, s) +
-                    2.0 * product(b * s, d, static_cast<double>(c.encoder_ffn_dim));
+  // Encoder layer: q, k, v, out projections; scores and weighted values; the two feed-forward products. The keys
+  // each query sees: all s, or the long-input encoders' windows (model/config.h EncoderAttention), where the
+  // global tokens of PEGASUS-X also run the projections, the feed-forward and their own attention over every key.
+  const double ffn = static_cast<double>(c.encoder_ffn_dim);
+  const double heads_width = d;  // the attention's inner width, d_model's for every family but T5 (d_kv x heads)
+  double keys = s;
+  double extra_rows = 0.0;  // PEGASUS-X's global tokens
+  switch (c.encoder_attention) {
+    case EncoderAttention::full:
+      break;
+    case EncoderAttention::global_local:
+      extra_rows = static_cast<double>(c.num_global_tokens);
+      keys = std::min(s, static_cast<double>(c.block_size)) + extra_rows;
+      break;
+    case EncoderAttention::local:
+      keys = std::min(s, 3.0 * static_cast<double>(c.local_radius + 1));
+      break;
+    case EncoderAttention::transient_global:
+      keys = std::min(s, 3.0 * static_cast<double>(c.local_radius + 1)) +
+             std::ceil(s / static_cast<double>(c.global_block_size));
+      break;
+  }
+  const double rows = s + extra_rows;
+  f.encoder_layer = 4.0 * product(b * rows, d, heads_width) + 2.0 * product(b * s, heads_width, keys) +
+                    2.0 * product(b * extra_rows, heads_width, s + extra_rows) + 2.0 * product(b * rows, d, ffn);
   // Decoder layer: causal self-attention over t, cross-attention (k and v projected from the s encoder states).
   f.decoder_layer = 4.0 * product(b * t, d, d) + 2.0 * product(b * t, d, t) + 2.0 * product(b * t, d, d) +
                     2.0 * product(b * s, d, d) + 2.0 * product(b * t, d, s) +
@@ -275,7 +361,8 @@ std::optional<ArchitectureDifference> architecture_difference(const ModelConfig&
       {"decoder_ffn_dim", &ModelConfig::decoder_ffn_dim},
       {"d_kv", &ModelConfig::head_dim},
       {"max_position_embeddings", &ModelConfig::max_position_embeddings},
-      {"relative_attention_num_buckets", &ModelConfig::relative_attention_num_buckets}};
+      {"relative_attention_num_buckets", &ModelConfig::relative_attention_num_buckets},
+      {"num_global_tokens", &ModelConfig::num_global_tokens}};
   for (const auto& [field, member] : sizes) {
     if (first.*member != second.*member) {
       return ArchitectureDifference{field, std::to_string(first.*member), std::to_string(second.*member)};
@@ -288,11 +375,16 @@ std::optional<ArchitectureDifference> architecture_difference(const ModelConfig&
       {"tie_word_embeddings", &ModelConfig::tie_word_embeddings},
       {"gated_ffn", &ModelConfig::gated_ffn},
       {"linear_bias", &ModelConfig::linear_bias},
+      {"attention_bias", &ModelConfig::attention_bias},
       {"has_final_logits_bias", &ModelConfig::has_final_logits_bias}};
   for (const auto& [field, member] : variants) {
     if (first.*member != second.*member) {
       return ArchitectureDifference{field, first.*member ? "true" : "false", second.*member ? "true" : "false"};
     }
+  }
+  if (first.encoder_attention != second.encoder_attention) {
+    return ArchitectureDifference{"encoder_attention", to_string(first.encoder_attention),
+                                  to_string(second.encoder_attention)};
   }
   if (first.activation_function != second.activation_function) {
     return ArchitectureDifference{"activation_function", to_string(first.activation_function),

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "fitsum/kernels/dropout.h"
+#include "fitsum/model/lora.h"
 
 namespace fitsum::model {
 
@@ -65,7 +66,7 @@ torch::Tensor local_position_bias(torch::nn::Embedding table, const LongT5LayerO
 
 // The projections of x (B, S, D) as (B, S, H, d_kv).
 torch::Tensor heads_of(torch::nn::Linear proj, const torch::Tensor& x, const LongT5LayerOptions& o) {
-  return proj->forward(x).view({x.size(0), x.size(1), o.heads, o.d_kv});
+  return project(proj, x).view({x.size(0), x.size(1), o.heads, o.d_kv});
 }
 
 struct SideKeys {
@@ -214,7 +215,7 @@ LongT5Attended LongT5LocalAttentionImpl::forward(const torch::Tensor& hidden, co
                         ? position_bias
                         : local_position_bias(relative_attention_bias, options_, attention_mask, hidden);
   const auto context = attend_blocks(*this, options_, hidden, q, k, v, {}, bias);
-  return {o->forward(context), bias};
+  return {project(o, context), bias};
 }
 
 // ---- LongT5TransientGlobalAttention ----
@@ -279,7 +280,7 @@ LongT5Attended LongT5TransientGlobalAttentionImpl::forward(const torch::Tensor& 
   const SideKeys side{side_heads(k), side_heads(v)};
   const auto bias = position_bias.defined() ? position_bias : first_position_bias(attention_mask, ids);
   const auto context = attend_blocks(*this, options_, hidden, q, k, v, side, bias);
-  return {o->forward(context), bias};
+  return {project(o, context), bias};
 }
 
 // ---- LongT5EncoderBlock ----

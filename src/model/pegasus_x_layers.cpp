@@ -13,6 +13,7 @@
 
 #include "fitsum/kernels/dropout.h"
 #include "fitsum/kernels/feed_forward.h"
+#include "fitsum/model/lora.h"
 #include "fitsum/model/seq2seq.h"
 
 namespace fitsum::model {
@@ -101,12 +102,12 @@ PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hi
               "PEGASUS-X attention: the additive mask must be (", batch, ", ", length, "), got ", mask.sizes());
   const auto blocks = length / block_size_;
   // Queries scaled after the projection, as HF.    (B, H, P, hd) and (B, H, G, hd)
-  const auto local_q = split_heads(q_proj->forward(hidden) * scaling_);
-  const auto local_k = split_heads(k_proj->forward(hidden));
-  const auto local_v = split_heads(v_proj->forward(hidden));
-  const auto global_q = split_heads(q_proj->forward(global) * scaling_);
-  const auto global_k = split_heads(k_proj->forward(global));
-  const auto global_v = split_heads(v_proj->forward(global));
+  const auto local_q = split_heads(project(q_proj, hidden) * scaling_);
+  const auto local_k = split_heads(project(k_proj, hidden));
+  const auto local_v = split_heads(project(v_proj, hidden));
+  const auto global_q = split_heads(project(q_proj, global) * scaling_);
+  const auto global_k = split_heads(project(k_proj, global));
+  const auto global_v = split_heads(project(v_proj, global));
   namespace F = torch::nn::functional;
 
   // Global tokens attend to the global tokens and to every position; global keys are never masked.
@@ -131,9 +132,9 @@ PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hi
   const auto local_context = torch::matmul(local_probs.narrow(-1, 0, global_len), global_v.unsqueeze(2)) +
                              torch::matmul(local_probs.narrow(-1, global_len, block_size_), block_v);  // (B,H,N,K,hd)
 
-  auto global_out = out_proj->forward(merge_heads(global_context));  // (B, G, D)
+  auto global_out = project(out_proj, merge_heads(global_context));  // (B, G, D)
   auto local_out =
-      out_proj->forward(merge_heads(local_context.reshape({batch, heads_, length, head_dim_})));  // (B, P, D)
+      project(out_proj, merge_heads(local_context.reshape({batch, heads_, length, head_dim_})));  // (B, P, D)
   return {local_out, global_out};
 }
 
@@ -161,9 +162,9 @@ PegasusXEncoderLayerImpl::PegasusXEncoderLayerImpl(const PegasusXLayerOptions& o
 
 torch::Tensor PegasusXEncoderLayerImpl::feed_forward(const torch::Tensor& x) {
   const bool training = is_training();
-  auto h = kernels::activate(fc1->forward(final_layer_norm->forward(x)), options_.activation);
+  auto h = kernels::activate(project(fc1, final_layer_norm->forward(x)), options_.activation);
   h = kernels::dropout(h, options_.activation_dropout, training, options_.byte_mask_dropout);
-  return x + kernels::dropout(fc2->forward(h), options_.dropout, training, options_.byte_mask_dropout);
+  return x + kernels::dropout(project(fc2, h), options_.dropout, training, options_.byte_mask_dropout);
 }
 
 PegasusXStates PegasusXEncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& global,

@@ -16,6 +16,7 @@
 #include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/model/host_checked_ids.h"
 #include "fitsum/model/lora.h"
+#include "fitsum/model/pegasus_x_layers.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::model {
@@ -40,25 +41,6 @@ torch::Tensor causal_mask(std::int64_t query_length, std::int64_t past_length, t
   auto mask = torch::full({query_length, past_length + query_length}, lowest, options);
   mask = torch::triu(mask, past_length + 1);
   return mask.unsqueeze(0).unsqueeze(0);
-}
-
-torch::Tensor sinusoidal_table(std::int64_t positions, std::int64_t dim) {
-  // Double precision as HF's numpy code, then float32.
-  auto table = torch::empty({positions, dim}, torch::kFloat64);
-  auto t = table.accessor<double, 2>();
-  const std::int64_t half = dim % 2 == 0 ? dim / 2 : dim / 2 + 1;
-  for (std::int64_t pos = 0; pos < positions; ++pos) {
-    for (std::int64_t j = 0; j < dim; ++j) {
-      const double angle = static_cast<double>(pos) / std::pow(10000.0, 2.0 * static_cast<double>(j / 2) / dim);
-      // Even features (sin) fill the first half, odd features (cos) the second.
-      if (j % 2 == 0) {
-        t[pos][j / 2] = std::sin(angle);
-      } else {
-        t[pos][half + j / 2] = std::cos(angle);
-      }
-    }
-  }
-  return table.to(torch::kFloat32);
 }
 
 // ---- Attention (HF PegasusAttention) ----
@@ -267,10 +249,11 @@ TransformerLayerImpl::TransformerLayerImpl(const ModelConfig& c, StackKind kind,
   const auto heads = decoder ? c.decoder_attention_heads : c.encoder_attention_heads;
   const auto ffn = decoder ? c.decoder_ffn_dim : c.encoder_ffn_dim;
   // Registration order is HF's (the order of named_parameters and of saved checkpoints).
-  self_attn = register_module("self_attn", Attention(c.d_model, heads, c.attention_dropout));
+  const AttentionShape shape{c.d_model, heads, 0, c.attention_dropout, c.module_layout, c.attention_bias};
+  self_attn = register_module("self_attn", Attention(shape));
   self_attn_layer_norm = register_module("self_attn_layer_norm", make_layer_norm(c));
   if (decoder) {
-    encoder_attn = register_module("encoder_attn", Attention(c.d_model, heads, c.attention_dropout));
+    encoder_attn = register_module("encoder_attn", Attention(shape));
     encoder_attn_layer_norm = register_module("encoder_attn_layer_norm", make_layer_norm(c));
   }
   fc1 = register_module("fc1", torch::nn::Linear(c.d_model, ffn));
@@ -327,25 +310,6 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& hidden, const t
                         [&](const torch::Tensor& x) { return feed_forward(x, fc1, fc2, settings_, training); });
 }
 
-// ---- Position embeddings (HF PegasusSinusoidalPositionalEmbedding / BartLearnedPositionalEmbedding) ----
-
-PositionalEmbeddingImpl::PositionalEmbeddingImpl(const ModelConfig& c) : max_positions_(c.max_position_embeddings) {
-  if (c.position_embedding == PositionEmbedding::sinusoidal) {
-    offset_ = 0;
-    weight = register_buffer("weight", sinusoidal_table(c.max_position_embeddings, c.d_model));
-  } else {
-    offset_ = c.learned_position_offset;
-    weight = register_parameter("weight", torch::zeros({c.max_position_embeddings + offset_, c.d_model}));
-  }
-}
-
-torch::Tensor PositionalEmbeddingImpl::forward(std::int64_t length, std::int64_t past_length) {
-  TORCH_CHECK(past_length + length <= max_positions_, "sequence of ", past_length + length,
-              " positions is longer than max_position_embeddings (", max_positions_,
-              "); truncate the input (e.g. max_source_length / max_target_length)");
-  return weight.narrow(0, past_length + offset_, length);  // (T, D)
-}
-
 // ---- Stacks (HF PegasusEncoder / PegasusDecoder) ----
 
 namespace {
@@ -378,8 +342,15 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
       dropout_(c.dropout),
       padding_idx_(c.embedding_padding_idx),
       blocks_(c.module_layout == ModuleLayout::blocks),
-      relative_positions_(c.position_embedding == PositionEmbedding::relative) {
+      relative_positions_(c.position_embedding == PositionEmbedding::relative),
+      computed_positions_(c.position_embedding == PositionEmbedding::computed),
+      attention_(kind == StackKind::encoder ? c.encoder_attention : EncoderAttention::full),
+      block_size_(c.block_size) {
   const auto depth = kind == StackKind::decoder ? c.decoder_layers : c.encoder_layers;
+  if (attention_ != EncoderAttention::full) {
+    build_long_encoder(c);
+    return;
+  }
   if (blocks_) {
     // HF T5Stack: embed_tokens (the shared table, not registered again), block, final_layer_norm.
     layers = register_module("block", torch::nn::ModuleList());
@@ -387,7 +358,7 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
     final_rms = register_module("final_layer_norm", RMSNorm(c.d_model, c.layer_norm_eps));
     return;
   }
-  embed_positions = register_module("embed_positions", PositionalEmbedding(c));
+  if (!computed_positions_) embed_positions = register_module("embed_positions", PositionalEmbedding(c));
   if (c.layernorm_embedding) {
     layernorm_embedding = register_module("layernorm_embedding", make_layer_norm(c));
   }
@@ -402,7 +373,9 @@ StackImpl::StackImpl(const ModelConfig& c, StackKind kind, torch::nn::Embedding 
 
 void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
   kernels_ = kernels;
-  for (std::size_t i = 0; i < layers->size(); ++i) layers[i]->as<TransformerLayer>()->set_kernel_choices(kernels);
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    if (auto* layer = layers[i]->as<TransformerLayer>()) layer->set_kernel_choices(kernels);
+  }
   if (!final_rms.is_empty()) final_rms->fused = kernels.fused_rms_norm;
 }
 
@@ -413,7 +386,8 @@ torch::Tensor StackImpl::embed(const torch::Tensor& ids, std::int64_t past) {
   auto h = embed_tokens(embed_tokens_, ids, padding_idx_, kernels_.in_place_embedding_gradient);  // (B, T, D)
   if (blocks_) return kernels::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);   // T5Stack: no scale
   h = h * embed_scale_;
-  h = h + embed_positions->forward(ids.size(1), past);
+  h = h + (computed_positions_ ? pegasus_x_positions(ids.size(1), h.size(2), past, h.scalar_type(), h.device())
+                               : embed_positions->forward(ids.size(1), past));
   if (!layernorm_embedding.is_empty()) h = layernorm_embedding->forward(h);
   return kernels::dropout(h, dropout_, is_training(), kernels_.byte_mask_dropout);
 }
@@ -509,6 +483,7 @@ Seq2SeqLMImpl::Seq2SeqLMImpl(ModelConfig config) : config_(std::move(config)) {
 }
 
 torch::Tensor Seq2SeqLMImpl::encode(const torch::Tensor& input_ids, const torch::Tensor& attention_mask) {
+  if (config_.encoder_attention != EncoderAttention::full) return model->encoder->encode_long(input_ids, attention_mask);
   auto mask = padding_mask(attention_mask, model->shared->weight.scalar_type());
   return model->encoder->encode(input_ids, mask);
 }

@@ -139,4 +139,57 @@ class MT5(T5v11):
     config_class = transformers.MT5Config
 
 
-FAMILIES = {family.name: family for family in (Pegasus, Bart, T5, T5v11, MT5)}
+# PEGASUS-X's shapes: SHAPES with blocks of a few positions (the tests' sources are not multiples of them), a few
+# global tokens, staggered blocks on and off.
+PEGASUS_X_SHAPES = {
+    "tiny": dict(SHAPES["tiny"], block_size=4, num_global_tokens=3, stagger_local_blocks=True),
+    "odd_heads_gelu": dict(SHAPES["odd_heads_gelu"], block_size=6, num_global_tokens=2, stagger_local_blocks=True),
+    "deep_decoder": dict(SHAPES["deep_decoder"], block_size=5, num_global_tokens=4, stagger_local_blocks=False),
+}
+
+
+class PegasusX(Family):
+    """PEGASUS-X: PEGASUS with block-local encoder attention plus global tokens, staggered blocks, positions computed
+    on the fly, no attention biases, no final_logits_bias."""
+    name = "pegasus_x"
+    model_class = transformers.PegasusXForConditionalGeneration
+    config_class = transformers.PegasusXConfig
+    special = dict(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, forced_eos_token_id=1)
+    shapes = PEGASUS_X_SHAPES
+
+    @classmethod
+    def random_model_with_likely_eos(cls, seed):
+        """No final_logits_bias to raise: the tied embedding's eos row is scaled up instead (the head reads it)."""
+        model = cls.random_model(seed=seed, shape="tiny", vocab_size=61)
+        with torch.no_grad():
+            model.model.shared.weight[cls.eos()].mul_(3.0)
+        return model
+
+
+# LongT5's shapes: T5_SHAPES with a local radius of a few positions (block_len = local_radius + 1) and small global
+# blocks, so that the tests' sources span several blocks and end inside one.
+LONG_T5_SHAPES = {
+    "tiny": dict(T5_SHAPES["tiny"], local_radius=2, global_block_size=4),
+    "odd_heads_gelu": dict(T5_SHAPES["odd_heads_gelu"], local_radius=4, global_block_size=3),
+    "deep_decoder": dict(T5_SHAPES["deep_decoder"], local_radius=1, global_block_size=2),
+}
+
+
+class LongT5Local(T5):
+    """LongT5 with local attention (google/long-t5-local-*): T5 v1.1's layers, encoder windows of local_radius."""
+    name = "longt5_local"
+    model_class = transformers.LongT5ForConditionalGeneration
+    config_class = transformers.LongT5Config
+    shapes = LONG_T5_SHAPES
+    switches = dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False, encoder_attention_type="local")
+
+
+class LongT5TGlobal(LongT5Local):
+    """LongT5 with transient-global attention (google/long-t5-tglobal-*): local windows plus global block sums."""
+    name = "longt5_tglobal"
+    switches = dict(feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+                    encoder_attention_type="transient-global")
+
+
+FAMILIES = {family.name: family
+            for family in (Pegasus, Bart, T5, T5v11, MT5, PegasusX, LongT5Local, LongT5TGlobal)}

@@ -6,7 +6,7 @@ import torch
 
 from harness import FAMILIES, assert_close, load_file, probe, rms, save_batch, save_model
 
-FAMILY_NAMES = ["pegasus", "bart", "t5", "t5_v1_1", "mt5"]
+FAMILY_NAMES = ["pegasus", "bart", "t5", "t5_v1_1", "mt5", "pegasus_x", "longt5_local", "longt5_tglobal"]
 
 
 def make_batch(vocab, batch, source, target, seed, pad=0, eos=1):

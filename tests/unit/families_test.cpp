@@ -23,15 +23,17 @@ TEST(FamilyRegistry, EveryModelTypeFindsItsFamily) {
   EXPECT_EQ(families::find_family("bart"), &families::bart_family());
   EXPECT_EQ(families::find_family("t5"), &families::t5_family());
   EXPECT_EQ(families::find_family("mt5"), &families::t5_family());  // mT5 is T5's model under its own name
+  EXPECT_EQ(families::find_family("pegasus_x"), &families::pegasus_x_family());
+  EXPECT_EQ(families::find_family("longt5"), &families::long_t5_family());
   EXPECT_EQ(families::find_family("gpt2"), nullptr);
   EXPECT_EQ(families::find_family(""), nullptr);
-  EXPECT_EQ(families::supported_model_types(), "'pegasus', 'bart', 't5' and 'mt5'");
+  EXPECT_EQ(families::supported_model_types(), "'pegasus', 'bart', 't5', 'mt5', 'pegasus_x' and 'longt5'");
 }
 
 TEST(FamilyRegistry, AnUnknownModelTypeIsRefusedWithTheSupportedOnes) {
   const auto message = error_of<std::invalid_argument>([] { families::family_for("gpt2", "m/config.json"); });
-  EXPECT_EQ(message, "m/config.json: config field 'model_type' is 'gpt2'; fitsum supports 'pegasus', 'bart', 't5' "
-                     "and 'mt5'");
+  EXPECT_EQ(message, "m/config.json: config field 'model_type' is 'gpt2'; fitsum supports 'pegasus', 'bart', 't5', "
+                     "'mt5', 'pegasus_x' and 'longt5'");
   // The config reader's error is the registry's.
   EXPECT_EQ(error_of<std::invalid_argument>([] { io::model_config_from_hf({{"model_type", "gpt2"}}, "m/config.json"); }),
             message);
@@ -41,7 +43,9 @@ TEST(FamilyRegistry, EachFamilyWritesItsOwnTransformersClass) {
   const std::vector<std::pair<std::string, std::string>> expected = {{"pegasus", "PegasusForConditionalGeneration"},
                                                                      {"bart", "BartForConditionalGeneration"},
                                                                      {"t5", "T5ForConditionalGeneration"},
-                                                                     {"mt5", "MT5ForConditionalGeneration"}};
+                                                                     {"mt5", "MT5ForConditionalGeneration"},
+                                                                     {"pegasus_x", "PegasusXForConditionalGeneration"},
+                                                                     {"longt5", "LongT5ForConditionalGeneration"}};
   for (const auto& [model_type, architecture] : expected) {
     const auto config = io::model_config_from_hf({{"model_type", model_type}}, model_type);
     const json written = io::model_config_to_hf(config);

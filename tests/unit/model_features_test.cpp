@@ -62,8 +62,8 @@ TEST(ModelFeatures, EachLayoutBuildsOneBlockVariant) {
   model::ModelConfig relative;
   relative.position_embedding = model::PositionEmbedding::relative;
   EXPECT_EQ(validation_error(relative),
-            "config field 'position_embedding' must be sinusoidal or learned with module_layout layers: the only "
-            "variant that layout builds");
+            "config field 'position_embedding' must be sinusoidal, learned or computed with module_layout layers: the "
+            "only variant that layout builds");
   model::ModelConfig rms;
   rms.normalization = model::Normalization::rms_norm;
   EXPECT_EQ(validation_error(rms),
@@ -71,6 +71,74 @@ TEST(ModelFeatures, EachLayoutBuildsOneBlockVariant) {
             "builds");
   // The model refuses what validate refuses.
   EXPECT_THROW({ model::Seq2SeqLM built(table); }, std::invalid_argument);
+}
+
+// The long-input encoders build their own family's layers; a config asking for another variant is refused.
+TEST(ModelFeatures, EachLongInputEncoderBuildsItsOwnLayers) {
+  model::ModelConfig global_local;
+  global_local.encoder_attention = model::EncoderAttention::global_local;
+  global_local.position_embedding = model::PositionEmbedding::computed;
+  global_local.attention_bias = false;
+  EXPECT_EQ(validation_error(global_local), "");
+  auto biased = global_local;
+  biased.attention_bias = true;
+  EXPECT_EQ(validation_error(biased),
+            "config field 'attention_bias' must be false with encoder_attention global_local: the only variant that "
+            "encoder builds");
+  auto post_ln = global_local;
+  post_ln.normalize_before = false;
+  EXPECT_EQ(validation_error(post_ln),
+            "config field 'normalize_before' must be true with encoder_attention global_local: the only variant "
+            "that encoder builds");
+  auto odd = global_local;
+  odd.block_size = 5;
+  EXPECT_NE(validation_error(odd).find("config field 'block_size' must be even"), std::string::npos);
+  odd.stagger_local_blocks = false;
+  EXPECT_EQ(validation_error(odd), "");
+
+  auto local = blocks_config();
+  local.encoder_attention = model::EncoderAttention::local;
+  EXPECT_EQ(validation_error(local), "");
+  local.local_radius = -1;
+  EXPECT_EQ(validation_error(local), "config field 'local_radius' must not be negative, found -1");
+  auto layers = global_local;
+  layers.encoder_attention = model::EncoderAttention::transient_global;
+  EXPECT_EQ(validation_error(layers),
+            "config field 'module_layout' must be blocks with encoder_attention transient_global: the only variant "
+            "that encoder builds");
+  EXPECT_THROW({ model::Seq2SeqLM built(layers); }, std::invalid_argument);
+}
+
+// The parameters a long-input model registers are the ones count_parameters predicts, tensor by tensor.
+TEST(ModelFeatures, LongInputEncodersCountTheirParameters) {
+  model::ModelConfig pegasus_x;
+  pegasus_x.vocab_size = 40;
+  pegasus_x.d_model = 16;
+  pegasus_x.encoder_layers = 3;
+  pegasus_x.decoder_layers = 2;
+  pegasus_x.encoder_attention_heads = pegasus_x.decoder_attention_heads = 2;
+  pegasus_x.encoder_ffn_dim = pegasus_x.decoder_ffn_dim = 24;
+  pegasus_x.encoder_attention = model::EncoderAttention::global_local;
+  pegasus_x.position_embedding = model::PositionEmbedding::computed;
+  pegasus_x.attention_bias = false;
+  pegasus_x.has_final_logits_bias = false;
+  pegasus_x.block_size = 4;
+  pegasus_x.num_global_tokens = 3;
+  auto transient_global = blocks_config();
+  transient_global.encoder_attention = model::EncoderAttention::transient_global;
+  auto local = blocks_config();
+  local.encoder_attention = model::EncoderAttention::local;
+  for (const auto& config : {pegasus_x, transient_global, local}) {
+    model::Seq2SeqLM built(config);
+    std::int64_t trainable = 0;
+    std::int64_t frozen = 0;
+    for (const auto& p : built->parameters()) trainable += p.numel();
+    for (const auto& b : built->buffers()) frozen += b.numel();
+    const auto counts = model::count_parameters(config);
+    EXPECT_EQ(counts.trainable, trainable) << model::to_string(config.encoder_attention);
+    EXPECT_EQ(counts.frozen, frozen) << model::to_string(config.encoder_attention);
+    EXPECT_EQ(counts.trainable_tensors.size(), built->parameters().size()) << model::to_string(config.encoder_attention);
+  }
 }
 
 TEST(ModelFeatures, ArchitectureDifferenceNamesTheModuleLayout) {

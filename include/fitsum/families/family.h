@@ -1,4 +1,4 @@
-// The model families fitsum reads (PEGASUS, BART, T5), one `Family` record each, in a registry keyed by config.json's
+// The model families fitsum reads (PEGASUS, BART, T5, PEGASUS-X, LongT5), one `Family` record each, in a registry keyed by config.json's
 // `model_type`. A record holds everything that differs per family outside the model's own structure: config.json's
 // field names and defaults (and writing them back), transformers' class names, the attributes of its config class
 // (for --config_overrides), which tokenizer it uses and how a tokenizer folder says it is the family's, its text
@@ -89,5 +89,7 @@ std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const fs::path& dir);
 const Family& pegasus_family();
 const Family& bart_family();
 const Family& t5_family();
+const Family& pegasus_x_family();
+const Family& long_t5_family();
 
 }  // namespace fitsum::families

@@ -20,6 +20,18 @@ enum class PositionEmbedding {
   sinusoidal,  // PEGASUS: fixed table, sin in the first half of the features, cos in the second; not trained
   learned,     // BART: a trained table indexed by position + learned_position_offset
   relative,    // T5: no table; a learned bias per (bucketed relative position, head) on the attention scores
+  computed,    // PEGASUS-X: a sinusoidal table computed on the fly in the embeddings' dtype (its own frequencies,
+               // model/pegasus_x_layers.h pegasus_x_positions); nothing stored
+};
+
+// What the encoder's self-attention sees (the decoder always attends fully). The long-input kinds grow linearly with
+// the source length instead of with its square.
+enum class EncoderAttention {
+  full,              // every position attends to every position
+  global_local,      // PEGASUS-X: blocks of block_size positions plus num_global_tokens global tokens
+                     // (model/pegasus_x_layers.h); staggered every other layer with stagger_local_blocks
+  local,             // LongT5: each position sees local_radius positions on either side (model/long_t5_layers.h)
+  transient_global,  // LongT5: local, plus the sums of every global_block_size positions as side keys
 };
 
 // How the modules are laid out and named: the checkpoint keys the model's parameters carry.
@@ -86,10 +98,21 @@ struct ModelConfig {
   bool has_final_logits_bias = true;   // PEGASUS / BART's buffer; T5 has none
   std::int64_t relative_attention_num_buckets = 32;
   std::int64_t relative_attention_max_distance = 128;
+  bool attention_bias = true;  // the layers layout's q/k/v/out projections have biases (PEGASUS-X's have none)
+
+  // The encoder's attention and its long-input settings (HF PegasusXConfig and LongT5Config names).
+  EncoderAttention encoder_attention = EncoderAttention::full;
+  std::int64_t block_size = 512;         // global_local: positions per local block
+  std::int64_t num_global_tokens = 32;   // global_local
+  bool stagger_local_blocks = true;      // global_local: every odd layer shifts its blocks by half a block
+  std::int64_t local_radius = 127;       // local, transient_global: the window is local_radius + 1 wide blocks
+  std::int64_t global_block_size = 16;   // transient_global: positions summed into one side key
 
   // Throws std::invalid_argument naming the field when the combination cannot be built: among others, each
   // module_layout builds one block variant (blocks: relative positions, RMSNorm, no biases; layers: a position
-  // table, LayerNorm, biases).
+  // table or computed positions, LayerNorm, feed-forward biases), and each long-input encoder attention its own
+  // family's layers (global_local: the layers layout, pre-LayerNorm, final LayerNorms, no attention biases; local
+  // and transient_global: the blocks layout).
   void validate() const;
 
   std::int64_t encoder_head_dim() const { return head_dim > 0 ? head_dim : d_model / encoder_attention_heads; }
@@ -98,6 +121,7 @@ struct ModelConfig {
 
 const char* to_string(Activation activation);
 const char* to_string(ModuleLayout layout);  // "layers", "blocks"
+const char* to_string(EncoderAttention attention);  // "full", "global_local", "local", "transient_global"
 // Throws std::invalid_argument listing the supported names.
 Activation activation_from_string(const std::string& name);
 

@@ -56,7 +56,7 @@ struct AttentionShape {
   std::int64_t head_dim = 0;  // 0: d_model / heads
   double dropout = 0.0;
   ModuleLayout layout = ModuleLayout::layers;  // the projections' names and registration order
-  bool bias = true;                            // ModelConfig::linear_bias
+  bool bias = true;                            // ModelConfig::linear_bias (blocks), attention_bias (layers)
   bool scale_scores = true;                    // ModelConfig::scale_attention_scores
 };
 
@@ -171,6 +171,11 @@ class StackImpl : public torch::nn::Module {
   StackImpl(const ModelConfig& config, StackKind kind, torch::nn::Embedding shared);
   // Encoder: input_ids (B, S), mask (B, 1, 1, S) -> (B, S, D)
   torch::Tensor encode(const torch::Tensor& input_ids, const torch::Tensor& mask);
+  // The long-input encoders (ModelConfig::encoder_attention other than full; long_encoder_stack.cpp), which build
+  // their masks from the 0/1 attention_mask (B, S)  ->  (B, S, D). PEGASUS-X (HF PegasusXEncoder): the states padded
+  // to whole blocks, the global tokens beside them through every layer, cut back and normalized. LongT5 (HF
+  // LongT5Stack): the first block's position bias, masks folded in, passed to every later block.
+  torch::Tensor encode_long(const torch::Tensor& input_ids, const torch::Tensor& attention_mask);
   // Decoder: decoder_input_ids (B, T), encoder_hidden (B, S, D), cross_mask (B, 1, 1, S) -> (B, T, D).
   // With a cache, decoder_input_ids hold only the new positions, and encoder_hidden and cross_mask one row per
   // cache->rows_per_source decoder rows.
@@ -181,9 +186,12 @@ class StackImpl : public torch::nn::Module {
   void set_kernel_choices(const KernelChoices& kernels);
   StackKind kind() const { return kind_; }
 
-  PositionalEmbedding embed_positions{nullptr};
+  PositionalEmbedding embed_positions{nullptr};  // a stored table (not for relative or computed positions)
+  torch::nn::Embedding embed_global{nullptr};     // PEGASUS-X's encoder: the global tokens' first states
   torch::nn::LayerNorm layernorm_embedding{nullptr};
-  torch::nn::ModuleList layers;  // blocks layout: registered as "block"
+  // TransformerLayer, or the long-input encoders' PegasusXEncoderLayer / LongT5EncoderBlock; the blocks layout
+  // registers it as "block"
+  torch::nn::ModuleList layers;
   torch::nn::LayerNorm layer_norm{nullptr};
   RMSNorm final_rms{nullptr};  // blocks layout: "final_layer_norm"
 
@@ -198,6 +206,10 @@ class StackImpl : public torch::nn::Module {
   torch::Tensor with_position_bias(const torch::Tensor& mask, std::int64_t length, std::int64_t past);
   // The stack's last step: the final LayerNorm (PEGASUS), RMSNorm and dropout (the blocks layout), or nothing (BART).
   torch::Tensor finish(const torch::Tensor& hidden);
+  // The long-input encoders' modules, registered in HF's order (long_encoder_stack.cpp).
+  void build_long_encoder(const ModelConfig& config);
+  torch::Tensor encode_global_local(const torch::Tensor& input_ids, const torch::Tensor& attention_mask);
+  torch::Tensor encode_local(const torch::Tensor& input_ids, const torch::Tensor& attention_mask);
 
   StackKind kind_;
   torch::nn::Embedding embed_tokens_;
@@ -208,6 +220,9 @@ class StackImpl : public torch::nn::Module {
   KernelChoices kernels_;
   bool blocks_ = false;              // ModuleLayout::blocks
   bool relative_positions_ = false;  // PositionEmbedding::relative
+  bool computed_positions_ = false;  // PositionEmbedding::computed
+  EncoderAttention attention_ = EncoderAttention::full;  // the encoder's; full in a decoder
+  std::int64_t block_size_ = 0;                          // global_local
 };
 TORCH_MODULE(Stack);
 
