@@ -36,10 +36,6 @@ model::ModelConfig read_bart_config(const json& j, const std::string& model_type
   return c;
 }
 
-std::unique_ptr<tokenizer::Tokenizer> load_bart_tokenizer(const fs::path& dir) {
-  return std::make_unique<tokenizer::BartTokenizer>(tokenizer::BartTokenizer::from_folder(dir));
-}
-
 }  // namespace
 
 const Family& bart_family() {
@@ -54,7 +50,7 @@ const Family& bart_family() {
     // BART's tokenizer is GPT-2's byte-level BPE, which RoBERTa's and GPT-2's own tokenizer folders also hold.
     f.tokenizer_class_prefixes = {"Bart", "Roberta", "GPT2"};
     f.tokenizer_files = {"vocab.json", "tokenizer.json"};
-    f.load_tokenizer = load_bart_tokenizer;
+    f.load_tokenizer = load_tokenizer_of<tokenizer::BartTokenizer>;
     f.text_starts_with_bos = true;
     return f;
   }();

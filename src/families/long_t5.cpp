@@ -6,6 +6,7 @@
 #include "fitsum/families/config_fields.h"
 #include "fitsum/families/family.h"
 #include "fitsum/families/t5_style_config.h"
+#include "fitsum/tokenizer/t5_tokenizer.h"
 
 namespace fitsum::families {
 
@@ -61,7 +62,7 @@ const Family& long_t5_family() {
                        {"num_hidden_layers", "num_layers"}, {"head_dim", "d_kv"}};
     f.tokenizer_class_prefixes = {"LongT5"};  // google/long-t5-* name T5Tokenizer: the T5 record's, the same one
     f.tokenizer_files = {};
-    f.load_tokenizer = load_t5_tokenizer;
+    f.load_tokenizer = load_tokenizer_of<tokenizer::T5Tokenizer>;
     return f;
   }();
   return family;

@@ -34,10 +34,6 @@ model::ModelConfig read_pegasus_config(const json& j, const std::string& model_t
   return c;
 }
 
-std::unique_ptr<tokenizer::Tokenizer> load_pegasus_tokenizer(const fs::path& dir) {
-  return std::make_unique<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(dir));
-}
-
 }  // namespace
 
 const Family& pegasus_family() {
@@ -51,7 +47,7 @@ const Family& pegasus_family() {
     f.attribute_map = bart_style_attribute_map();
     f.tokenizer_class_prefixes = {"Pegasus"};
     f.tokenizer_files = {"spiece.model"};  // spiece.model alone: the family fitsum has always assumed for it
-    f.load_tokenizer = load_pegasus_tokenizer;
+    f.load_tokenizer = load_tokenizer_of<tokenizer::PegasusTokenizer>;
     return f;
   }();
   return family;

@@ -50,10 +50,6 @@ void write_pegasus_x_config(const model::ModelConfig& c, json& j) {
   j["stagger_local_blocks"] = c.stagger_local_blocks;
 }
 
-std::unique_ptr<tokenizer::Tokenizer> load_pegasus_x_tokenizer(const fs::path& dir) {
-  return std::make_unique<tokenizer::PegasusTokenizer>(tokenizer::PegasusTokenizer::from_folder(dir));
-}
-
 }  // namespace
 
 const Family& pegasus_x_family() {
@@ -70,7 +66,7 @@ const Family& pegasus_x_family() {
     // same tokenizer); a folder naming only model_type pegasus_x reaches this record.
     f.tokenizer_class_prefixes = {"PegasusX"};
     f.tokenizer_files = {};
-    f.load_tokenizer = load_pegasus_x_tokenizer;
+    f.load_tokenizer = load_tokenizer_of<tokenizer::PegasusTokenizer>;
     return f;
   }();
   return family;

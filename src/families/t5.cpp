@@ -142,10 +142,6 @@ json t5_derived_attributes(const json& attributes) {
   return derived;
 }
 
-std::unique_ptr<tokenizer::Tokenizer> load_t5_tokenizer(const fs::path& dir) {
-  return std::make_unique<tokenizer::T5Tokenizer>(tokenizer::T5Tokenizer::from_folder(dir));
-}
-
 
 const Family& t5_family() {
   static const Family family = [] {
@@ -162,7 +158,7 @@ const Family& t5_family() {
     f.tokenizer_class_prefixes = {"T5"};
     // A folder with spiece.model and no declaration is PEGASUS's (the registry's order), as it has always been.
     f.tokenizer_files = {};
-    f.load_tokenizer = load_t5_tokenizer;
+    f.load_tokenizer = load_tokenizer_of<tokenizer::T5Tokenizer>;
     return f;
   }();
   return family;

@@ -85,6 +85,12 @@ std::vector<tokenizer::TokenId> empty_text_ids(const model::ModelConfig& config)
 // naming the folder and the files looked for when it holds none.
 std::unique_ptr<tokenizer::Tokenizer> load_tokenizer(const fs::path& dir);
 
+// A Family::load_tokenizer for a tokenizer class with a `from_folder(dir)` factory.
+template <typename TokenizerClass>
+std::unique_ptr<tokenizer::Tokenizer> load_tokenizer_of(const fs::path& dir) {
+  return std::make_unique<TokenizerClass>(TokenizerClass::from_folder(dir));
+}
+
 // The registry's entries (src/families/<family>.cpp).
 const Family& pegasus_family();
 const Family& bart_family();

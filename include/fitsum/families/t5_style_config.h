@@ -1,15 +1,12 @@
 // T5's config.json fields (T5Config, MT5Config, LongT5Config share them): one reader and one writer for the T5 and
-// LongT5 families, and T5's tokenizer, which LongT5 uses too.
+// LongT5 families.
 #pragma once
 
-#include <filesystem>
-#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "fitsum/model/config.h"
-#include "fitsum/tokenizer/tokenizer.h"
 
 namespace fitsum::families {
 
@@ -19,6 +16,5 @@ model::ModelConfig read_t5_config(const nlohmann::json& j, const std::string& mo
 void write_t5_config(const model::ModelConfig& c, nlohmann::json& j);
 // T5Config derives num_decoder_layers, dense_act_fn and is_gated_act from others.
 nlohmann::json t5_derived_attributes(const nlohmann::json& attributes);
-std::unique_ptr<tokenizer::Tokenizer> load_t5_tokenizer(const std::filesystem::path& dir);
 
 }  // namespace fitsum::families
