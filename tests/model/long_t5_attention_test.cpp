@@ -17,6 +17,7 @@
 #include "fitsum/io/safetensors.h"
 #include "fitsum/kernels/dropout.h"
 #include "fitsum/model/long_t5_layers.h"
+#include "layer_reference.h"
 #include "test_support.h"
 #include "tolerance.h"
 
@@ -25,54 +26,15 @@ namespace {
 
 constexpr double kBound = 1e-5;
 
-const io::SafetensorsReader& reference() {
-  static const io::SafetensorsReader reader(source_dir() / "tests" / "data" / "fixtures" / "long-t5-layer" /
-                                            "reference.safetensors");
-  return reader;
+const LayerReference& reference() {
+  static const LayerReference fixture(source_dir() / "tests" / "data" / "fixtures" / "long-t5-layer" / "reference.safetensors",
+                                      "long-t5", kBound);
+  return fixture;
 }
 
-torch::Tensor hf(const std::string& name) { return reference().read(name, torch::kFloat); }
-torch::Tensor hf_ids(const std::string& name) { return reference().read(name).to(torch::kLong); }
-
-// The largest |got - want| relative to max |want|, printed so that the margin under the bound is on record.
-double worst_relative(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto scale = want.abs().max().item<double>();
-  return (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>() / std::max(scale, 1e-30);
-}
-
-struct Comparison {
-  double worst = 0.0;
-  void expect(const torch::Tensor& got, const std::string& name) {
-    ASSERT_TRUE(got.defined()) << name << ": no value (no gradient reached it)";
-    const auto want = hf(name);
-    EXPECT_CLOSE(got, want, relative(kBound)) << name;
-    if (got.sizes() == want.sizes()) worst = std::max(worst, worst_relative(got, want));
-  }
-  void report(const std::string& what) const {
-    std::cout << "[ long-t5 ] " << what << ": worst relative difference " << worst << " (bound " << kBound << ")\n";
-  }
-};
-
-bool is_parameter_key(const std::string& name, const std::string& prefix) {
-  const std::string tail = ".weight";
-  return name.rfind(prefix, 0) == 0 && name.find(".grad") == std::string::npos && name.size() > tail.size() &&
-         name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// Copies HF's tensors into `module` by name: every parameter must be in the fixture under `prefix`, and the fixture
-// must hold no parameter of that prefix that the module lacks.
-void load_by_name(torch::nn::Module& module, const std::string& prefix) {
-  torch::NoGradGuard no_grad;
-  const auto params = module.named_parameters();
-  for (const auto& p : params) {
-    ASSERT_TRUE(reference().contains(prefix + p.key())) << prefix + p.key() << " is not a transformers key";
-    p.value().copy_(hf(prefix + p.key()));
-  }
-  const auto& entries = reference().entries();
-  const auto theirs = std::count_if(entries.begin(), entries.end(),
-                                    [&](const io::SafetensorsEntry& e) { return is_parameter_key(e.name, prefix); });
-  EXPECT_EQ(static_cast<std::size_t>(theirs), params.size()) << "parameters under " << prefix;
-}
+torch::Tensor hf(const std::string& name) { return reference().hf(name); }
+torch::Tensor hf_ids(const std::string& name) { return reference().ids(name); }
+void load_by_name(torch::nn::Module& module, const std::string& prefix) { reference().load_by_name(module, prefix); }
 
 model::LongT5LayerOptions tiny_options(model::LongT5AttentionType type, bool first) {
   model::LongT5LayerOptions o;
@@ -190,7 +152,7 @@ TEST_P(LongT5EncoderParity, OutputsPositionBiasAndEveryGradientMatchTransformers
   }
   const auto out = encoder.forward(embeds, mask);
   (out * hf(prefix + "grad_out")).sum().backward();
-  Comparison c;
+  Comparison c{reference()};
   c.expect(out, prefix + "out");
   c.expect(embeds.grad(), prefix + "grad.input.embeds");
   std::size_t checked = 0;
@@ -213,7 +175,7 @@ TEST_P(LongT5EncoderParity, InputShorterThanOneBlockMatchesTransformers) {
   const auto embeds = hf("input.embeds").narrow(1, 0, 3).clone().requires_grad_(true);
   const auto out = encoder.forward(embeds, hf_ids(prefix + "short.mask"));
   (out * hf(prefix + "grad_out").narrow(1, 0, 3)).sum().backward();
-  Comparison c;
+  Comparison c{reference()};
   c.expect(out, prefix + "short.out");
   c.expect(embeds.grad(), prefix + "short.grad.input.embeds");
   c.report(prefix + "3 positions");
@@ -232,7 +194,7 @@ TEST_P(LongT5EncoderParity, DropoutIsAppliedWhereTransformersAppliesIt) {
   torch::manual_seed(4555);  // the fixture's dropout seed
   const auto out = encoder.forward(embeds, hf_ids("input.attention_mask"));
   (out * hf(prefix + "grad_out")).sum().backward();
-  Comparison c;
+  Comparison c{reference()};
   c.expect(out, prefix + "dropout.out");
   c.expect(embeds.grad(), prefix + "dropout.grad.input.embeds");
   c.report(prefix + "dropout");

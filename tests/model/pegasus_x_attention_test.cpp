@@ -17,6 +17,7 @@
 #include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/model/pegasus_x_layers.h"
 #include "fitsum/model/seq2seq.h"
+#include "layer_reference.h"
 #include "test_support.h"
 #include "tolerance.h"
 
@@ -25,55 +26,14 @@ namespace {
 
 constexpr double kBound = 1e-5;
 
-const io::SafetensorsReader& reference() {
-  static const io::SafetensorsReader reader(source_dir() / "tests" / "data" / "fixtures" / "pegasus-x-layer" /
-                                            "reference.safetensors");
-  return reader;
+const LayerReference& reference() {
+  static const LayerReference fixture(source_dir() / "tests" / "data" / "fixtures" / "pegasus-x-layer" / "reference.safetensors",
+                                      "pegasus-x", kBound);
+  return fixture;
 }
 
-torch::Tensor hf(const std::string& name) { return reference().read(name, torch::kFloat); }
-
-// The largest |got - want| relative to max |want|, printed so that the margin under the bound is on record.
-double worst_relative(const torch::Tensor& got, const torch::Tensor& want) {
-  const auto scale = want.abs().max().item<double>();
-  return (got.to(torch::kDouble) - want.to(torch::kDouble)).abs().max().item<double>() / std::max(scale, 1e-30);
-}
-
-struct Comparison {
-  double worst = 0.0;
-  void expect(const torch::Tensor& got, const std::string& name) {
-    ASSERT_TRUE(got.defined()) << name << ": no value (no gradient reached it)";
-    const auto want = hf(name);
-    EXPECT_CLOSE(got, want, relative(kBound)) << name;
-    if (got.sizes() == want.sizes()) worst = std::max(worst, worst_relative(got, want));
-  }
-  void report(const std::string& what) const {
-    std::cout << "[ pegasus-x ] " << what << ": worst relative difference " << worst << " (bound " << kBound << ")\n";
-  }
-};
-
-// Copies HF's tensors into `module` by name: every parameter must be in the fixture under `prefix`, and the fixture
-// must hold no parameter of that prefix that the module lacks.
-void load_by_name(torch::nn::Module& module, const std::string& prefix) {
-  torch::NoGradGuard no_grad;
-  const auto params = module.named_parameters();
-  for (const auto& p : params) {
-    ASSERT_TRUE(reference().contains(prefix + p.key())) << prefix + p.key() << " is not a transformers key";
-    p.value().copy_(hf(prefix + p.key()));
-  }
-  // The fixture's parameters end in .weight or .bias; outputs and gradients (encoder.out, encoder.grad.*) do not.
-  const auto is_parameter = [&](const std::string& name) {
-    const auto ends_with = [&](const std::string& tail) {
-      return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-    };
-    return name.rfind(prefix, 0) == 0 && name.find(".grad") == std::string::npos &&
-           (ends_with(".weight") || ends_with(".bias"));
-  };
-  const auto& entries = reference().entries();
-  const auto theirs = std::count_if(entries.begin(), entries.end(),
-                                    [&](const io::SafetensorsEntry& e) { return is_parameter(e.name); });
-  EXPECT_EQ(static_cast<std::size_t>(theirs), params.size()) << "parameters under " << prefix;
-}
+torch::Tensor hf(const std::string& name) { return reference().hf(name); }
+void load_by_name(torch::nn::Module& module, const std::string& prefix) { reference().load_by_name(module, prefix); }
 
 model::PegasusXLayerOptions tiny_options(bool stagger) {
   model::PegasusXLayerOptions o;
@@ -109,7 +69,7 @@ TEST(PegasusXLayers, ParameterNamesAreTransformersKeysInTheirOrder) {
 }
 
 TEST(PegasusXLayers, SinusoidalPositionsMatchTransformers) {
-  Comparison c;
+  Comparison c{reference()};
   c.expect(model::pegasus_x_positions(40, 32, 0, torch::kFloat, torch::kCPU), "positions.d32.p0");
   c.expect(model::pegasus_x_positions(8, 32, 16380, torch::kFloat, torch::kCPU), "positions.d32.p16380");
   c.expect(model::pegasus_x_positions(10, 6, 0, torch::kFloat, torch::kCPU), "positions.d6.p0");
@@ -126,8 +86,8 @@ TEST(PegasusXLayers, SinusoidalPositionsMatchTransformers) {
 TEST(PegasusXLayers, BlockPaddingAndGlobalTokensAreWhatTheEncoderPassesItsLayers) {
   const auto embeds = hf("input.embeds");  // (2, 10, 32)
   const auto hidden = embeds + model::pegasus_x_positions(10, 32, 0, torch::kFloat, torch::kCPU).unsqueeze(0);
-  const auto padded = model::pad_to_blocks(hidden, reference().read("input.attention_mask"), 4);
-  Comparison c;
+  const auto padded = model::pad_to_blocks(hidden, reference().reader().read("input.attention_mask"), 4);
+  Comparison c{reference()};
   c.expect(padded.hidden, "capture.layers.0.hidden");
   EXPECT_TRUE(torch::equal(padded.mask, hf("capture.layers.0.mask")));
   torch::nn::Embedding embed_global(2, 32);
@@ -153,7 +113,7 @@ TEST_P(PegasusXLayerParity, OutputsAndEveryGradientMatchTransformers) {
   const auto global = hf("capture.layers.1.global").requires_grad_(true);  // (2, 2, 32)
   const auto out = layer->forward(hidden, global, hf("capture.layers.1.mask"));
   ((out.hidden * hf("layer.grad_out.hidden")).sum() + (out.global * hf("layer.grad_out.global")).sum()).backward();
-  Comparison c;
+  Comparison c{reference()};
   c.expect(out.hidden, prefix + "out.hidden");
   c.expect(out.global, prefix + "out.global");
   c.expect(hidden.grad(), prefix + "grad.input.hidden");
@@ -198,9 +158,9 @@ TEST(PegasusXLayers, TwoLayerEncoderMatchesTransformers) {
   EXPECT_FALSE(encoder.layers[0]->as<model::PegasusXEncoderLayer>()->options().stagger_blocks);
   EXPECT_TRUE(encoder.layers[1]->as<model::PegasusXEncoderLayer>()->options().stagger_blocks);
   const auto embeds = hf("input.embeds").requires_grad_(true);
-  const auto out = encoder.forward(embeds, reference().read("input.attention_mask"));
+  const auto out = encoder.forward(embeds, reference().reader().read("input.attention_mask"));
   (out * hf("encoder.grad_out")).sum().backward();
-  Comparison c;
+  Comparison c{reference()};
   c.expect(out, "encoder.out");
   c.expect(embeds.grad(), "encoder.grad.input.embeds");
   for (const auto& p : encoder.named_parameters()) c.expect(p.value().grad(), "encoder.grad." + p.key());
@@ -223,7 +183,7 @@ TEST(PegasusXLayers, DropoutIsAppliedWhereTransformersAppliesIt) {
   torch::manual_seed(4455);  // the fixture's dropout seed
   const auto out = layer->forward(hidden, global, hf("capture.layers.1.mask"));
   ((out.hidden * hf("layer.grad_out.hidden")).sum() + (out.global * hf("layer.grad_out.global")).sum()).backward();
-  Comparison c;
+  Comparison c{reference()};
   c.expect(out.hidden, "dropout.out.hidden");
   c.expect(out.global, "dropout.out.global");
   c.expect(hidden.grad(), "dropout.grad.input.hidden");
