@@ -1,5 +1,6 @@
 """tests/data/long_config_counts.json: what transformers counts for the PEGASUS-X and LongT5 configs under configs/
-(the long-document families; tests/integration/long_families_cli_test.cpp compares `fitsum info` with them).
+(the long-document families): tests/integration/long_families_cli_test.cpp compares `fitsum info` with the counts,
+tests/model/floating_point_ops_test.cpp the count without embeddings (total_flos) with fitsum's.
 
     python3 tests/data/make_long_config_counts.py   # transformers 4.47.1, torch 1.13
 """
@@ -24,6 +25,7 @@ def main():
             model = AutoModelForSeq2SeqLM.from_config(config)
         model.tie_weights()  # skipped under no_init_weights; from_pretrained ties them
         out["models"][name] = {"class": type(model).__name__, "num_parameters": model.num_parameters(),
+                               "num_parameters_exclude_embeddings": model.num_parameters(exclude_embeddings=True),
                                "buffers": {n: list(b.shape) for n, b in model.named_buffers()}}
         print(name, out["models"][name]["num_parameters"], flush=True)
         del model
