@@ -12,9 +12,11 @@ namespace fitsum::train {
 
 namespace {
 
-// The names HF's embedding modules have in the checkpoint (and so in fitsum's modules).
+// The names HF's embedding modules (nn.Embedding) have in the checkpoint (and so in fitsum's modules): with the
+// long-input encoders', PEGASUS-X's global tokens and LongT5's transient-global relative bias.
 bool in_embedding_module(const std::string& name) {
-  for (const char* module : {"shared", "embed_tokens", "embed_positions", "relative_attention_bias"}) {
+  for (const char* module : {"shared", "embed_tokens", "embed_positions", "relative_attention_bias", "embed_global",
+                             "global_relative_attention_bias"}) {
     const std::string suffix = std::string(module) + ".weight";
     if (name == suffix ||
         (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&

@@ -46,6 +46,17 @@ TEST(FloatingPointOps, TiedAndUntiedHeadsAndSinusoidalPositions) {
   EXPECT_EQ(non_embedding_parameters_of(folder), model::count_parameters(config).trainable - embeddings);
 }
 
+// PEGASUS-X's global-token embedding (embed_global) and LongT5's transient-global relative bias
+// (global_relative_attention_bias) are nn.Embedding modules in transformers: left out like the other tables.
+TEST(FloatingPointOps, LongDocumentFamiliesLeaveOutTheirEmbeddingsAsHuggingFaceDoes) {
+  const auto expected = util::read_json_file(source_dir() / "tests" / "data" / "long_config_counts.json")["models"];
+  for (const char* name : {"pegasus-x-base", "long-t5-local-base", "long-t5-tglobal-base"}) {
+    EXPECT_EQ(non_embedding_parameters_of(source_dir() / "configs" / name),
+              expected[name]["num_parameters_exclude_embeddings"].get<std::int64_t>())
+        << name;
+  }
+}
+
 TEST(FloatingPointOps, SixTimesTokensTimesParameters) {
   EXPECT_EQ(train::floating_point_ops(8 * 12, 40800), 6.0 * 96 * 40800);
   EXPECT_EQ(train::floating_point_ops(0, 40800), 0.0);

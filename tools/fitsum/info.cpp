@@ -59,6 +59,17 @@ nlohmann::ordered_json architecture_json(const model::ModelConfig& c) {
     j["relative_attention_num_buckets"] = c.relative_attention_num_buckets;
     j["relative_attention_max_distance"] = c.relative_attention_max_distance;
   }
+  // The long-input encoders: which attention, and the sizes that decide its memory and reach.
+  if (c.encoder_attention == model::EncoderAttention::global_local) {
+    j["encoder_attention"] = model::to_string(c.encoder_attention);
+    j["block_size"] = c.block_size;
+    j["num_global_tokens"] = c.num_global_tokens;
+    j["stagger_local_blocks"] = c.stagger_local_blocks;
+  } else if (c.encoder_attention != model::EncoderAttention::full) {
+    j["encoder_attention"] = model::to_string(c.encoder_attention);
+    j["local_radius"] = c.local_radius;
+    if (c.encoder_attention == model::EncoderAttention::transient_global) j["global_block_size"] = c.global_block_size;
+  }
   return j;
 }
 
