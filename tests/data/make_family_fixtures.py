@@ -8,6 +8,11 @@ Writes, under tests/data/fixtures/:
   tiny-t5/         T5ForConditionalGeneration v1.0 (relu, tied head with the d_model**-0.5 rescale) with a
                    SentencePiece model trained on SAMSum (spiece.model) and 100 <extra_id_*> tokens
   tiny-t5-v1_1/    the same with gated-gelu (wi_0, wi_1) and an untied head
+  tiny-pegasus-x/  PegasusXForConditionalGeneration (blocks of 4 positions, staggered in layer 1, 3 global tokens,
+                   computed sinusoidal positions, no attention biases), vocabulary of 96, no tokenizer
+  tiny-longt5-local/, tiny-longt5-tglobal/
+                   LongT5ForConditionalGeneration with local and transient-global attention (local_radius 2,
+                   global_block_size 4), T5 v1.1's layers otherwise, vocabulary of 64, no tokenizer
 each with config.json, generation_config.json, model.safetensors (save_pretrained) and case.json: the format of
 ../shared/fixtures/tiny-pegasus/case.json (see its README) plus 5-step Adafactor / AdamW trajectories, the
 parameter names that get weight decay, and generate() outputs, including one with the family's generation defaults.
@@ -23,7 +28,10 @@ transformers (the versions used are recorded in every file it writes):
                                                   from the project root, ../shared beside it)
 
 transformers 4.35 is the last release with the classic beam-search length normalisation that fitsum implements
-(docs/generate.md) and runs on Debian's torch 1.13. Deterministic on one machine; float results may differ in the last
+(docs/generate.md) and runs on Debian's torch 1.13. The PEGASUS-X and LongT5 fixtures were written by transformers
+4.47.1 (`VENV/bin/python tests/data/make_family_fixtures.py tiny-pegasus-x tiny-longt5-local tiny-longt5-tglobal`),
+whose beam search divides by the generated length (4.37+); tests/model/family_parity_test.cpp reads the version from
+case.json. Deterministic on one machine; float results may differ in the last
 bits elsewhere, which the tests' tolerances allow.
 """
 import hashlib
@@ -36,7 +44,8 @@ import tempfile
 import torch
 import transformers
 from transformers import (Adafactor, BartConfig, BartForConditionalGeneration, BartTokenizer, BartTokenizerFast,
-                          T5Config, T5ForConditionalGeneration, T5Tokenizer)
+                          LongT5Config, LongT5ForConditionalGeneration, PegasusXConfig,
+                          PegasusXForConditionalGeneration, T5Config, T5ForConditionalGeneration, T5Tokenizer)
 from transformers.pytorch_utils import ALL_LAYERNORM_LAYERS
 from transformers.trainer_pt_utils import get_parameter_names
 
@@ -114,19 +123,42 @@ T5_COMMON = dict(d_model=32, d_kv=6, d_ff=64, num_layers=2, num_decoder_layers=3
                  relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0,
                  layer_norm_epsilon=1e-6, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                  initializer_factor=1.0)
-PRETRAIN_STEPS = {"bart": 300, "t5": 400}
+# PEGASUS-X and LongT5 at the tests' tiny widths, with blocks of a few positions so that the fixtures' sources (11 and
+# 6 tokens) span several blocks and end inside one: PEGASUS-X's blocks of 4 (staggered in layer 1) with 3 global
+# tokens, LongT5's windows of local_radius 2 (blocks of 3) and global blocks of 4.
+PEGASUS_X = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=2,
+                 encoder_ffn_dim=64, decoder_ffn_dim=48, max_position_embeddings=16384, activation_function="gelu",
+                 dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True, block_size=4,
+                 num_global_tokens=3, stagger_local_blocks=True, pad_token_id=0, eos_token_id=1,
+                 decoder_start_token_id=0, forced_eos_token_id=1, init_std=0.1)
+LONG_T5 = dict(T5_COMMON, local_radius=2, global_block_size=4, feed_forward_proj="gated-gelu",
+               tie_word_embeddings=False)
+PRETRAIN_STEPS = {"bart": 300, "t5": 400, "pegasus_x": 300, "longt5": 400}
 CASES = {
     "tiny-bart": dict(family="bart", seed=1234, lr=1e-3, wd=0.01),
     "tiny-t5": dict(family="t5", seed=2345, lr=1e-3, wd=0.01, feed_forward_proj="relu", tie_word_embeddings=True),
     "tiny-t5-v1_1": dict(family="t5", seed=3456, lr=1e-3, wd=0.01, feed_forward_proj="gated-gelu",
                          tie_word_embeddings=False),
+    "tiny-pegasus-x": dict(family="pegasus_x", seed=4567, lr=1e-3, wd=0.01, vocab_size=96, sources=(11, 6)),
+    "tiny-longt5-local": dict(family="longt5", seed=5678, lr=1e-3, wd=0.01, vocab_size=64, sources=(11, 6),
+                              encoder_attention_type="local"),
+    "tiny-longt5-tglobal": dict(family="longt5", seed=6789, lr=1e-3, wd=0.01, vocab_size=64, sources=(11, 6),
+                                encoder_attention_type="transient-global"),
 }
+# The fixtures that need no tokenizer of their own (PEGASUS-X's is PEGASUS's SentencePiece, LongT5's T5's): their
+# vocabularies are their own small sizes.
+NEW_FAMILIES = ("pegasus_x", "longt5")
 
 
 def make_model(case, vocab_size):
     torch.manual_seed(case["seed"])
     if case["family"] == "bart":
         return BartForConditionalGeneration(BartConfig(vocab_size=vocab_size, **BART))
+    if case["family"] == "pegasus_x":
+        return PegasusXForConditionalGeneration(PegasusXConfig(vocab_size=vocab_size, **PEGASUS_X))
+    if case["family"] == "longt5":
+        return LongT5ForConditionalGeneration(LongT5Config(
+            vocab_size=vocab_size, encoder_attention_type=case["encoder_attention_type"], **LONG_T5))
     config = T5Config(vocab_size=vocab_size, feed_forward_proj=case["feed_forward_proj"],
                       tie_word_embeddings=case["tie_word_embeddings"], **T5_COMMON)
     return T5ForConditionalGeneration(config)
@@ -157,7 +189,7 @@ def pretrain(model, case, lo, hi):
     """A short copy task so that greedy and beam outputs are peaked rather than near-ties of a random model."""
     g = torch.Generator().manual_seed(case["seed"] + 7)
     steps = PRETRAIN_STEPS[case["family"]]
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if case["family"] == "bart" else 1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3 if case["family"] in ("bart", "pegasus_x") else 1e-2)
     pad = model.config.pad_token_id
     model.train()
     loss = None
@@ -220,7 +252,9 @@ def generate_case(model, sources, **kwargs):
 def make_fixture(name, tokenizer_size):
     case = CASES[name]
     out_dir = os.path.join(FIXTURES, name)
-    model = make_model(case, tokenizer_size if case["family"] == "bart" else tokenizer_size + 12)
+    if case["family"] in NEW_FAMILIES:
+        tokenizer_size = case["vocab_size"]
+    model = make_model(case, tokenizer_size if case["family"] in ("bart",) + NEW_FAMILIES else tokenizer_size + 12)
     lo, hi = content_range(case, tokenizer_size)
     pre_loss = pretrain(model, case, lo, hi)
     model.save_pretrained(out_dir, safe_serialization=True)
@@ -228,7 +262,7 @@ def make_fixture(name, tokenizer_size):
     pad = model.config.pad_token_id
 
     g = torch.Generator().manual_seed(case["seed"] + 1)
-    src_rows = [wrap(case, torch.randint(lo, hi, (n,), generator=g).tolist()) for n in (9, 6)]
+    src_rows = [wrap(case, torch.randint(lo, hi, (n,), generator=g).tolist()) for n in case.get("sources", (9, 6))]
     lab_rows = [wrap(case, torch.randint(lo, hi, (n,), generator=g).tolist()) for n in (5, 3)]
     ids, mask = pad_batch(src_rows, pad)
     labels, _ = pad_batch(lab_rows, -100)
@@ -242,7 +276,8 @@ def make_fixture(name, tokenizer_size):
     grads = {k: p.grad for k, p in named.items() if p.grad is not None}
     probe = [k for k in named if ("layers.0." in k or "block.0." in k or "shared" in k or "layernorm_embedding" in k
                                   or "embed_positions" in k or "relative_attention_bias" in k or "lm_head" in k
-                                  or "final_layer_norm" in k) and "k_proj.bias" not in k]
+                                  or "final_layer_norm" in k or "embed_global" in k or "encoder.layers.1." in k)
+             and "k_proj.bias" not in k]
     probe = sorted(set(probe))
 
     make = lambda: make_model(case, model.config.vocab_size)  # noqa: E731
@@ -462,7 +497,8 @@ def write_relative_buckets():
 
 def main():
     which = sys.argv[1:] or ["models", "tokenizers", "params"]
-    write_relative_buckets()
+    if "models" in which or "params" in which:
+        write_relative_buckets()
     if "params" in which:
         write_param_counts()
     if which == ["params"]:
@@ -474,7 +510,7 @@ def main():
     os.makedirs(t5_dir, exist_ok=True)
     bart_tok = train_bart_bpe(bart_dir)
     t5_tok = train_t5_spm(t5_dir)
-    # "models" makes all three; a fixture's name makes that one
+    # "models" makes them all; a fixture's name makes that one
     for name in CASES:
         if "models" in which or name in which:
             make_fixture(name, len(bart_tok) if CASES[name]["family"] == "bart" else len(t5_tok))

@@ -1,6 +1,8 @@
-"""PEGASUS, BART, T5, T5 v1.1 and mT5 forward and backward: fitsum's logits, loss and the gradient of every trainable parameter (the
-shared embedding's pad row included) equal transformers' on the same HF folder and batch, at several shapes, through
-Seq2SeqLM::forward and through the fused training path."""
+"""PEGASUS, BART, T5, T5 v1.1, mT5, PEGASUS-X and LongT5 forward and backward: fitsum's logits, loss and the gradient
+of every trainable parameter (the shared embedding's pad row included) equal transformers' on the same HF folder and
+batch, at several shapes and at 4096 source tokens, through Seq2SeqLM::forward and through the fused training path."""
+import copy
+
 import pytest
 import torch
 
@@ -101,3 +103,66 @@ def test_pad_row_learns_only_through_the_lm_head(tmp_path, family):
     got = load_file(str(tmp_path / "fitsum.safetensors"))
     assert_close(got["grad.model.shared.weight"][pad], hf_row, 1e-4, "pad row of d loss / d model.shared.weight")
     assert_close(got["train_grad.model.shared.weight"][pad], hf_row, 1e-4, "pad row (training path)")
+
+
+# The real checkpoints' block structure at 4096 source tokens: PEGASUS-X's 512-position blocks (staggered in every
+# other layer) with global tokens, LongT5's local_radius 127 (blocks of 128) and global blocks of 16. The widths stay
+# tiny so that a case takes a few seconds. The padded row's length (2777) and the second width (4001) are multiples of
+# none of the block sizes, so the last block of a row and of the batch is partial.
+# A gradient here sums over 8,000 positions, and float32 rounds it by more than the short cases' 1e-4 x RMS: on
+# transformers 5.23 (torch 2.14) the first layer's fc1.weight gradient of PEGASUS-X is 1.7e-3 x RMS away from the
+# same model's in float64, and fitsum's float32 one up to 1.8e-3 x RMS (on another tensor, where transformers' is
+# exact). So the exact check runs both models in float64 (the probe's --dtype float64; LongT5's norms compute in
+# float32 on both sides, 1e-6 x RMS): every gradient within 1e-5 x RMS; the float32 runs, the training path included,
+# keep the loss and logits at the short cases' bounds and every gradient within 1e-2 x RMS of the float64 one. A
+# wrong block, stagger or global token is off by the order of the RMS.
+LONG_INPUT = {
+    "pegasus_x": dict(block_size=512, num_global_tokens=2, stagger_local_blocks=True, max_position_embeddings=16384),
+    "longt5_local": dict(local_radius=127, global_block_size=16),
+    "longt5_tglobal": dict(local_radius=127, global_block_size=16),
+}
+
+
+@pytest.mark.parametrize("family", list(LONG_INPUT))
+@pytest.mark.parametrize("source", [4096, 4001])
+def test_long_padded_input_equals_transformers(tmp_path, family, source):
+    f = FAMILIES[family]
+    model = f.random_model(seed=13, shape="tiny", **LONG_INPUT[family])
+    folder = save_model(model, tmp_path / "model")
+    input_ids, attention_mask, labels = make_batch(model.config.vocab_size, 2, source, 7, seed=6, pad=f.pad(),
+                                                   eos=f.eos())
+    padded = 2777  # the second row: its own eos, then padding up to the batch's width
+    input_ids[1, padded - 1] = f.eos()
+    input_ids[1, padded:] = f.pad()
+    attention_mask[1, padded:] = 0
+
+    exact = copy.deepcopy(model).double()
+    grads = {}
+    for m in (exact, model):  # the float32 model last: its output is compared below
+        m.train()
+        # torch 1.13's torch.full(..., finfo(float64).min) without a dtype makes a float32 tensor (overflow) in
+        # transformers 4.47's causal mask: the float64 model runs under float64 as the default dtype.
+        default = torch.get_default_dtype()
+        torch.set_default_dtype(next(m.parameters()).dtype)
+        try:
+            out = m(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        finally:
+            torch.set_default_dtype(default)
+        out.loss.backward()
+        grads[m] = {n: p.grad.double() for n, p in m.named_parameters() if p.requires_grad}
+    batch = save_batch(tmp_path / "batch.safetensors", input_ids=input_ids, attention_mask=attention_mask,
+                       labels=labels)
+    probe("forward", "--model", folder, "--batch", batch, "--out", tmp_path / "fitsum.safetensors")
+    probe("forward", "--model", folder, "--batch", batch, "--dtype", "float64", "--out",
+          tmp_path / "fitsum64.safetensors")
+    got = load_file(str(tmp_path / "fitsum.safetensors"))
+    got64 = load_file(str(tmp_path / "fitsum64.safetensors"))
+
+    assert_close(got["loss"][0], out.loss.detach(), 1e-5, "loss")
+    assert_close(got["train_loss"][0], out.loss.detach(), 1e-5, "loss (training path)")
+    assert_close(got["logits"], out.logits.detach(), 1e-4, "logits")
+    assert {k[len("grad."):] for k in got64 if k.startswith("grad.")} == set(grads[exact])
+    for name, want in grads[exact].items():
+        assert_close(got64["grad." + name], want, 1e-5, f"d loss / d {name} (float64)")
+        assert_close(got["grad." + name], want, 1e-2, f"d loss / d {name} (float32)")
+        assert_close(got["train_grad." + name], want, 1e-2, f"d loss / d {name} (float32, training path)")

@@ -206,7 +206,8 @@ EQUAL = [
 ]
 
 
-@pytest.mark.parametrize("family", ["pegasus", "bart", "t5", "t5_v1_1"])
+@pytest.mark.parametrize("family", ["pegasus", "bart", "t5", "t5_v1_1", "pegasus_x", "longt5_local",
+                                    "longt5_tglobal"])
 @pytest.mark.parametrize("optim,accumulation,batch,checkpointing", EQUAL,
                          ids=[f"{o}-acc{a}-b{b}{'-ckpt' if c else ''}" for o, a, b, c in EQUAL])
 def test_trajectory_equals_seq2seq_trainer(tmp_path, family, optim, accumulation, batch, checkpointing):

@@ -1,9 +1,11 @@
-// The BART and T5 families against values computed by Hugging Face transformers itself (tests/data/fixtures/tiny-bart,
-// tiny-t5 (v1.0: relu, tied head rescaled by d_model^-0.5) and tiny-t5-v1_1 (gated-gelu, untied head), written by
-// tests/data/make_family_fixtures.py): loss, logits, encoder states and gradients (BART with HF's embedding semantics,
-// padding_idx = pad; T5's embedding has none), and generate() with explicit options and with the checkpoint's own
-// defaults (BART's forced_bos_token_id, no_repeat_ngram_size 3, min_length, length_penalty 2.0, num_beams 4), cached
-// and not.
+// The BART, T5, PEGASUS-X and LongT5 families against values computed by Hugging Face transformers itself
+// (tests/data/fixtures/tiny-bart, tiny-t5 (v1.0: relu, tied head rescaled by d_model^-0.5), tiny-t5-v1_1 (gated-gelu,
+// untied head), tiny-pegasus-x (blocks of 4 staggered in layer 1, 3 global tokens), tiny-longt5-local and
+// tiny-longt5-tglobal (local_radius 2, global blocks of 4), written by tests/data/make_family_fixtures.py; the sources
+// of the long-input fixtures end inside a block): loss, logits, encoder states and gradients (BART with HF's
+// embedding semantics, padding_idx = pad; T5's embedding has none), and generate() with explicit options and with the
+// checkpoint's own defaults (BART's forced_bos_token_id, no_repeat_ngram_size 3, min_length, length_penalty 2.0,
+// num_beams 4), cached and not.
 // Tolerances are those of ../shared/fixtures/README.md.
 #include <algorithm>
 
@@ -39,6 +41,31 @@ TEST_P(FamilyParity, ConfigHasTheFamilysLayout) {
     EXPECT_EQ(config.position_embedding, model::PositionEmbedding::learned);
     EXPECT_EQ(config.decoder_start_token_id, 2);
     EXPECT_EQ(config.embedding_padding_idx, config.pad_token_id);
+  } else if (GetParam() == "tiny-pegasus-x") {
+    EXPECT_EQ(config.model_type, "pegasus_x");
+    EXPECT_EQ(config.encoder_attention, model::EncoderAttention::global_local);
+    EXPECT_EQ(config.block_size, 4);
+    EXPECT_EQ(config.num_global_tokens, 3);
+    EXPECT_TRUE(config.stagger_local_blocks);
+    EXPECT_EQ(config.position_embedding, model::PositionEmbedding::computed);
+    EXPECT_FALSE(config.attention_bias);
+    EXPECT_FALSE(model->final_logits_bias.defined());
+    const auto names = model->named_parameters();
+    EXPECT_TRUE(names.contains("model.encoder.embed_global.weight"));
+    EXPECT_TRUE(names.contains("model.encoder.layers.1.global_self_attn_layer_norm.weight"));
+  } else if (GetParam().rfind("tiny-longt5", 0) == 0) {
+    const bool tglobal = GetParam() == "tiny-longt5-tglobal";
+    EXPECT_EQ(config.model_type, "longt5");
+    EXPECT_EQ(config.encoder_attention,
+              tglobal ? model::EncoderAttention::transient_global : model::EncoderAttention::local);
+    EXPECT_EQ(config.local_radius, 2);
+    EXPECT_EQ(config.global_block_size, 4);
+    EXPECT_TRUE(config.gated_ffn);
+    EXPECT_FALSE(config.tie_word_embeddings);
+    const auto names = model->named_parameters();
+    EXPECT_EQ(names.contains("encoder.block.0.layer.0.TransientGlobalSelfAttention.global_input_layer_norm.weight"),
+              tglobal);
+    EXPECT_EQ(names.contains("encoder.block.0.layer.0.LocalSelfAttention.relative_attention_bias.weight"), !tglobal);
   } else {
     EXPECT_EQ(config.model_type, "t5");
     EXPECT_EQ(config.module_layout, model::ModuleLayout::blocks);
@@ -85,9 +112,11 @@ TEST_P(FamilyParity, GradientsMatchTransformers) {
 // Options as the fixture's case passed them to generate(), on top of the checkpoint's own defaults.
 generate::GenerationOptions options_for(const std::filesystem::path& dir, const nlohmann::json& g) {
   auto options = generate::load_generation_options(dir);
-  // The fixtures come from transformers 4.35.2, whose beam search divides by the classic length (docs/generate.md);
-  // it matters for beams still open at max_length (tiny-t5's beam cases).
-  options.beam_length = generate::BeamLength::classic;
+  // The BART and T5 fixtures come from transformers 4.35.2, whose beam search divides by the classic length
+  // (docs/generate.md); it matters for beams still open at max_length (tiny-t5's beam cases). The PEGASUS-X and
+  // LongT5 ones come from 4.47.1, which divides by the generated length, fitsum's default.
+  const auto version = util::read_json_file(dir / "case.json")["versions"]["transformers"].get<std::string>();
+  if (version.rfind("4.35.", 0) == 0) options.beam_length = generate::BeamLength::classic;
   if (g.contains("num_beams")) options.num_beams = g["num_beams"].get<std::int64_t>();
   if (g.contains("max_length")) options.max_length = g["max_length"].get<std::int64_t>();
   if (g.contains("length_penalty")) options.length_penalty = g["length_penalty"].get<double>();
@@ -145,6 +174,8 @@ TEST_P(FamilyParity, CheckpointDefaultsAreTheFamilysGenerationSettings) {
 
 INSTANTIATE_TEST_SUITE_P(Bart, FamilyParity, ::testing::Values("tiny-bart"));
 INSTANTIATE_TEST_SUITE_P(T5, FamilyParity, ::testing::Values("tiny-t5", "tiny-t5-v1_1"));
+INSTANTIATE_TEST_SUITE_P(PegasusX, FamilyParity, ::testing::Values("tiny-pegasus-x"));
+INSTANTIATE_TEST_SUITE_P(LongT5, FamilyParity, ::testing::Values("tiny-longt5-local", "tiny-longt5-tglobal"));
 
 // T5's config.json as transformers saved it: the switches of every T5, and the parameter count of the model
 // transformers built from it, counted from the config and in the model built from it.
@@ -279,7 +310,9 @@ TEST(FamilyConfig, BartCountsLikeTransformers) {
 TEST(FamilyConfig, TrainableTensorsAreTheBuiltModelsParameters) {
   const auto fixtures = source_dir() / "tests" / "data" / "fixtures";
   for (const auto& dir : {fixtures / "tiny-bart", fixtures / "tiny-t5", fixtures / "tiny-t5-v1_1",
-                          fixtures / "odd-pegasus", source_dir() / "configs" / "pegasus-tiny"}) {
+                          fixtures / "odd-pegasus", source_dir() / "configs" / "pegasus-tiny",
+                          fixtures / "tiny-pegasus-x", fixtures / "tiny-longt5-local",
+                          fixtures / "tiny-longt5-tglobal"}) {
     const auto name = dir.string();
     const auto c = io::read_model_config(dir);
     using Pair = std::pair<std::int64_t, std::int64_t>;

@@ -5,6 +5,9 @@
 //       BATCH holds input_ids, attention_mask, labels (int64). OUT holds `logits`, `loss` (Seq2SeqLM::forward), the
 //       gradient of that loss for every trainable parameter (`grad.NAME`), and the same loss and gradients through
 //       the training path (fused LM head + summed token loss / label tokens: `train_loss`, `train_grad.NAME`).
+//       `--dtype float64` runs Seq2SeqLM::forward in double precision (no training path, whose fused kernels are
+//       float32): at long inputs, float32's rounding of the gradients exceeds the comparison's tolerance on both
+//       sides.
 //   fitsum_hf_probe generate --model DIR --batch BATCH.safetensors --cases CASES.json --out OUT.json
 //       CASES is a list of generate() keyword arguments (HF names). Each case starts from the folder's generation
 //       config, as generate(**kwargs) does; OUT lists each case's `sequences` and `sequence_scores`.
@@ -34,6 +37,7 @@ using nlohmann::json;
 struct Args {
   std::string command;
   std::string model, adapter, batch, cases, out;
+  std::string dtype = "float32";  // forward: "float64" runs the model in double precision
 };
 
 Args parse(int argc, char** argv) {
@@ -47,6 +51,7 @@ Args parse(int argc, char** argv) {
                           : flag == "--batch"   ? &a.batch
                           : flag == "--cases"   ? &a.cases
                           : flag == "--out"     ? &a.out
+                          : flag == "--dtype"   ? &a.dtype
                                                 : nullptr;
     if (target == nullptr) throw std::invalid_argument("unknown flag " + flag);
     *target = argv[i + 1];
@@ -83,6 +88,11 @@ void zero_gradients(fitsum::model::Seq2SeqLMImpl& model) {
 
 void run_forward(const Args& a) {
   auto model = load(a);
+  if (a.dtype == "float64") {
+    model->to(torch::kDouble);
+  } else if (a.dtype != "float32") {
+    throw std::invalid_argument("--dtype is float32 or float64, not " + a.dtype);
+  }
   model->train(true);  // as in training; the tests' configs set every dropout to 0
   fitsum::io::SafetensorsReader batch(a.batch);
   const auto input_ids = batch.read("input_ids");            // (B, S)
@@ -95,6 +105,10 @@ void run_forward(const Args& a) {
   out.emplace_back("logits", output.logits.detach().contiguous());
   out.emplace_back("loss", output.loss.detach().reshape({1}));
   add_gradients(*model, "grad.", out);
+  if (a.dtype == "float64") {  // the fused training path computes in float32 only
+    fitsum::io::write_safetensors(a.out, out);
+    return;
+  }
 
   // The training path: what fitsum train differentiates.
   zero_gradients(*model);
