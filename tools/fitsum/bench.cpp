@@ -92,7 +92,7 @@ struct BenchTrainOptions {
   std::string device = "cpu";
   std::uint64_t seed = 0;
   std::vector<std::string>
-      unfused;  // loss, embedding, optimizer, dropout, rms_norm, feed_forward: the plain paths, for before/after
+      unfused;  // loss, embedding, optimizer, ..., attention_dropout: the plain paths, for before/after
   model::LoraConfig lora;  // --lora_r > 0: adapters on a frozen base, as fitsum train sets them up
   std::string base_dtype = "float32";
   std::string profile;           // a chrome://tracing file of one more step
@@ -207,6 +207,7 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
   kernels.byte_mask_dropout = !unfused(o, "dropout");
   kernels.fused_rms_norm = !unfused(o, "rms_norm");
   kernels.recomputed_feed_forward = !unfused(o, "feed_forward");
+  kernels.recomputed_attention_dropout = !unfused(o, "attention_dropout");
   model->set_kernel_choices(kernels);
   if (o.lora.enabled()) {
     auto args = bench_arguments(o);
@@ -478,10 +479,11 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--device", train->device, "cpu or cuda")->capture_default_str();
   t->add_option("--seed", train->seed, "seed of weights, tokens and dropout")->capture_default_str();
   t->add_option("--unfused", train->unfused,
-                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), feed_forward, all "
-                "(before/after comparisons)")
+                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), feed_forward, "
+                "attention_dropout (PEGASUS-X), all (before/after comparisons)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "rms_norm", "feed_forward", "all"}));
+      ->check(CLI::IsMember(
+          {"loss", "embedding", "optimizer", "dropout", "rms_norm", "feed_forward", "attention_dropout", "all"}));
   t->add_option("--profile", train->profile,
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");
