@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The Hugging Face baseline: PegasusForConditionalGeneration (random init from a config.json) trained by
+"""The Hugging Face baseline: the config.json's model class (AutoModelForSeq2SeqLM: PegasusForConditionalGeneration,
+PegasusXForConditionalGeneration, LongT5ForConditionalGeneration, ...; random init) trained by
 transformers' Seq2SeqTrainer on random tokens, timed per optimizer step; on CUDA under a cap on memory (bench/gpu.sh),
 on the CPU side by side with `fitsum train` (bench/run_side_by_side.py --hf).
 
@@ -72,14 +73,17 @@ def main():
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--max_memory_gib", type=float, default=16.0)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--config_overrides", default="",
+                    help="k=v,k=v over the config.json's values (as fitsum's --config_overrides), e.g. "
+                         "encoder_layers=2,decoder_layers=2")
     ap.add_argument("--lora_r", type=int, default=0, help="> 0: PEFT LoRA adapters of this rank, the base frozen")
     ap.add_argument("--lora_alpha", type=float, default=8.0, help="LoraConfig.lora_alpha (PEFT's default 8)")
     ap.add_argument("--lora_target_modules", default="q_proj,v_proj",
                     help="LoraConfig.target_modules: comma-separated names, or all-linear")
     a = ap.parse_args()
 
-    from transformers import (PegasusConfig, PegasusForConditionalGeneration, Seq2SeqTrainer,
-                              Seq2SeqTrainingArguments, TrainerCallback, default_data_collator)
+    from transformers import (AutoConfig, AutoModelForSeq2SeqLM, Seq2SeqTrainer, Seq2SeqTrainingArguments,
+                              TrainerCallback, default_data_collator)
 
     cuda = a.device == "cuda"
     device = torch.device(a.device)
@@ -87,8 +91,17 @@ def main():
         total = torch.cuda.get_device_properties(0).total_memory
         torch.cuda.set_per_process_memory_fraction(min(1.0, a.max_memory_gib * 2**30 / total), 0)
     torch.manual_seed(0)
-    config = PegasusConfig.from_json_file(a.config)
-    model = PegasusForConditionalGeneration(config).to(device)
+    with open(a.config) as f:
+        config = AutoConfig.for_model(**json.load(f))
+    # Set on the config object, after its aliases were read: config.json's num_hidden_layers (PegasusXConfig's alias of
+    # encoder_layers in transformers 5) must not undo an encoder_layers override.
+    for item in filter(None, a.config_overrides.split(",")):
+        key, _, value = item.partition("=")
+        try:
+            setattr(config, key.strip(), json.loads(value))
+        except json.JSONDecodeError:
+            setattr(config, key.strip(), value)  # a bare string: relu
+    model = AutoModelForSeq2SeqLM.from_config(config).to(device)
     if a.lora_r > 0:
         from peft import LoraConfig, get_peft_model
         targets = a.lora_target_modules if a.lora_target_modules == "all-linear" else a.lora_target_modules.split(",")
@@ -130,7 +143,8 @@ def main():
                              callbacks=[timer])
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    out = {"impl": "hf-trainer", "batch": a.batch, "gradient_accumulation_steps": a.accumulation,
+    out = {"impl": "hf-trainer", "model": type(model).__name__, "encoder_layers": getattr(config, "encoder_layers", None),
+           "decoder_layers": getattr(config, "decoder_layers", None), "batch": a.batch, "gradient_accumulation_steps": a.accumulation,
            "src_len": a.src_len, "tgt_len": a.tgt_len, "optim": a.optim,
            "gradient_checkpointing": a.gradient_checkpointing, "bf16": a.bf16, "max_memory_gib": a.max_memory_gib,
            "lora_r": a.lora_r, "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}

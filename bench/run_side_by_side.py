@@ -20,6 +20,12 @@ seen. Ratios are against the first HF Trainer (the eager loop without one, fitsu
         --variant "plain=--unfused all" --variant "threads 2+1=--num_threads 2 --blas_threads 1"
     /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes base --rounds 3 --lora_r 16
                                                             # LoRA: fitsum against HF Trainer + PEFT
+    /usr/bin/python3 bench/run_side_by_side.py --fitsum build/fitsum --shapes pegasus-x-base --src_len 4096 \
+        --tgt_len 256 --batch 1 --rounds 2 --steps 2 --config_overrides encoder_layers=2,decoder_layers=2
+                                                            # PEGASUS-X at 4096 tokens, 2 + 2 layers at full width
+
+The long-input shapes (pegasus-x-base, pegasus-x-large, long-t5-tglobal-base: configs/<shape>) run fitsum and the HF
+Trainer only (the eager loop builds PEGASUS alone). --config_overrides changes the same config fields of both.
 
 `--hf pip` and `--hf debian` make their venv with scripts/hf-venv.sh when the build folder has none (a download from
 PyPI: about 3 GB for pip's torch); `--no_hf` leaves HF out.
@@ -43,7 +49,12 @@ CONFIGS = {
     "small": os.path.join(ROOT, "configs", "pegasus-small", "config.json"),
     "base": os.path.join(ROOT, "configs", "pegasus-base", "config.json"),
     "large": os.path.join(ROOT, "data", "pegasus", "config.json"),
+    # Released long-input architectures (fitsum's --shape names them too); the eager loop builds only PEGASUS.
+    "pegasus-x-base": os.path.join(ROOT, "configs", "pegasus-x-base", "config.json"),
+    "pegasus-x-large": os.path.join(ROOT, "configs", "pegasus-x-large", "config.json"),
+    "long-t5-tglobal-base": os.path.join(ROOT, "configs", "long-t5-tglobal-base", "config.json"),
 }
+EAGER_SHAPES = ("tiny", "small", "base", "large")
 
 
 def run_json(command, timeout):
@@ -94,7 +105,12 @@ def main():
     ap.add_argument("--eager", default=os.path.join(ROOT, "..", "shared", "reference", "bench_eager.py"),
                     help="the eager baseline script")
     ap.add_argument("--python", default="/usr/bin/python3", help="the Python with torch for the baseline")
-    ap.add_argument("--shapes", default="tiny,small", help="comma-separated: tiny, small, base, large")
+    ap.add_argument("--shapes", default="tiny,small",
+                    help="comma-separated: tiny, small, base, large, pegasus-x-base, pegasus-x-large, "
+                         "long-t5-tglobal-base")
+    ap.add_argument("--config_overrides", default="",
+                    help="k=v,k=v over the shape's config for fitsum and HF alike (e.g. encoder_layers=2,"
+                         "decoder_layers=2: a reduced depth at full width)")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--src_len", type=int, default=256)
     ap.add_argument("--tgt_len", type=int, default=64)
@@ -145,12 +161,16 @@ def main():
             sys.exit(f"unknown shape '{shape}' (choose {', '.join(CONFIGS)})")
         matmul = run_json([a.fitsum, "bench", "matmul"], a.timeout)
         runs.append({"shape": shape, "contender": "matmul", **matmul})
-        results = {name: [] for name, _ in contenders}
+        shape_contenders = [(name, flags) for name, flags in contenders
+                            if flags is not None or (shape in EAGER_SHAPES and not a.config_overrides)]
+        results = {name: [] for name, _ in shape_contenders}
         for round_index in range(a.rounds):
-            for name, flags in contenders:
+            for name, flags in shape_contenders:
                 common = ["--batch", str(a.batch), "--src_len", str(a.src_len), "--tgt_len", str(a.tgt_len),
                           "--steps", str(a.steps), "--warmup", str(a.warmup)]
                 knobs = ["--gradient_checkpointing"] if a.gradient_checkpointing else []
+                if a.config_overrides:
+                    knobs += ["--config_overrides", a.config_overrides]
                 if flags is None:
                     command = [a.python, a.eager, "--config", CONFIGS[shape], "--optim", a.optim] + common
                 elif isinstance(flags, tuple):
@@ -189,6 +209,8 @@ def main():
     base = contenders[0][0]
     if lora:
         print(f"\nLoRA r {a.lora_r}, lora_alpha {a.lora_alpha:g}, target modules {a.lora_target_modules}")
+    if a.config_overrides:
+        print(f"\nconfig overrides (fitsum and HF): {a.config_overrides}")
     print(f"\nbatch {a.batch}, source {a.src_len}, target {a.tgt_len} tokens, {a.optim}, {a.rounds} rounds of "
           f"{a.steps} timed steps; load average {min(loads):.1f}-{max(loads):.1f}\n")
     header = "| shape | contender | tokens/s | vs " + base + " | peak RSS MiB | vs " + base + \
@@ -199,7 +221,7 @@ def main():
         gflops = f"{matmul['gflops']:.0f}"
         if "libtorch_gflops" in matmul:
             gflops += f" ({matmul['libtorch_gflops']:.0f})"
-        ref = summary[base]
+        ref = summary[base] if base in summary else next(iter(summary.values()))
         for name, s in summary.items():
             tracked = "" if s["peak_tracked_mib"] != s["peak_tracked_mib"] else f"{s['peak_tracked_mib']:.0f}"
             print(f"| {shape} | {name} | {s['tokens_per_s']:.0f} | {s['tokens_per_s'] / ref['tokens_per_s']:.2f}x | "

@@ -23,6 +23,14 @@ constexpr const char* kLongT5ConfigAttributes = R"({
   "pad_token_id": 0, "eos_token_id": 1
 })";
 
+// google/long-t5-tglobal-base's config.json fields that differ from LongT5Config's defaults (the whole file:
+// configs/long-t5-tglobal-base).
+constexpr const char* kLongT5TGlobalBaseShape = R"({
+  "model_type": "longt5", "d_model": 768, "d_ff": 2048, "num_layers": 12, "num_decoder_layers": 12, "num_heads": 12,
+  "feed_forward_proj": "gated-gelu", "encoder_attention_type": "transient-global", "n_positions": 4096,
+  "decoder_start_token_id": 0, "tie_word_embeddings": false
+})";
+
 model::ModelConfig read_long_t5_config(const json& j, const std::string& model_type, const std::string& source) {
   model::ModelConfig c = read_t5_config(j, model_type, source);  // LongT5Config's defaults are T5Config's
   const auto attention = field<std::string>(j, "encoder_attention_type", "local", source);
@@ -63,6 +71,7 @@ const Family& long_t5_family() {
     f.tokenizer_class_prefixes = {"LongT5"};  // google/long-t5-* name T5Tokenizer: the T5 record's, the same one
     f.tokenizer_files = {};
     f.load_tokenizer = load_tokenizer_of<tokenizer::T5Tokenizer>;
+    f.shapes = {{"long-t5-tglobal-base", kLongT5TGlobalBaseShape}};
     return f;
   }();
   return family;

@@ -23,6 +23,18 @@ constexpr const char* kPegasusXConfigAttributes = R"({
   "forced_eos_token_id": 1, "num_global_tokens": 32, "block_size": 512, "stagger_local_blocks": true
 })";
 
+// google/pegasus-x-base's and -large's config.json fields that differ from PegasusXConfig's defaults (the whole
+// files: configs/pegasus-x-base, configs/pegasus-x-large).
+constexpr const char* kPegasusXBaseShape = R"({
+  "model_type": "pegasus_x", "activation_function": "relu", "dropout": 0.1, "attention_dropout": 0.1,
+  "activation_dropout": 0.1, "num_global_tokens": 128, "d_model": 768, "encoder_layers": 12, "decoder_layers": 12,
+  "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072, "encoder_attention_heads": 12, "decoder_attention_heads": 12
+})";
+constexpr const char* kPegasusXLargeShape = R"({
+  "model_type": "pegasus_x", "activation_function": "relu", "dropout": 0.1, "attention_dropout": 0.1,
+  "activation_dropout": 0.1, "num_global_tokens": 128
+})";
+
 constexpr BartStyleTokens kPegasusXTokens{0, 1, 0, 0, 1};
 
 model::ModelConfig read_pegasus_x_config(const json& j, const std::string& model_type, const std::string& source) {
@@ -67,6 +79,7 @@ const Family& pegasus_x_family() {
     f.tokenizer_class_prefixes = {"PegasusX"};
     f.tokenizer_files = {};
     f.load_tokenizer = load_tokenizer_of<tokenizer::PegasusTokenizer>;
+    f.shapes = {{"pegasus-x-base", kPegasusXBaseShape}, {"pegasus-x-large", kPegasusXLargeShape}};
     return f;
   }();
   return family;

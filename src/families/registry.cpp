@@ -74,6 +74,23 @@ const ModelType* find_model_type(const std::string& model_type) {
   return nullptr;
 }
 
+const NamedShape* find_shape(const std::string& name) {
+  for (const Family* family : registered_families()) {
+    for (const auto& shape : family->shapes) {
+      if (shape.name == name) return &shape;
+    }
+  }
+  return nullptr;
+}
+
+std::string shape_names() {
+  std::string names;
+  for (const Family* family : registered_families()) {
+    for (const auto& shape : family->shapes) names += (names.empty() ? "" : ", ") + shape.name;
+  }
+  return names;
+}
+
 const Family* find_family(const std::string& model_type) {
   for (const Family* family : registered_families()) {
     for (const auto& type : family->model_types) {

@@ -11,8 +11,10 @@
 
 #include <torch/torch.h>
 
+#include "fitsum/kernels/attention_dropout.h"
 #include "fitsum/kernels/dropout.h"
 #include "fitsum/kernels/feed_forward.h"
+#include "fitsum/kernels/few_rows_linear.h"
 #include "fitsum/model/lora.h"
 #include "fitsum/model/seq2seq.h"
 
@@ -61,6 +63,17 @@ torch::Tensor global_token_states(const torch::Tensor& embed_global, std::int64_
 
 // ---- PegasusXGlobalLocalAttention ----
 
+namespace {
+
+// scores + mask, in place when the dtypes agree (neither the product's nor the concatenation's backward reads the
+// scores; one (B, H, ., .) tensor less at the forward's peak); under autocast the float mask promotes the bfloat16
+// scores, as HF's sum does.
+torch::Tensor add_mask(torch::Tensor scores, const torch::Tensor& mask) {
+  return scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
+}
+
+}  // namespace
+
 PegasusXGlobalLocalAttentionImpl::PegasusXGlobalLocalAttentionImpl(std::int64_t d_model, std::int64_t heads,
                                                                    std::int64_t block_size, double dropout)
     : heads_(heads), head_dim_(heads > 0 ? d_model / heads : 0), block_size_(block_size), dropout_(dropout) {
@@ -87,10 +100,6 @@ torch::Tensor PegasusXGlobalLocalAttentionImpl::merge_heads(const torch::Tensor&
   return x.transpose(1, 2).reshape({x.size(0), x.size(2), heads_ * head_dim_});
 }
 
-torch::Tensor PegasusXGlobalLocalAttentionImpl::probabilities(const torch::Tensor& scores) {
-  return kernels::dropout(torch::softmax(scores, -1), dropout_, is_training(), byte_mask_dropout_);
-}
-
 PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hidden, const torch::Tensor& global,
                                                          const torch::Tensor& mask) {
   const auto batch = hidden.size(0);
@@ -110,13 +119,19 @@ PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hi
   const auto global_v = split_heads(project(v_proj, global));
   namespace F = torch::nn::functional;
 
+  const bool training = is_training();
+  // The products are kernels::matmul's (oneDNN's sgemm where available, on the linear layers' threads, in training
+  // and evaluation), each with operands of the same leading dimensions: a product with the global tokens' keys or
+  // values runs over all P positions at once, (B, H, P, .) x (B, H, ., G), viewed as blocks after.
   // Global tokens attend to the global tokens and to every position; global keys are never masked.
-  const auto all_k = torch::cat({global_k, local_k}, 2);                      // (B, H, G + P, hd)
-  const auto all_v = torch::cat({global_v, local_v}, 2);                      // (B, H, G + P, hd)
-  const auto global_mask = F::pad(mask, F::PadFuncOptions({global_len, 0}));  // (B, G + P)
-  auto global_scores = torch::matmul(global_q, all_k.transpose(-1, -2));      // (B, H, G, G + P)
-  global_scores = global_scores + global_mask.unsqueeze(1).unsqueeze(1);
-  const auto global_context = torch::matmul(probabilities(global_scores), all_v);  // (B, H, G, hd)
+  const auto all_k = torch::cat({global_k, local_k}, 2);                              // (B, H, G + P, hd)
+  const auto all_v = torch::cat({global_v, local_v}, 2);                              // (B, H, G + P, hd)
+  const auto global_mask = F::pad(mask, F::PadFuncOptions({global_len, 0}));          // (B, G + P)
+  auto global_scores = kernels::matmul(global_q, all_k.transpose(-1, -2), training);  // (B, H, G, G + P)
+  global_scores = add_mask(global_scores, global_mask.unsqueeze(1).unsqueeze(1));
+  // Dropout and the product with the values as one node where it applies (kernels/attention_dropout.h).
+  const auto global_context = kernels::dropout_matmul(torch::softmax(global_scores, -1), all_v, dropout_, training,
+                                                      byte_mask_dropout_, recomputed_dropout_);  // (B, H, G, hd)
 
   // Each position attends to the global tokens and to the positions of its own block.
   const std::vector<std::int64_t> blocked{batch, heads_, blocks, block_size_, head_dim_};
@@ -124,17 +139,17 @@ PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hi
   const auto block_k = local_k.reshape(blocked);
   const auto block_v = local_v.reshape(blocked);
   const auto block_mask = F::pad(mask.view({batch, blocks, block_size_}), F::PadFuncOptions({global_len, 0}));
-  const auto to_global = torch::matmul(block_q, global_k.unsqueeze(2).transpose(-1, -2));  // (B, H, N, K, G)
-  const auto to_block = torch::matmul(block_q, block_k.transpose(-1, -2));                 // (B, H, N, K, K)
-  auto local_scores = torch::cat({to_global, to_block}, -1);                               // (B, H, N, K, G + K)
-  local_scores = local_scores + block_mask.unsqueeze(1).unsqueeze(3);                      // (B, 1, N, 1, G + K)
-  const auto local_probs = probabilities(local_scores);
-  const auto local_context = torch::matmul(local_probs.narrow(-1, 0, global_len), global_v.unsqueeze(2)) +
-                             torch::matmul(local_probs.narrow(-1, global_len, block_size_), block_v);  // (B,H,N,K,hd)
+  const auto to_global = kernels::matmul(local_q, global_k.transpose(-1, -2), training)
+                             .view({batch, heads_, blocks, block_size_, global_len});         // (B, H, N, K, G)
+  const auto to_block = kernels::matmul(block_q, block_k.transpose(-1, -2), training);        // (B, H, N, K, K)
+  auto local_scores = torch::cat({to_global, to_block}, -1);                                  // (B, H, N, K, G + K)
+  local_scores = add_mask(local_scores, block_mask.unsqueeze(1).unsqueeze(3));                // (B, 1, N, 1, G + K)
+  const auto local_context =
+      kernels::global_local_context(torch::softmax(local_scores, -1), global_v, block_v, dropout_, training,
+                                    byte_mask_dropout_, recomputed_dropout_);  // (B, H, P, hd)
 
   auto global_out = project(out_proj, merge_heads(global_context));  // (B, G, D)
-  auto local_out =
-      project(out_proj, merge_heads(local_context.reshape({batch, heads_, length, head_dim_})));  // (B, P, D)
+  auto local_out = project(out_proj, merge_heads(local_context));    // (B, P, D)
   return {local_out, global_out};
 }
 
@@ -153,6 +168,7 @@ PegasusXEncoderLayerImpl::PegasusXEncoderLayerImpl(const PegasusXLayerOptions& o
   self_attn =
       register_module("self_attn", PegasusXGlobalLocalAttention(o.d_model, o.heads, o.block_size, o.attention_dropout));
   self_attn->set_byte_mask_dropout(o.byte_mask_dropout);
+  self_attn->set_recomputed_dropout(o.recomputed_attention_dropout);
   self_attn_layer_norm = register_module("self_attn_layer_norm", norm());
   global_self_attn_layer_norm = register_module("global_self_attn_layer_norm", norm());
   fc1 = register_module("fc1", torch::nn::Linear(o.d_model, o.ffn_dim));
@@ -160,11 +176,30 @@ PegasusXEncoderLayerImpl::PegasusXEncoderLayerImpl(const PegasusXLayerOptions& o
   final_layer_norm = register_module("final_layer_norm", norm());
 }
 
+void PegasusXEncoderLayerImpl::set_kernel_choices(bool byte_mask_dropout, bool recomputed_feed_forward,
+                                                  bool recomputed_attention_dropout) {
+  options_.byte_mask_dropout = byte_mask_dropout;
+  options_.recomputed_feed_forward = recomputed_feed_forward;
+  options_.recomputed_attention_dropout = recomputed_attention_dropout;
+  self_attn->set_byte_mask_dropout(byte_mask_dropout);
+  self_attn->set_recomputed_dropout(recomputed_attention_dropout);
+}
+
 torch::Tensor PegasusXEncoderLayerImpl::feed_forward(const torch::Tensor& x) {
   const bool training = is_training();
-  auto h = kernels::activate(project(fc1, final_layer_norm->forward(x)), options_.activation);
-  h = kernels::dropout(h, options_.activation_dropout, training, options_.byte_mask_dropout);
-  return x + kernels::dropout(project(fc2, h), options_.dropout, training, options_.byte_mask_dropout);
+  const auto& o = options_;
+  auto u = project(fc1, final_layer_norm->forward(x));
+  torch::Tensor out;
+  if (lora_adapter_of(*fc2)) {  // fc2's adapter takes fc2's input, which the recomputing node never holds
+    auto h = kernels::dropout(kernels::activate(u, o.activation), o.activation_dropout, training, o.byte_mask_dropout);
+    out = project(fc2, h);
+  } else {
+    // fc2(dropout(act(u))) as the standard layers compute it (kernels/feed_forward.h: the same values, without the
+    // (B, P, ffn) input of fc2 kept for backward).
+    out = kernels::activation_dropout_linear(std::move(u), o.activation, o.activation_dropout, training,
+                                             o.byte_mask_dropout, fc2->weight, fc2->bias, o.recomputed_feed_forward);
+  }
+  return x + kernels::dropout(out, o.dropout, training, o.byte_mask_dropout);
 }
 
 PegasusXStates PegasusXEncoderLayerImpl::forward(const torch::Tensor& hidden, const torch::Tensor& global,

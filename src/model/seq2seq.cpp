@@ -375,6 +375,10 @@ void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
   kernels_ = kernels;
   for (std::size_t i = 0; i < layers->size(); ++i) {
     if (auto* layer = layers[i]->as<TransformerLayer>()) layer->set_kernel_choices(kernels);
+    if (auto* layer = layers[i]->as<PegasusXEncoderLayer>()) {
+      layer->set_kernel_choices(kernels.byte_mask_dropout, kernels.recomputed_feed_forward,
+                                kernels.recomputed_attention_dropout);
+    }
   }
   if (!final_rms.is_empty()) final_rms->fused = kernels.fused_rms_norm;
 }

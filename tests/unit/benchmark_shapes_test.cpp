@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include "fitsum/families/family.h"
 #include "fitsum/io/hf_config.h"
 #include "fitsum/model/config.h"
 #include "fitsum/util/threads.h"
@@ -37,6 +40,22 @@ TEST(BenchmarkShapes, EqualTheConfigFiles) {
     EXPECT_EQ(built.scale_embedding, file.scale_embedding) << name;
   }
   EXPECT_THROW(model::pegasus_shape("huge"), std::invalid_argument);
+}
+
+// `fitsum bench train --shape pegasus-x-base` (and the other released long-input shapes of the families) builds the
+// model of the checkpoint's config.json, kept whole in configs/<shape>.
+TEST(BenchmarkShapes, NamedFamilyShapesEqualTheConfigFiles) {
+  const std::vector<std::string> names = {"pegasus-x-base", "pegasus-x-large", "long-t5-tglobal-base"};
+  for (const auto& name : names) {
+    const auto* shape = families::find_shape(name);
+    ASSERT_NE(shape, nullptr) << name;
+    const auto built = io::model_config_from_hf(nlohmann::json::parse(shape->config_json), name);
+    const auto file = io::read_model_config(source_dir() / "configs" / name);
+    EXPECT_EQ(io::model_config_to_hf(built).dump(1), io::model_config_to_hf(file).dump(1)) << name;
+    EXPECT_EQ(built.model_type, file.model_type) << name;
+  }
+  EXPECT_EQ(families::find_shape("pegasus-x-huge"), nullptr);
+  EXPECT_EQ(families::shape_names(), "pegasus-x-base, pegasus-x-large, long-t5-tglobal-base");
 }
 
 TEST(BenchmarkShapes, TrainingFlopsCountEveryProduct) {

@@ -1,7 +1,7 @@
 // `fitsum bench`: speed on the user's own hardware, printed as one JSON line per run so that scripts can put it
 // beside the eager PyTorch baseline (../shared/reference/bench_eager.py prints the same fields).
-//   fitsum bench train   training steps of a PEGASUS shape with random init and random tokens, through the same
-//                        library calls as `fitsum train` (model/micro_step.h and optim/optimizer_step.h): median step
+//   fitsum bench train   training steps of a model shape (--shape or --config_name) with random init and random
+//                        tokens, through the same library calls as `fitsum train` (model/micro_step.h and optim/optimizer_step.h): median step
 //                        time, tokens/s, peak resident memory (VmHWM) and the exact peak of tensor bytes; with
 //                        --lora_r, LoRA adapters on the frozen base (train/lora_setup.h, as fitsum train).
 //   fitsum bench matmul  the machine's fp32 matrix-product rate (an n x n x n product) with the products fitsum's
@@ -39,6 +39,7 @@
 #include "bench_records.h"
 #include "bench_support.h"
 #include "commands.h"
+#include "fitsum/families/family.h"
 #include "fitsum/io/hf_config.h"
 #include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/memory/device_memory.h"
@@ -91,7 +92,7 @@ struct BenchTrainOptions {
   std::string device = "cpu";
   std::uint64_t seed = 0;
   std::vector<std::string>
-      unfused;  // loss, embedding, optimizer, dropout, rms_norm, feed_forward: the plain paths, for before/after
+      unfused;  // loss, embedding, optimizer, ..., attention_dropout: the plain paths, for before/after
   model::LoraConfig lora;  // --lora_r > 0: adapters on a frozen base, as fitsum train sets them up
   std::string base_dtype = "float32";
   std::string profile;           // a chrome://tracing file of one more step
@@ -177,9 +178,22 @@ std::string open_profile(const std::string& flag_value, std::ofstream& stream) {
   return path;
 }
 
+// --shape: a PEGASUS size (model::pegasus_shape) or a released architecture a family names (pegasus-x-base, ...).
+model::ModelConfig shape_config(const std::string& shape) {
+  if (const auto* named = families::find_shape(shape)) {
+    return io::model_config_from_hf(nlohmann::json::parse(named->config_json), "--shape " + shape);
+  }
+  try {
+    return model::pegasus_shape(shape);
+  } catch (const std::invalid_argument&) {
+    throw std::invalid_argument("--shape '" + shape + "' is not a shape; choose tiny, small, base, large, " +
+                                families::shape_names() + ", or give --config_name");
+  }
+}
+
 model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& device) {
   auto config = o.config_name.empty()
-                    ? model::pegasus_shape(o.shape)
+                    ? shape_config(o.shape)
                     : io::read_model_config(io::resolve_model_folder(o.config_name, {}, hub_options(o.hub)));
   if (!o.config_overrides.empty()) {
     auto j = io::model_config_to_hf(config);
@@ -193,6 +207,7 @@ model::Seq2SeqLM bench_model(const BenchTrainOptions& o, const torch::Device& de
   kernels.byte_mask_dropout = !unfused(o, "dropout");
   kernels.fused_rms_norm = !unfused(o, "rms_norm");
   kernels.recomputed_feed_forward = !unfused(o, "feed_forward");
+  kernels.recomputed_attention_dropout = !unfused(o, "attention_dropout");
   model->set_kernel_choices(kernels);
   if (o.lora.enabled()) {
     auto args = bench_arguments(o);
@@ -424,8 +439,11 @@ void add_bench_command(CLI::App& app) {
 
   auto train = std::make_shared<BenchTrainOptions>();
   auto* t = bench->add_subcommand(
-      "train", "Time training steps of a PEGASUS shape (random init, random tokens); prints one JSON line");
-  t->add_option("--shape", train->shape, "tiny, small, base or large (pegasus-large)")->capture_default_str();
+      "train", "Time training steps of a model shape (random init, random tokens); prints one JSON line");
+  t->add_option("--shape", train->shape,
+                "tiny, small, base or large (pegasus-large), or a released long-input architecture: " +
+                    families::shape_names())
+      ->capture_default_str();
   t->add_option("--config_name", train->config_name, "a config.json (or a Hub id's) instead of --shape");
   add_hub_flags(*t, train->hub);
   t->add_option("--config_overrides", train->config_overrides, "e.g. \"dropout=0.0,attention_dropout=0.0\"");
@@ -461,10 +479,11 @@ void add_bench_command(CLI::App& app) {
   t->add_option("--device", train->device, "cpu or cuda")->capture_default_str();
   t->add_option("--seed", train->seed, "seed of weights, tokens and dropout")->capture_default_str();
   t->add_option("--unfused", train->unfused,
-                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), feed_forward, all "
-                "(before/after comparisons)")
+                "run the plain LibTorch path of: loss, embedding, optimizer, dropout, rms_norm (T5), feed_forward, "
+                "attention_dropout (PEGASUS-X), all (before/after comparisons)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"loss", "embedding", "optimizer", "dropout", "rms_norm", "feed_forward", "all"}));
+      ->check(CLI::IsMember(
+          {"loss", "embedding", "optimizer", "dropout", "rms_norm", "feed_forward", "attention_dropout", "all"}));
   t->add_option("--profile", train->profile,
                 "after the timed steps, record one more with LibTorch's profiler into this chrome://tracing file "
                 "(bench/profile_summary.py sums it up)");

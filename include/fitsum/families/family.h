@@ -36,6 +36,14 @@ struct ModelType {
   bool expects_source_prefix = false;
 };
 
+// A released checkpoint's architecture by name, for runs without its files (`fitsum bench train --shape
+// pegasus-x-base`): the checkpoint's config.json fields that set the model's structure (configs/<name>/config.json
+// holds the same values).
+struct NamedShape {
+  std::string name;
+  const char* config_json = "{}";
+};
+
 struct Family {
   std::string name;                     // in messages: "PEGASUS", "BART", "T5"
   std::vector<ModelType> model_types;  // the first is the family's own
@@ -60,6 +68,8 @@ struct Family {
   std::unique_ptr<tokenizer::Tokenizer> (*load_tokenizer)(const fs::path& dir) = nullptr;
   // The text template starts with bos (BART: <s> text </s>; PEGASUS and T5: text </s>).
   bool text_starts_with_bos = false;
+  // The family's released architectures by name (benchmark shapes).
+  std::vector<NamedShape> shapes;
 };
 
 // The registered families, in the order the registry consults them.
@@ -71,6 +81,10 @@ const Family* find_family(const std::string& model_type);
 const Family& family_for(const std::string& model_type, const std::string& source);
 // `model_type`'s entry in its family, or nullptr when no family reads it.
 const ModelType* find_model_type(const std::string& model_type);
+// The named shape of any family, or nullptr.
+const NamedShape* find_shape(const std::string& name);
+// Every family's shape names, for messages: "pegasus-x-base, pegasus-x-large, ...".
+std::string shape_names();
 // Every registered model_type in quotes, for messages: "'pegasus', 'bart', 't5' and 'mt5'".
 std::string supported_model_types();
 

@@ -67,6 +67,8 @@ struct PegasusXLayerOptions {
   double activation_dropout = 0.0;  // after fc1's activation
   double layer_norm_eps = 1e-5;
   bool byte_mask_dropout = true;  // KernelChoices::byte_mask_dropout; off: torch::dropout, HF's masks for a seed
+  bool recomputed_feed_forward = true;  // KernelChoices::recomputed_feed_forward (kernels/feed_forward.h)
+  bool recomputed_attention_dropout = true;  // KernelChoices::recomputed_attention_dropout (kernels/attention_dropout.h)
 };
 
 class PegasusXGlobalLocalAttentionImpl : public torch::nn::Module {
@@ -78,13 +80,13 @@ class PegasusXGlobalLocalAttentionImpl : public torch::nn::Module {
   // outputs of both, already through out_proj.
   PegasusXStates forward(const torch::Tensor& hidden, const torch::Tensor& global, const torch::Tensor& mask);
   void set_byte_mask_dropout(bool on) { byte_mask_dropout_ = on; }
+  void set_recomputed_dropout(bool on) { recomputed_dropout_ = on; }
 
   torch::nn::Linear k_proj{nullptr}, v_proj{nullptr}, q_proj{nullptr}, out_proj{nullptr};
 
  private:
   torch::Tensor split_heads(const torch::Tensor& x) const;   // (B, T, D) -> (B, H, T, hd)
   torch::Tensor merge_heads(const torch::Tensor& x) const;   // (B, H, T, hd) -> (B, T, D)
-  torch::Tensor probabilities(const torch::Tensor& scores);  // softmax over the last dim, then attention dropout
 
   std::int64_t heads_;
   std::int64_t head_dim_;
@@ -92,6 +94,7 @@ class PegasusXGlobalLocalAttentionImpl : public torch::nn::Module {
   double scaling_;
   double dropout_;
   bool byte_mask_dropout_ = true;
+  bool recomputed_dropout_ = true;
 };
 TORCH_MODULE(PegasusXGlobalLocalAttention);
 
@@ -103,6 +106,9 @@ class PegasusXEncoderLayerImpl : public torch::nn::Module {
   // hidden (B, P, D), global (B, G, D), mask (B, P) additive (pad_to_blocks)  ->  the next layer's states.
   PegasusXStates forward(const torch::Tensor& hidden, const torch::Tensor& global, const torch::Tensor& mask);
   const PegasusXLayerOptions& options() const { return options_; }
+  // The stack's KernelChoices that reach these layers: the byte-mask dropout, the recomputed feed-forward and the
+  // attention's recomputed dropout.
+  void set_kernel_choices(bool byte_mask_dropout, bool recomputed_feed_forward, bool recomputed_attention_dropout);
 
   PegasusXGlobalLocalAttention self_attn{nullptr};
   torch::nn::LayerNorm self_attn_layer_norm{nullptr}, global_self_attn_layer_norm{nullptr};

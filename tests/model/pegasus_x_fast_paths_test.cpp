@@ -1,0 +1,153 @@
+// The fast paths of PEGASUS-X's encoder layers (model/pegasus_x_layers.h): the stack's KernelChoices reach them; the
+// recomputed feed-forward (kernels/feed_forward.h) and the attention's recomputed dropout (kernels/attention_dropout.h)
+// give the plain composition's outputs and gradients bit for bit while keeping one float tensor less each until
+// backward. The products against transformers themselves: tests/model/pegasus_x_attention_test.cpp's fixtures and
+// tests/hf.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fitsum/io/hf_config.h"
+#include "fitsum/memory/tracking_allocator.h"
+#include "fitsum/model/pegasus_x_layers.h"
+#include "fitsum/model/seq2seq.h"
+#include "test_support.h"
+
+namespace fitsum::test {
+namespace {
+
+model::PegasusXLayerOptions layer_options() {
+  model::PegasusXLayerOptions o;
+  o.d_model = 32;
+  o.heads = 4;
+  o.ffn_dim = 64;
+  o.block_size = 4;
+  o.stagger_blocks = true;
+  o.activation = model::Activation::relu;
+  o.dropout = 0.1;
+  o.attention_dropout = 0.2;
+  o.activation_dropout = 0.3;
+  return o;
+}
+
+struct LayerRun {
+  torch::Tensor hidden, global, grad_hidden, grad_global;
+  std::vector<torch::Tensor> parameter_grads;
+};
+
+// One training forward and backward of `layer` on seeded inputs (2 rows of 12 positions, 2 global tokens).
+LayerRun run_layer(model::PegasusXEncoderLayer& layer) {
+  torch::manual_seed(7);
+  const auto hidden = torch::randn({2, 12, 32}).requires_grad_(true);
+  const auto global = torch::randn({2, 2, 32}).requires_grad_(true);
+  auto mask = torch::zeros({2, 12});
+  mask.index_put_({1, torch::indexing::Slice(9, 12)}, model::padding_mask_value(torch::kFloat));
+  layer->zero_grad();
+  const auto out = layer->forward(hidden, global, mask);
+  ((out.hidden * torch::randn_like(out.hidden)).sum() + (out.global * torch::randn_like(out.global)).sum()).backward();
+  LayerRun run{out.hidden.detach(), out.global.detach(), hidden.grad(), global.grad(), {}};
+  for (const auto& p : layer->parameters()) run.parameter_grads.push_back(p.grad().clone());
+  return run;
+}
+
+void expect_equal_runs(const LayerRun& fast, const LayerRun& plain) {
+  EXPECT_TRUE(torch::equal(fast.hidden, plain.hidden));
+  EXPECT_TRUE(torch::equal(fast.global, plain.global));
+  EXPECT_TRUE(torch::equal(fast.grad_hidden, plain.grad_hidden));
+  EXPECT_TRUE(torch::equal(fast.grad_global, plain.grad_global));
+  ASSERT_EQ(fast.parameter_grads.size(), plain.parameter_grads.size());
+  for (std::size_t i = 0; i < fast.parameter_grads.size(); ++i) {
+    EXPECT_TRUE(torch::equal(fast.parameter_grads[i], plain.parameter_grads[i])) << "parameter " << i;
+  }
+}
+
+TEST(PegasusXFastPaths, RecomputedFeedForwardEqualsThePlainLayerBitForBit) {
+  model::PegasusXEncoderLayer layer(layer_options());
+  layer->train();
+  layer->set_kernel_choices(/*byte_mask_dropout=*/true, /*recomputed_feed_forward=*/false,
+                            /*recomputed_attention_dropout=*/false);
+  const auto plain = run_layer(layer);
+  layer->set_kernel_choices(true, true, false);
+  expect_equal_runs(run_layer(layer), plain);
+}
+
+// Both attentions (the global tokens' over every position, the positions' over global tokens and block) with and
+// without the recomputing node: the same masks (one draw each, in the same order) and the same products.
+TEST(PegasusXFastPaths, RecomputedAttentionDropoutEqualsThePlainLayerBitForBit) {
+  for (const bool stagger : {false, true}) {
+    auto options = layer_options();
+    options.stagger_blocks = stagger;
+    model::PegasusXEncoderLayer layer(options);
+    layer->train();
+    layer->set_kernel_choices(true, true, false);
+    const auto plain = run_layer(layer);
+    layer->set_kernel_choices(true, true, true);
+    const auto fast = run_layer(layer);
+    SCOPED_TRACE(stagger ? "staggered" : "not staggered");
+    expect_equal_runs(fast, plain);
+    // Dropout did act: without it the outputs differ.
+    layer->set_kernel_choices(true, true, true);
+    layer->eval();
+    torch::manual_seed(7);
+    const auto hidden = torch::randn({2, 12, 32});
+    EXPECT_FALSE(torch::equal(layer->forward(hidden, torch::randn({2, 2, 32}), torch::zeros({2, 12})).hidden,
+                              plain.hidden));
+  }
+}
+
+// Bytes the layer's training forward leaves allocated (its outputs and what autograd keeps for backward).
+std::int64_t kept_bytes(model::PegasusXEncoderLayer& layer, bool recompute_feed_forward, bool recompute_attention) {
+  auto& allocator = memory::TrackingCpuAllocator::instance();
+  layer->set_kernel_choices(true, recompute_feed_forward, recompute_attention);
+  torch::manual_seed(7);
+  const auto hidden = torch::randn({2, 12, 32}).requires_grad_(true);
+  const auto global = torch::randn({2, 2, 32}).requires_grad_(true);
+  const auto mask = torch::zeros({2, 12});
+  const auto before = allocator.current_bytes();
+  const auto out = layer->forward(hidden, global, mask);
+  return allocator.current_bytes() - before;
+}
+
+// Both feed-forwards (the tokens' and the global tokens') keep u and the byte mask, not fc2's float input; both
+// attentions keep the softmax's output and the byte mask, not the dropped probabilities.
+TEST(PegasusXFastPaths, TheRecomputingNodesKeepOneFloatTensorLessEach) {
+  model::PegasusXEncoderLayer layer(layer_options());  // staggered: 12 positions + 2 x 2 padding, 4 blocks of 4
+  layer->train();
+  const auto plain = kept_bytes(layer, false, false);
+  const auto feed_forward = kept_bytes(layer, true, false);
+  const auto both = kept_bytes(layer, true, true);
+  // (2 x 12 token rows + 2 x 2 global rows) x ffn 64 floats.
+  EXPECT_EQ(plain - feed_forward, (2 * 12 + 2 * 2) * 64 * 4);
+  // Global: 2 x 4 heads x 2 global rows x (2 + 16) keys; local: 2 x 4 heads x 16 rows x (2 + 4) keys.
+  EXPECT_EQ(feed_forward - both, (2 * 4 * 2 * 18 + 2 * 4 * 16 * 6) * 4);
+}
+
+TEST(PegasusXFastPaths, TheModelsKernelChoicesReachTheEncoderLayers) {
+  const auto config = io::model_config_from_hf(
+      nlohmann::json{{"model_type", "pegasus_x"}, {"d_model", 32}, {"encoder_layers", 2}, {"decoder_layers", 1},
+                     {"encoder_attention_heads", 4}, {"decoder_attention_heads", 4}, {"encoder_ffn_dim", 64},
+                     {"decoder_ffn_dim", 64}, {"vocab_size", 120}, {"block_size", 4}, {"num_global_tokens", 2}},
+      "test config");
+  model::Seq2SeqLM lm(config);
+  for (const bool on : {false, true}) {
+    model::KernelChoices kernels;
+    kernels.byte_mask_dropout = on;
+    kernels.recomputed_feed_forward = on;
+    kernels.recomputed_attention_dropout = on;
+    lm->set_kernel_choices(kernels);
+    std::size_t seen = 0;
+    for (const auto& module : lm->modules(/*include_self=*/false)) {
+      if (const auto* layer = module->as<model::PegasusXEncoderLayerImpl>()) {
+        EXPECT_EQ(layer->options().byte_mask_dropout, on);
+        EXPECT_EQ(layer->options().recomputed_feed_forward, on);
+        EXPECT_EQ(layer->options().recomputed_attention_dropout, on);
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 2u);
+  }
+}
+
+}  // namespace
+}  // namespace fitsum::test
