@@ -106,9 +106,10 @@ def test_pad_row_learns_only_through_the_lm_head(tmp_path, family):
 
 
 # The real checkpoints' block structure at 4096 source tokens: PEGASUS-X's 512-position blocks (staggered in every
-# other layer) with global tokens, LongT5's local_radius 127 (blocks of 128) and global blocks of 16. The widths stay
-# tiny so that a case takes a few seconds. The padded row's length (2777) and the second width (4001) are multiples of
-# none of the block sizes, so the last block of a row and of the batch is partial.
+# other layer) with 128 global tokens (google/pegasus-x-base and -large), LongT5's local_radius 127 (blocks of 128)
+# and global blocks of 16. The widths stay tiny so that a case takes a few seconds. The padded row's length (2777)
+# and the second width (4001) are multiples of none of the block sizes, so the last block of a row and of the batch
+# is partial.
 # A gradient here sums over 8,000 positions, and float32 rounds it by more than the short cases' 1e-4 x RMS: on
 # transformers 5.23 (torch 2.14) the first layer's fc1.weight gradient of PEGASUS-X is 1.7e-3 x RMS away from the
 # same model's in float64, and fitsum's float32 one up to 1.8e-3 x RMS (on another tensor, where transformers' is
@@ -117,7 +118,7 @@ def test_pad_row_learns_only_through_the_lm_head(tmp_path, family):
 # keep the loss and logits at the short cases' bounds and every gradient within 1e-2 x RMS of the float64 one. A
 # wrong block, stagger or global token is off by the order of the RMS.
 LONG_INPUT = {
-    "pegasus_x": dict(block_size=512, num_global_tokens=2, stagger_local_blocks=True, max_position_embeddings=16384),
+    "pegasus_x": dict(block_size=512, num_global_tokens=128, stagger_local_blocks=True, max_position_embeddings=16384),
     "longt5_local": dict(local_radius=127, global_block_size=16),
     "longt5_tglobal": dict(local_radius=127, global_block_size=16),
 }
