@@ -2,7 +2,8 @@
 // them: pegasus-x-large's config (configs/pegasus-x-large) at a reduced depth and width, so that a training step at
 // 16384 tokens takes seconds on two cores; the plan must fit the budget with the planner's margin, and two steps
 // trained with it must peak under the budget. Full depth and width under 8 GiB is
-// tests/slow/plan_long_input_slow_test.cpp.
+// tests/slow/plan_long_input_slow_test.cpp. In the slow label for now: on the shared 2-core machine its 16384-token
+// probe alone ran past 11 minutes, so it has not been seen to pass.
 #include <fstream>
 
 #include <gtest/gtest.h>
