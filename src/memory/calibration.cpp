@@ -160,6 +160,12 @@ BatchShape warm_up_shape(const CalibrationOptions& options) {
   return {1, std::min<std::int64_t>(8, options.max_source_length), std::min<std::int64_t>(8, options.max_target_length)};
 }
 
+// The samples' shapes as the fits see them (fitted_shape).
+std::vector<ProbeSample> fitted_samples(const model::ModelConfig& config, std::vector<ProbeSample> samples) {
+  for (auto& sample : samples) sample.shape = fitted_shape(config, sample.shape);
+  return samples;
+}
+
 // A reduced-depth copy: the same config with `encoder_layers` + `decoder_layers` layers, random weights, and the
 // run's adapters.
 model::Seq2SeqLM reduced_copy(const model::ModelConfig& config, std::int64_t encoder_layers,
@@ -274,7 +280,8 @@ void fit_bottom_layers(const std::vector<BatchShape>& deep, const std::vector<Pr
   m.decoder_bottom_checkpointed = fit_shape(deep, decoder, Terms::decoder_layer);
 }
 
-LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::vector<ProbeSample>& samples) {
+LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::vector<ProbeSample>& samples,
+                             std::int64_t unit) {
   const std::vector<BatchShape> deep(shapes.begin(), shapes.begin() + static_cast<std::ptrdiff_t>(kDeepProbeShapes));
   const auto find = [&](const BatchShape& s, std::int64_t e, std::int64_t d,
                         ProbeCheckpointing checkpointing) -> const ProbeSample& {
@@ -286,10 +293,10 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   // One layer of each stack, from the shapes both copies ran.
   std::vector<double> ep, ec, dp, dc;
   for (const auto& s : deep) {
-    const auto& p11 = find(s, 1, 1, none);
-    const auto& p22 = find(s, 2, 2, none);
-    const auto& c11 = find(s, 1, 1, all);
-    const auto& c22 = find(s, 2, 2, all);
+    const auto& p11 = find(s, unit, 1, none);
+    const auto& p22 = find(s, 2 * unit, 2, none);
+    const auto& c11 = find(s, unit, 1, all);
+    const auto& c22 = find(s, 2 * unit, 2, all);
     ep.push_back(value(p22.encoder_phase_bytes) - value(p11.encoder_phase_bytes));
     dp.push_back(value(p22.stored_bytes) - value(p11.stored_bytes) - ep.back());
     ec.push_back(value(c22.encoder_phase_bytes) - value(c11.encoder_phase_bytes));
@@ -303,8 +310,8 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   // The rest of each phase: the 1 + 1 copy's bytes less its one layer of each stack, at every shape.
   std::vector<double> dr, drc, er, erc, efp, efc, dfp, dfc;
   for (const auto& s : shapes) {
-    const auto& p11 = find(s, 1, 1, none);
-    const auto& c11 = find(s, 1, 1, all);
+    const auto& p11 = find(s, unit, 1, none);
+    const auto& c11 = find(s, unit, 1, all);
     efp.push_back(value(p11.encoder_forward_bytes) - m.encoder_plain(s));
     efc.push_back(value(c11.encoder_forward_bytes));
     dfp.push_back(value(p11.decoder_forward_bytes) - m.encoder_plain(s) - m.decoder_plain(s));
@@ -326,7 +333,7 @@ LayerMemory fit_layer_memory(const std::vector<BatchShape>& shapes, const std::v
   // the all-checkpointed model of them (LayerMemory).
   std::vector<double> em, dm;
   for (const auto& s : deep) {
-    const auto& b22 = find(s, 2, 2, ProbeCheckpointing::bottom);
+    const auto& b22 = find(s, 2 * unit, 2, ProbeCheckpointing::bottom);
     const double activations = m.encoder_plain(s) + m.encoder_checkpointed(s);
     em.push_back(value(b22.encoder_phase_bytes) - m.encoder_recompute(s) - m.encoder_checkpointed(s));
     dm.push_back(value(b22.decoder_phase_bytes) - m.decoder_recompute(s) - activations - m.decoder_checkpointed(s));
@@ -375,6 +382,7 @@ Calibration unmeasured(const model::ModelConfig& config, const CalibrationOption
   c.gradient_bytes = static_cast<std::uint64_t>(c.counts.trainable) * 4;
   c.encoder_layers = config.encoder_layers;
   c.decoder_layers = config.decoder_layers;
+  c.encoder_unit = encoder_layer_unit(config, options.lora.enabled());
   c.bf16 = options.bf16;
   c.lora = options.lora;
   c.base_bfloat16 = options.lora.enabled() && options.base_bfloat16;
@@ -500,7 +508,7 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
   const auto all = std::numeric_limits<std::int64_t>::max();
   torch::Tensor largest;
   for (const std::int64_t depth : {1, 2}) {
-    const auto e = depth, d = depth;
+    const auto e = depth * c.encoder_unit, d = depth;
     auto copy = reduced_copy(config, e, d, device, options);
     if (depth == 2 && options.lora.enabled()) set_lora_memory(c, lora_memory(*copy, config));
     std::vector<ProbeCheckpointing> modes{ProbeCheckpointing::none, ProbeCheckpointing::all};
@@ -511,7 +519,9 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
                           : checkpointing == ProbeCheckpointing::all ? all
                                                                      : std::int64_t{1};
       const auto decoder_layers = checkpointing == ProbeCheckpointing::bottom_encoder ? 0 : layers;
-      copy->set_gradient_checkpointing(layers, decoder_layers);
+      // The bottom unit of the encoder: one layer, or a plain and a staggered one.
+      const auto encoder_layers = layers == 1 ? c.encoder_unit : layers;
+      copy->set_gradient_checkpointing(encoder_layers, decoder_layers);
       // Warm-up: allocates the gradients (kept between steps, as optim::zero_gradients keeps them) and first-use
       // buffers, so each probe sees only its own transient. A tiny batch does that as well as a real one: the
       // gradients have the parameters' sizes whatever the shape (at pegasus-large's widths a real shape costs a
@@ -522,7 +532,7 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
         const auto& shape = shapes[i];
         auto sample = measure_micro_step(*copy, shape, options, device, 1);
         sample.checkpointing = checkpointing;
-        sample.flops = micro_step_flops(copy->config(), shape, std::min(layers, e), std::min(decoder_layers, d),
+        sample.flops = micro_step_flops(copy->config(), shape, std::min(encoder_layers, e), std::min(decoder_layers, d),
                                         nullptr, options.lora.enabled());
         c.samples.push_back(sample);
       }
@@ -544,7 +554,9 @@ Calibration calibrate(const model::ModelConfig& config, const c10::Device& devic
     sample.decoder_phase_bytes += kept - chunk;
     sample.encoder_phase_bytes += kept;
   }
-  c.memory = fit_layer_memory(shapes, c.samples);
+  std::vector<BatchShape> fitted;
+  for (const auto& shape : shapes) fitted.push_back(fitted_shape(config, shape));
+  c.memory = fit_layer_memory(fitted, fitted_samples(config, c.samples), c.encoder_unit);
   c.speed = fit_speed(c.samples);
   // The optimizer's temporaries are per parameter, so the largest sets the transient (the copies share the full
   // model's widths, so theirs is the full model's largest); the time scales with the elements.

@@ -8,6 +8,19 @@
 
 namespace fitsum::memory {
 
+std::int64_t encoder_layer_unit(const model::ModelConfig& config, bool lora) {
+  const bool staggered = config.encoder_attention == model::EncoderAttention::global_local &&
+                         config.stagger_local_blocks && config.encoder_layers >= 2 && config.encoder_layers % 2 == 0;
+  return staggered && !lora ? 2 : 1;
+}
+
+BatchShape fitted_shape(const model::ModelConfig& config, const BatchShape& shape) {
+  if (config.encoder_attention != model::EncoderAttention::global_local || config.block_size < 1) return shape;
+  const auto k = config.block_size;
+  const auto padded = (shape.source + k - 1) / k * k;
+  return {shape.batch, padded + (config.stagger_local_blocks ? k / 2 : 0), shape.target};
+}
+
 double LayerMemory::transient(const BatchShape& shape, std::int64_t encoder_layers, std::int64_t decoder_layers,
                               std::int64_t checkpointed_encoder_layers, std::int64_t checkpointed_decoder_layers,
                               double decoder_adjust, double encoder_backward_adjust) const {

@@ -38,6 +38,12 @@ struct Widths {
   // The LM head's logits get final_logits_bias added (PEGASUS, BART; not T5).
   bool logits_bias = true;
   double threads = 1;  // intra-op threads
+  // The encoder's attention (model/config.h EncoderAttention) and its block structure: PEGASUS-X's blocks and global
+  // tokens (with every odd layer staggered by half a block when there are two layers or more), LongT5's windows of
+  // three blocks of local_radius + 1 positions plus, transient-global, one side key per global_block_size positions.
+  model::EncoderAttention attention = model::EncoderAttention::full;
+  double block = 0, globals = 0, global_block = 0;
+  bool staggered = false;
 };
 
 Widths widths_of(const model::ModelConfig& c, bool bf16, std::int64_t threads) {
@@ -57,7 +63,24 @@ Widths widths_of(const model::ModelConfig& c, bool bf16, std::int64_t threads) {
   w.position_bias = c.position_embedding == model::PositionEmbedding::relative;
   w.logits_bias = c.has_final_logits_bias;
   w.threads = static_cast<double>(threads > 0 ? threads : at::get_num_threads());
+  w.attention = c.encoder_attention;
+  if (w.attention == model::EncoderAttention::global_local) {
+    w.block = static_cast<double>(c.block_size);
+    w.globals = static_cast<double>(c.num_global_tokens);
+    w.staggered = c.stagger_local_blocks && c.encoder_layers > 1;
+  } else if (w.attention != model::EncoderAttention::full) {
+    w.block = static_cast<double>(c.local_radius + 1);
+    w.global_block = w.attention == model::EncoderAttention::transient_global ? static_cast<double>(c.global_block_size)
+                                                                              : 0.0;
+  }
   return w;
+}
+
+// Bytes of one feed-forward block over `length` positions beside `inputs` float32 (rows, length, d) tensors: per
+// element its tensors, or the bfloat16 product beside the float32 pair.
+double feed_forward_peak(const Widths& w, double rows, double length, double ffn, double inputs) {
+  const double per_element = w.float_bias_transient ? 10.0 : w.ffn_tensors * w.product;
+  return rows * length * (per_element * ffn + (inputs + w.pre_norm) * w.act * w.d);
 }
 
 // One layer over `rows` x `length` queries attending to `keys` positions with `heads` heads and `ffn` wide
@@ -104,10 +127,7 @@ double layer_peak(const Widths& w, double rows, double length, double keys, doub
     const double after_kernel = held + products + (w.bf16 ? 2.0 * mask : 0.0);
     attention = std::max(in_kernel, after_kernel);
   }
-  // Bytes per feed-forward element: its tensors, or the bfloat16 product beside the float32 pair.
-  const double per_element = w.float_bias_transient ? 10.0 : w.ffn_tensors * w.product;
-  const double feed_forward = rows * length * (per_element * ffn + (2.0 + w.pre_norm) * w.act * w.d);
-  return std::max(attention, feed_forward);
+  return std::max(attention, feed_forward_peak(w, rows, length, ffn, 2.0));
 }
 
 // T5's position-bias mask of a stack of self-attention over `length` queries and `keys` positions: float32, held
@@ -116,7 +136,59 @@ double position_bias_mask(const Widths& w, double rows, double length, double ke
   return w.position_bias ? 4.0 * rows * heads * length * keys : 0.0;
 }
 
+// One PEGASUS-X layer (model/pegasus_x_layers.cpp) over the P positions padded to whole blocks of K, with G global
+// tokens; a staggered layer pads P by another block (P'). Its attention holds the layer's inputs and their norms
+// (float32), the projections of the tokens and the global tokens and the keys and values of both concatenated
+// (products), the global tokens' scores over G + P' keys after the mask (float32), and at its peak the blocks'
+// scores against the global tokens and the block (products), their concatenation with the mask and its softmax
+// (float32), and the contiguous copy of the probabilities of the global keys that the product with the global
+// values (broadcast over the blocks) takes; the block's own product reads its probabilities in place. The
+// scores grow with P' (G + K): linear in the source, not its square. The feed-forward block holds the attention's
+// output (the local tokens', still referenced) beside the usual feed-forward terms.
+double pegasus_x_layer_peak(const Widths& w, double rows, double source) {
+  const double k = w.block, g = w.globals, heads = w.heads_encoder;
+  const double padded = std::ceil(source / k) * k;
+  const double p = padded + (w.staggered ? k : 0.0);
+  const double held = rows * w.d * w.act * (padded + g + p + g);
+  const double products = rows * w.d * w.product * (3.0 * p + 3.0 * g + 2.0 * (g + p));
+  const double global = 4.0 * rows * heads * g * (g + p) + w.act * rows * g * w.d;
+  const double local = rows * heads * p * ((g + k) * (w.product + 8.0) + 4.0 * g);
+  const double attention = held + products + global + local;
+  const double feed_forward = w.act * rows * p * w.d + feed_forward_peak(w, rows, padded, w.ffn_encoder, 2.0);
+  return std::max(attention, feed_forward);
+}
+
+// One LongT5 block (model/long_t5_layers.cpp) over S positions in N blocks of K, each attending to a window of 3K
+// keys plus, transient-global, the floor(S / global_block_size) side keys (W keys in all). The first block's float32
+// position bias (rows, N, heads, K, W) is held by the stack for every block. The attention holds the block's input
+// and its norm (float32), the queries and the three-block windows of keys and values (products), and at its peak the
+// scores, their sum with the bias and the softmax (float32, two of them alive at once beside the bias), and the
+// contiguous copies of the queries (the side keys' product broadcasts over the blocks) and of the window's values.
+double long_t5_layer_peak(const Widths& w, double rows, double source) {
+  const double k = w.block, heads = w.heads_encoder;
+  const double blocks = std::ceil(source / k);
+  const double side = w.global_block > 0 ? std::floor(source / w.global_block) : 0.0;
+  const double keys = 3.0 * k + side;
+  const double scores = rows * blocks * heads * k * keys;  // elements
+  const double bias = 4.0 * scores;
+  const double window = rows * blocks * k * w.d;
+  const double held = rows * source * w.d * w.act * 2.0;
+  const double products = w.product * window * (1.0 + 3.0 + 3.0) + w.product * rows * side * w.d * 3.0;
+  const double attention = bias + held + products + 8.0 * scores + w.product * 4.0 * window;
+  // The first block builds the bias: the local part and the side bias with its mask, their sum and its blocked copy.
+  const double first = held + 4.0 * rows * blocks * heads * k * 3.0 * k * 2.0 + 4.0 * rows * heads * source * side * 4.0 +
+                       bias;
+  return std::max({attention, first, bias + feed_forward_peak(w, rows, source, w.ffn_encoder, 2.0)});
+}
+
 double encoder_peak(const Widths& w, double rows, double source) {
+  if (w.attention == model::EncoderAttention::global_local) {
+    // The embeddings (scaled, plus positions) and their copy padded to whole blocks.
+    return std::max(pegasus_x_layer_peak(w, rows, source), 3.0 * w.act * rows * source * w.d);
+  }
+  if (w.attention != model::EncoderAttention::full) {
+    return std::max(long_t5_layer_peak(w, rows, source), 2.0 * w.act * rows * source * w.d);
+  }
   // The embeddings (scaled, plus positions) hold two (rows, S, D) tensors before the first layer.
   return std::max(layer_peak(w, rows, source, source, w.heads_encoder, w.ffn_encoder, 1.0) +
                       position_bias_mask(w, rows, source, source, w.heads_encoder),

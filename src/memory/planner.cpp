@@ -118,9 +118,15 @@ Prediction predict(const Calibration& c, const PlanKnobs& knobs, const BatchShap
   // The fits describe the loss head keeping the logits; a shape past its limit runs chunked (LossHeadModes): without
   // the kept gradient, with one chunk of logits in the decoder's phases.
   const auto head = loss_head_modes(c.config, shape);
-  const double activations = head.chunked ? c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd,
-                                                               head.chunk - head.kept, -head.kept)
-                                          : c.memory.transient(shape, c.encoder_layers, c.decoder_layers, ce, cd);
+  // The layer model's encoder layers are units of c.encoder_unit (calibration.h encoder_layer_unit), at the shape
+  // its fits are in.
+  const auto unit = std::max<std::int64_t>(1, c.encoder_unit);
+  const auto units = c.encoder_layers / unit, checkpointed_units = ce / unit;
+  const auto fitted = fitted_shape(c.config, shape);
+  const double activations =
+      head.chunked ? c.memory.transient(fitted, units, c.decoder_layers, checkpointed_units, cd, head.chunk - head.kept,
+                                        -head.kept)
+                   : c.memory.transient(fitted, units, c.decoder_layers, checkpointed_units, cd);
   p.activations = static_cast<std::uint64_t>(std::llround(activations));
   // Stage 2's gradients outside the share exist only in the backward, as the activations are freed: a transient.
   if (stage_two) p.activations = std::max(p.activations, sharded.in_flight + sharded.packed);

@@ -34,6 +34,27 @@ TEST(PlannerGrid, EveryCellWithinTenPercentAndNoneUnderTheMargin) {
   std::printf("worst |error| %.2f%%\n", 100.0 * worst);
 }
 
+// The long-input encoders at 4096 and 16384 source tokens (bench/results/2026-12-06-planner-long-inputs.md lists
+// every cell): PEGASUS-X (staggered block-local attention with global tokens) and LongT5 (transient-global), at
+// reduced widths (d_model 128) and four encoder layers, x micro-batch x checkpointing (none, bottom 2 + 1, all) x
+// optimizer.
+TEST(PlannerGrid, LongInputEncodersAt4096And16384SourceTokens) {
+  std::vector<GridCell> cells;
+  for (const auto& m : {grid_model_pegasus_x_small(), grid_model_long_t5_small()}) {
+    run_grid(m, {1, 2}, {4096, 16384}, 128, {kNone, GridCheckpointing{2, 1}, kEvery},
+             {optim::OptimizerType::adamw_torch, optim::OptimizerType::adafactor}, cells);
+  }
+  print_grid(cells);
+  ASSERT_EQ(cells.size(), 2u * 24u);
+  for (const auto& c : cells) {
+    EXPECT_LE(std::abs(c.error()), 0.10) << c.model << " micro-batch " << c.knobs.micro_batch << " source " << c.source
+                                         << " checkpointed " << c.knobs.encoder_checkpointed << "+"
+                                         << c.knobs.decoder_checkpointed << " " << optim::to_string(c.knobs.optimizer);
+    EXPECT_GE(c.error(), -memory::kPlanMargin) << c.model << " micro-batch " << c.knobs.micro_batch << " source "
+                                               << c.source << ": under-predicted beyond the margin";
+  }
+}
+
 // The extrapolation from the 1 + 1 and 2 + 2 layer probes to full depth, at pegasus-large's size (568M parameters,
 // 16 + 16 layers): one model, trained for real at 512 / 128 tokens (two optimizer steps each), against the
 // prediction. About 10 GB of memory and a few minutes on 2 cores.

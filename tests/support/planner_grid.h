@@ -81,6 +81,23 @@ inline GridModel grid_model_large_shaped() {
           "decoder_ffn_dim=4096,encoder_attention_heads=16,decoder_attention_heads=16"};
 }
 
+// The long-input encoders at reduced widths, with their real block structure: PEGASUS-X's staggered block-local
+// attention with global tokens (pegasus-x-large's config: blocks of 512, 128 global tokens, every odd layer
+// staggered), LongT5's transient-global attention (long-t5-tglobal-base's layout: windows of 3 x 128 positions, one
+// side key per 16 positions, gated-gelu, untied head). Four encoder layers, so that a full depth mixes both kinds of
+// PEGASUS-X layer and LongT5's later blocks take the first block's position bias.
+inline GridModel grid_model_pegasus_x_small() {
+  return {"pegasus-x-d128-L4",
+          "vocab_size=8000,d_model=128,encoder_layers=4,decoder_layers=2,encoder_ffn_dim=512,decoder_ffn_dim=512,"
+          "encoder_attention_heads=4,decoder_attention_heads=4",
+          "configs/pegasus-x-large/config.json"};
+}
+inline GridModel grid_model_long_t5_small() {
+  return {"longt5-tglobal-d128-L4",
+          "vocab_size=8000,d_model=128,d_kv=32,d_ff=512,num_layers=4,num_decoder_layers=2,num_heads=4",
+          "tests/data/configs/longt5-tglobal/config.json"};
+}
+
 // Checkpointing of a grid cell: the bottom `encoder` / `decoder` layers; kAll for a whole stack.
 constexpr std::int64_t kAll = std::numeric_limits<std::int64_t>::max();
 struct GridCheckpointing {

@@ -137,6 +137,7 @@ struct Calibration {
   std::uint64_t gradient_bytes = 0;  // one per trainable parameter
   std::int64_t encoder_layers = 0;
   std::int64_t decoder_layers = 0;
+  std::int64_t encoder_unit = 1;  // encoder_layer_unit's: the layer model's encoder layer is this many of the model's
   bool bf16 = false;
   bool freeze_embeds = false;
   model::LoraConfig lora;      // r 0: full fine-tuning
@@ -164,6 +165,19 @@ struct CalibrationOptions {
   model::LoraConfig lora;
   bool base_bfloat16 = false;  // --base_dtype bfloat16, with LoRA only
 };
+
+// The encoder layers one step of the probe's depths adds. PEGASUS-X with stagger_local_blocks alternates two kinds of
+// layer (every odd one pads its blocks by half a block at both ends, so its attention spans a block more), and a
+// 1-layer copy has only the plain kind: its reduced copies have 2 and 4 encoder layers (1 and 2 decoder layers), so
+// that "one encoder layer" of the layer model is a plain and a staggered layer together, the rest of each phase is
+// measured with a staggered top layer as the full model's, and a full depth of E layers is E / 2 such units (an odd
+// count of checkpointed layers counts as the even one below: a conservative prediction). 1 otherwise: an odd depth
+// (its top layer is plain), and with LoRA (whose adapter counts come from a 2 + 2 copy).
+std::int64_t encoder_layer_unit(const model::ModelConfig& config, bool lora);
+// The shape the fits are evaluated at: for PEGASUS-X's blocks, the source padded to whole blocks plus half a block
+// (a plain and a staggered layer together span 2 P + K positions for P padded ones), so that a unit's bytes are
+// B times a linear function of it; the shape itself otherwise.
+BatchShape fitted_shape(const model::ModelConfig& config, const BatchShape& shape);
 
 // Runs the probe on reduced-depth copies of a model of `config`, built on `device`; the full model need not exist.
 // The global random state is left as it was. Takes seconds, also for pegasus-large.
