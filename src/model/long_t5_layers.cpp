@@ -311,6 +311,16 @@ LongT5EncoderBlockImpl::LongT5EncoderBlockImpl(const LongT5LayerOptions& o) : op
   layer->push_back(sub_layer("DenseReluDense", ff.ptr(), ff_norm, o));
 }
 
+void LongT5EncoderBlockImpl::set_kernel_choices(bool byte_mask_dropout, bool fused_rms_norm) {
+  options_.byte_mask_dropout = byte_mask_dropout;
+  attention_norm->fused = ff_norm->fused = fused_rms_norm;
+  if (!local_attention.is_empty()) local_attention->set_byte_mask_dropout(byte_mask_dropout);
+  if (!global_attention.is_empty()) {
+    global_attention->set_byte_mask_dropout(byte_mask_dropout);
+    global_attention->global_input_layer_norm->fused = fused_rms_norm;
+  }
+}
+
 LongT5Attended LongT5EncoderBlockImpl::forward(const torch::Tensor& hidden, const torch::Tensor& attention_mask,
                                                const torch::Tensor& position_bias) {
   const bool training = is_training();

@@ -15,6 +15,7 @@
 #include "fitsum/kernels/tied_embedding.h"
 #include "fitsum/model/activation_checkpoint.h"
 #include "fitsum/model/host_checked_ids.h"
+#include "fitsum/model/long_t5_layers.h"
 #include "fitsum/model/lora.h"
 #include "fitsum/model/pegasus_x_layers.h"
 #include "fitsum/util/torch_compat.h"
@@ -378,6 +379,9 @@ void StackImpl::set_kernel_choices(const KernelChoices& kernels) {
     if (auto* layer = layers[i]->as<PegasusXEncoderLayer>()) {
       layer->set_kernel_choices(kernels.byte_mask_dropout, kernels.recomputed_feed_forward,
                                 kernels.recomputed_attention_dropout);
+    }
+    if (auto* block = layers[i]->as<LongT5EncoderBlock>()) {
+      block->set_kernel_choices(kernels.byte_mask_dropout, kernels.fused_rms_norm);
     }
   }
   if (!final_rms.is_empty()) final_rms->fused = kernels.fused_rms_norm;

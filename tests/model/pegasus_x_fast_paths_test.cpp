@@ -10,6 +10,7 @@
 
 #include "fitsum/io/hf_config.h"
 #include "fitsum/memory/tracking_allocator.h"
+#include "fitsum/model/long_t5_layers.h"
 #include "fitsum/model/pegasus_x_layers.h"
 #include "fitsum/model/seq2seq.h"
 #include "test_support.h"
@@ -142,6 +143,33 @@ TEST(PegasusXFastPaths, TheModelsKernelChoicesReachTheEncoderLayers) {
         EXPECT_EQ(layer->options().byte_mask_dropout, on);
         EXPECT_EQ(layer->options().recomputed_feed_forward, on);
         EXPECT_EQ(layer->options().recomputed_attention_dropout, on);
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, 2u);
+  }
+}
+
+// LongT5's encoder blocks take the model's choices too: fitsum's dropout and the fused RMSNorms.
+TEST(LongT5FastPaths, TheModelsKernelChoicesReachTheEncoderBlocks) {
+  const auto config = io::model_config_from_hf(
+      nlohmann::json{{"model_type", "longt5"}, {"d_model", 32}, {"d_kv", 8}, {"d_ff", 48}, {"num_layers", 2},
+                     {"num_decoder_layers", 1}, {"num_heads", 4}, {"vocab_size", 120}, {"local_radius", 3},
+                     {"encoder_attention_type", "transient-global"}, {"feed_forward_proj", "gated-gelu"}},
+      "test config");
+  model::Seq2SeqLM lm(config);
+  for (const bool on : {false, true}) {
+    model::KernelChoices kernels;
+    kernels.byte_mask_dropout = on;
+    kernels.fused_rms_norm = on;
+    lm->set_kernel_choices(kernels);
+    std::size_t seen = 0;
+    for (const auto& module : lm->modules(/*include_self=*/false)) {
+      if (const auto* block = module->as<model::LongT5EncoderBlockImpl>()) {
+        EXPECT_EQ(block->options().byte_mask_dropout, on);
+        EXPECT_EQ(block->global_attention->options().byte_mask_dropout, on);
+        EXPECT_EQ(block->attention_norm->fused, on);
+        EXPECT_EQ(block->global_attention->global_input_layer_norm->fused, on);
         ++seen;
       }
     }

@@ -119,21 +119,6 @@ memory::PlanRequest synthetic_request(std::optional<optim::OptimizerType> fixed 
   return request;
 }
 
-// The long-input encoders at 2048 source tokens (the cells at 4096 and 16384 are in tests/slow/planner_grid_test.cpp,
-// label slow): four encoder layers, so the full depth mixes PEGASUS-X's plain and staggered
-// layers, of which the 1 + 1 probe copy has only the plain and the 2 + 2 one adds a staggered one; LongT5's later
-// blocks take the first block's position bias. Bottom-checkpointed sets leave plain layers above checkpointed ones
-// (the `_mixed` terms: LongT5's bias gradient).
-TEST(Planner, LongInputEncodersAt2048SourceTokensWithinTenPercent) {
-  std::vector<GridCell> cells;
-  for (const auto& m : {grid_model_pegasus_x_small(), grid_model_long_t5_small()}) {
-    run_grid(m, {1}, {2048}, 32, {kNone, GridCheckpointing{2, 1}, kEvery}, {optim::OptimizerType::adafactor}, cells);
-  }
-  print_grid(cells);
-  ASSERT_EQ(cells.size(), 6u);
-  expect_within_ten_percent_and_not_under_the_margin(cells);
-}
-
 TEST(Planner, TheTransientFollowsTheLayerModel) {
   const auto c = synthetic_calibration();
   const memory::BatchShape shape{2, 512, 64};

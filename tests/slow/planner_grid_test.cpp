@@ -34,6 +34,24 @@ TEST(PlannerGrid, EveryCellWithinTenPercentAndNoneUnderTheMargin) {
   std::printf("worst |error| %.2f%%\n", 100.0 * worst);
 }
 
+// The long-input encoders at 2048 source tokens (the cells at 4096 and 16384 are below): four encoder layers, so the full depth mixes PEGASUS-X's plain and staggered
+// layers, of which the 1 + 1 probe copy has only the plain and the 2 + 2 one adds a staggered one; LongT5's later
+// blocks take the first block's position bias. Bottom-checkpointed sets leave plain layers above checkpointed ones
+// (the `_mixed` terms: LongT5's bias gradient).
+TEST(PlannerGrid, LongInputEncodersAt2048SourceTokensWithinTenPercent) {
+  std::vector<GridCell> cells;
+  for (const auto& m : {grid_model_pegasus_x_small(), grid_model_long_t5_small()}) {
+    run_grid(m, {1}, {2048}, 32, {kNone, GridCheckpointing{2, 1}, kEvery}, {optim::OptimizerType::adafactor}, cells);
+  }
+  print_grid(cells);
+  ASSERT_EQ(cells.size(), 6u);
+  for (const auto& c : cells) {
+    EXPECT_LE(std::abs(c.error()), 0.10) << c.model << " checkpointed " << c.knobs.encoder_checkpointed << "+"
+                                         << c.knobs.decoder_checkpointed;
+    EXPECT_GE(c.error(), -memory::kPlanMargin) << c.model << ": under-predicted beyond the margin";
+  }
+}
+
 // The long-input encoders at 4096 and 16384 source tokens (bench/results/2026-12-06-planner-long-inputs.md lists
 // every cell): PEGASUS-X (staggered block-local attention with global tokens) and LongT5 (transient-global), at
 // reduced widths (d_model 128) and four encoder layers, x micro-batch x checkpointing (none, bottom 2 + 1, all) x

@@ -87,6 +87,7 @@ class LongT5LocalAttentionImpl : public torch::nn::Module {
   LongT5Attended forward(const torch::Tensor& hidden, const torch::Tensor& attention_mask,
                          const torch::Tensor& position_bias = {});
   const LongT5LayerOptions& options() const { return options_; }
+  void set_byte_mask_dropout(bool on) { options_.byte_mask_dropout = on; }
 
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   torch::nn::Embedding relative_attention_bias{nullptr};  // (num_buckets, heads), first block only
@@ -104,6 +105,7 @@ class LongT5TransientGlobalAttentionImpl : public torch::nn::Module {
   LongT5Attended forward(const torch::Tensor& hidden, const torch::Tensor& attention_mask,
                          const torch::Tensor& position_bias = {});
   const LongT5LayerOptions& options() const { return options_; }
+  void set_byte_mask_dropout(bool on) { options_.byte_mask_dropout = on; }
 
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr};
   torch::nn::Embedding relative_attention_bias{nullptr};         // first block only
@@ -126,6 +128,8 @@ class LongT5EncoderBlockImpl : public torch::nn::Module {
   LongT5Attended forward(const torch::Tensor& hidden, const torch::Tensor& attention_mask,
                          const torch::Tensor& position_bias = {});
   const LongT5LayerOptions& options() const { return options_; }
+  // The model's KernelChoices (seq2seq.h) that apply here: fitsum's dropout and the fused RMSNorms.
+  void set_kernel_choices(bool byte_mask_dropout, bool fused_rms_norm);
 
   torch::nn::ModuleList layer{nullptr};           // {LocalSelfAttention or TransientGlobalSelfAttention, layer_norm},
                                                   // {DenseReluDense, layer_norm}
