@@ -459,21 +459,28 @@ def write_tokenizer_vectors(bart_tiny, t5_tiny):
         print("tokenizer vectors", name, flush=True)
 
 
-def write_param_counts():
-    """tests/data/family_param_counts.json: what transformers counts for the six configs under configs/."""
+def param_counts(names):
+    """What transformers counts for each configs/<name>: its class, parameters with and without embeddings, buffers."""
     from transformers import AutoConfig, AutoModelForSeq2SeqLM
     from transformers.modeling_utils import no_init_weights
-    out = {"versions": VERSIONS, "models": {}}
-    for name in ["bart-large-cnn", "bart-base", "t5-small", "t5-base", "flan-t5-base", "flan-t5-large"]:
+    models = {}
+    for name in names:
         config = AutoConfig.from_pretrained(os.path.join(PROJECT, "configs", name))
         with no_init_weights(_enable=True):
             model = AutoModelForSeq2SeqLM.from_config(config)
         model.tie_weights()  # skipped under no_init_weights; from_pretrained ties them
-        out["models"][name] = {"class": type(model).__name__, "num_parameters": model.num_parameters(),
-                               "num_parameters_exclude_embeddings": model.num_parameters(exclude_embeddings=True),
-                               "buffers": {n: list(b.shape) for n, b in model.named_buffers()}}
-        print(name, out["models"][name]["num_parameters"], flush=True)
+        models[name] = {"class": type(model).__name__, "num_parameters": model.num_parameters(),
+                        "num_parameters_exclude_embeddings": model.num_parameters(exclude_embeddings=True),
+                        "buffers": {n: list(b.shape) for n, b in model.named_buffers()}}
+        print(name, models[name]["num_parameters"], flush=True)
         del model
+    return models
+
+
+def write_param_counts():
+    """tests/data/family_param_counts.json: what transformers counts for the six configs under configs/."""
+    names = ["bart-large-cnn", "bart-base", "t5-small", "t5-base", "flan-t5-base", "flan-t5-large"]
+    out = {"versions": VERSIONS, "models": param_counts(names)}
     with open(os.path.join(HERE, "family_param_counts.json"), "w") as f:
         json.dump(out, f, indent=1)
 
