@@ -1,8 +1,10 @@
 // Implements include/fitsum/kernels/attention_dropout.h. The node's backward repeats what autograd runs for the
-// composition d = dropout(probs); out = matmul(d, v) (PEGASUS-X's local attention: two products of slices of d, then
-// their sum): for each product onednn_linear.cpp's DenseMatmulFunction backward, onednn_matmul(grad, v^T) and
-// onednn_matmul(d^T, grad) with d recomputed; the slices' gradients placed into one tensor (narrow's backward), then
-// the byte mask (dropout's backward).
+// composition scores = q @ k_t (+ the local attention's second product, concatenated); scores += mask;
+// probs = softmax(scores); d = dropout(probs); out = d @ v (the local attention: two products of slices of d, then
+// their sum): for each product onednn_linear.cpp's DenseMatmulFunction backward, onednn_matmul(grad, b^T) and
+// onednn_matmul(a^T, grad), with probs and d recomputed; the slices' gradients placed into one tensor (narrow's
+// backward), the byte mask (dropout's backward), softmax's backward kernel, and the concatenation's and views'
+// backward (views of the scores' gradient).
 #include "fitsum/kernels/attention_dropout.h"
 
 #include <torch/torch.h>
@@ -21,19 +23,52 @@ using torch::autograd::variable_list;
 
 bool cpu_float(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
-bool node_applies(const at::Tensor& probs, const at::Tensor& v1, const at::Tensor& v2, double p, bool training,
-                  bool byte_mask, bool recompute) {
-  return recompute && training && byte_mask && at::GradMode::is_enabled() && p > 0.0 && p < 1.0 && onednn_available() && cpu_float(probs) && cpu_float(v2) &&
-         (!v1.defined() || cpu_float(v1)) && probs.numel() > 0 && !util::autocast_enabled(c10::DeviceType::CPU);
+bool node_applies(std::initializer_list<const at::Tensor*> operands, double p, bool training, bool byte_mask,
+                  bool recompute) {
+  if (!(recompute && training && byte_mask && at::GradMode::is_enabled() && p > 0.0 && p < 1.0 && onednn_available() &&
+        !util::autocast_enabled(c10::DeviceType::CPU))) {
+    return false;
+  }
+  for (const auto* t : operands) {
+    if (!cpu_float(*t) || t->numel() == 0) return false;
+  }
+  return true;
 }
 
-// probs (..., S) -> the global tokens' columns, viewed as (B, H, N K, G), and the block's (B, H, N, K, K).
+// scores + mask, in place when the dtypes agree (neither the product's nor the concatenation's backward reads the
+// scores; one tensor of the scores' size less at the forward's peak); under autocast the float mask promotes the
+// bfloat16 scores, as HF's sum does.
+at::Tensor add_mask(at::Tensor scores, const at::Tensor& mask) {
+  return scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
+}
+
+// d's global tokens' columns, viewed as (B, H, N K, G), and its block's (B, H, N, K, K).
 at::Tensor global_columns(const at::Tensor& d, std::int64_t g) {
   return d.narrow(-1, 0, g).view({d.size(0), d.size(1), d.size(2) * d.size(3), g});
 }
 at::Tensor block_columns(const at::Tensor& d, std::int64_t g) { return d.narrow(-1, g, d.size(-1) - g); }
 
-// d @ v, or (v1 defined) global_local_context's two products of d's slices and their sum.
+// The scores' operands: the global attention's q1 @ k1_t, or (q2 defined) the local attention's two products.
+struct ScoreOperands {
+  at::Tensor q1, k1_t, q2, k2_t, mask;
+  bool local() const { return q2.defined(); }
+};
+
+// softmax(scores + mask), as the composition computes it (its products are DenseMatmulFunction's forward).
+at::Tensor probabilities(const ScoreOperands& s) {
+  at::Tensor scores;
+  if (!s.local()) {
+    scores = onednn_matmul(s.q1, s.k1_t);
+  } else {
+    const auto& q = s.q2;  // (B, H, N, K, hd)
+    const auto to_global =
+        onednn_matmul(s.q1, s.k1_t).view({q.size(0), q.size(1), q.size(2), q.size(3), s.k1_t.size(-1)});
+    scores = at::cat({to_global, onednn_matmul(q, s.k2_t)}, -1);
+  }
+  return at::softmax(scores.add_(s.mask), -1);
+}
+
+// d @ v2, or (v1 defined) the local attention's two products of d's slices and their sum.
 at::Tensor products(const at::Tensor& d, const at::Tensor& v1, const at::Tensor& v2) {
   if (!v1.defined()) return onednn_matmul(d, v2);
   const auto g = v1.size(-2);
@@ -49,73 +84,104 @@ at::Tensor masked_in_place(at::Tensor grad, const at::Tensor& mask, float scale)
   return grad.mul_(static_cast<double>(scale)).mul_(mask);
 }
 
-class DropoutMatmul : public torch::autograd::Function<DropoutMatmul> {
+at::Tensor defined_or_none(const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); }
+
+// The gradients of one score product a @ b, as DenseMatmulFunction's backward.
+void product_gradients(AutogradContext* ctx, std::size_t a_index, const at::Tensor& a, const at::Tensor& b,
+                       const at::Tensor& grad, variable_list& out) {
+  if (ctx->needs_input_grad(a_index)) out[a_index] = onednn_matmul(grad, b.transpose(-1, -2));
+  if (ctx->needs_input_grad(a_index + 1)) out[a_index + 1] = onednn_matmul(a.transpose(-1, -2), grad);
+}
+
+// Inputs: q1, k1_t, q2, k2_t, mask, v1, v2 (q2, k2_t and v1 empty for the global attention: d @ v2), p.
+class AttentionContext : public torch::autograd::Function<AttentionContext> {
  public:
-  // v1 undefined (an empty tensor through autograd): dropout_matmul; else global_local_context.
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& probs, const at::Tensor& v1, const at::Tensor& v2,
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q1, const at::Tensor& k1_t, const at::Tensor& q2,
+                            const at::Tensor& k2_t, const at::Tensor& mask, const at::Tensor& v1, const at::Tensor& v2,
                             double p) {
-    auto dropped = byte_mask_dropout(probs, p);
-    const auto first = v1.numel() > 0 ? v1 : at::Tensor();
-    ctx->save_for_backward({probs, v1, v2});
+    const ScoreOperands s{q1, k1_t, defined_or_none(q2), defined_or_none(k2_t), mask};
+    auto dropped = byte_mask_dropout(probabilities(s), p);
+    ctx->save_for_backward({q1, k1_t, q2, k2_t, mask, v1, v2});
     ctx->saved_data["mask"] = dropped.mask;
     ctx->saved_data["scale"] = static_cast<double>(dropped.scale);
-    return products(dropped.output, first, v2);
+    return products(dropped.output, defined_or_none(v1), v2);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const auto& probs = saved[0];
-    const auto v1 = saved[1].numel() > 0 ? saved[1] : at::Tensor();
-    const auto& v2 = saved[2];
+    const ScoreOperands s{saved[0], saved[1], defined_or_none(saved[2]), defined_or_none(saved[3]), saved[4]};
+    const auto v1 = defined_or_none(saved[5]);
+    const auto& v2 = saved[6];
     const auto mask = ctx->saved_data["mask"].toTensor();
     const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
     const auto& grad = grad_outputs[0];
-    // One tensor of the probabilities' size at a time: the values' gradients from the recomputed d first (freed after
-    // them), then the probabilities' gradient, masked in place.
-    at::Tensor grad_probs, grad_v1, grad_v2;
-    if (!v1.defined()) {
-      if (ctx->needs_input_grad(2)) grad_v2 = onednn_matmul(apply_byte_mask(probs, mask, scale).transpose(-1, -2), grad);
-      if (ctx->needs_input_grad(0)) grad_probs = masked_in_place(onednn_matmul(grad, v2.transpose(-1, -2)), mask, scale);
-      return {grad_probs, at::Tensor(), grad_v2, at::Tensor()};
-    }
-    const auto g = v1.size(-2);
-    // The block products' gradient: the sum's view of them undone, as view's backward (a reshape) does.
-    const auto grad_block = grad.reshape({probs.size(0), probs.size(1), probs.size(2), probs.size(3), v2.size(-1)});
-    if (ctx->needs_input_grad(1) || ctx->needs_input_grad(2)) {
-      const auto d = apply_byte_mask(probs, mask, scale);  // the forward's dropped probabilities, bit for bit
-      if (ctx->needs_input_grad(1)) grad_v1 = onednn_matmul(global_columns(d, g).transpose(-1, -2), grad);
-      if (ctx->needs_input_grad(2)) grad_v2 = onednn_matmul(block_columns(d, g).transpose(-1, -2), grad_block);
-    }
-    if (ctx->needs_input_grad(0)) {
-      auto grad_d = at::empty_like(probs, at::MemoryFormat::Contiguous);
+    variable_list out(8);
+    auto probs = probabilities(s);  // the forward's, bit for bit
+    // One more tensor of the probabilities' size at a time: the values' gradients from the recomputed d first (freed
+    // after them), then the probabilities' gradient, masked in place, then the scores' gradient over it.
+    at::Tensor grad_d;
+    if (!s.local()) {
+      if (ctx->needs_input_grad(6)) out[6] = onednn_matmul(apply_byte_mask(probs, mask, scale).transpose(-1, -2), grad);
+      grad_d = onednn_matmul(grad, v2.transpose(-1, -2));
+    } else {
+      const auto g = v1.size(-2);
+      // The block products' gradient: the sum's view of them undone, as view's backward (a reshape) does.
+      const auto grad_block = grad.reshape({probs.size(0), probs.size(1), probs.size(2), probs.size(3), v2.size(-1)});
+      if (ctx->needs_input_grad(5) || ctx->needs_input_grad(6)) {
+        const auto d = apply_byte_mask(probs, mask, scale);
+        if (ctx->needs_input_grad(5)) out[5] = onednn_matmul(global_columns(d, g).transpose(-1, -2), grad);
+        if (ctx->needs_input_grad(6)) out[6] = onednn_matmul(block_columns(d, g).transpose(-1, -2), grad_block);
+      }
+      grad_d = at::empty_like(probs, at::MemoryFormat::Contiguous);
       global_columns(grad_d, g).copy_(onednn_matmul(grad, v1.transpose(-1, -2)));
       block_columns(grad_d, g).copy_(onednn_matmul(grad_block, v2.transpose(-1, -2)));
-      grad_probs = masked_in_place(grad_d, mask, scale);
     }
-    return {grad_probs, grad_v1, grad_v2, at::Tensor()};
+    auto grad_scores = masked_in_place(grad_d, mask, scale);
+    // softmax's backward kernel, each row's output written after the row's sum over the gradient is read.
+    at::_softmax_backward_data_out(grad_scores, grad_scores, probs, -1, at::kFloat);
+    probs = at::Tensor();
+    if (!s.local()) {
+      product_gradients(ctx, 0, s.q1, s.k1_t, grad_scores, out);
+    } else {
+      const auto g = s.k1_t.size(-1);
+      // The concatenation's backward: views of the scores' gradient; the first product's view undone (a reshape).
+      product_gradients(ctx, 0, s.q1, s.k1_t,
+                        grad_scores.narrow(-1, 0, g).reshape({s.q1.size(0), s.q1.size(1), s.q1.size(2), g}), out);
+      product_gradients(ctx, 2, s.q2, s.k2_t, block_columns(grad_scores, g), out);
+    }
+    return out;
   }
 };
 
+at::Tensor none(const at::Tensor& like) { return at::empty({0}, like.options()); }
+
 }  // namespace
 
-at::Tensor dropout_matmul(const at::Tensor& probs, const at::Tensor& v, double p, bool training, bool byte_mask,
-                          bool recompute) {
-  if (!node_applies(probs, at::Tensor(), v, p, training, byte_mask, recompute)) {
+at::Tensor attention_context(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& mask, const at::Tensor& v,
+                             double p, bool training, bool byte_mask, bool recompute) {
+  if (!node_applies({&q, &k_t, &mask, &v}, p, training, byte_mask, recompute)) {
+    const auto probs = torch::softmax(add_mask(matmul(q, k_t, training), mask), -1);
     return matmul(dropout(probs, p, training, byte_mask), v, training);
   }
-  return DropoutMatmul::apply(probs, at::empty({0}, probs.options()), v, p);
+  return AttentionContext::apply(q, k_t, none(q), none(q), mask, none(q), v, p);
 }
 
-at::Tensor global_local_context(const at::Tensor& probs, const at::Tensor& global_v, const at::Tensor& block_v,
-                                double p, bool training, bool byte_mask, bool recompute) {
-  const auto g = global_v.size(-2);
-  if (!node_applies(probs, global_v, block_v, p, training, byte_mask, recompute)) {
+at::Tensor global_local_context(const at::Tensor& local_q, const at::Tensor& global_k_t, const at::Tensor& block_q,
+                                const at::Tensor& block_k_t, const at::Tensor& block_mask, const at::Tensor& global_v,
+                                const at::Tensor& block_v, double p, bool training, bool byte_mask, bool recompute) {
+  if (!node_applies({&local_q, &global_k_t, &block_q, &block_k_t, &block_mask, &global_v, &block_v}, p, training,
+                    byte_mask, recompute)) {
+    const auto g = global_k_t.size(-1);
+    const auto to_global = matmul(local_q, global_k_t, training)
+                               .view({block_q.size(0), block_q.size(1), block_q.size(2), block_q.size(3), g});
+    const auto to_block = matmul(block_q, block_k_t, training);
+    const auto probs = torch::softmax(add_mask(torch::cat({to_global, to_block}, -1), block_mask), -1);
     const auto d = dropout(probs, p, training, byte_mask);
     const auto from_global = matmul(global_columns(d, g), global_v, training);  // (B, H, N K, hd)
     const auto from_block = matmul(block_columns(d, g), block_v, training);     // (B, H, N, K, hd)
     return from_global + from_block.view(from_global.sizes());
   }
-  return DropoutMatmul::apply(probs, global_v, block_v, p);
+  return AttentionContext::apply(local_q, global_k_t, block_q, block_k_t, block_mask, global_v, block_v, p);
 }
 
 }  // namespace fitsum::kernels

@@ -63,17 +63,6 @@ torch::Tensor global_token_states(const torch::Tensor& embed_global, std::int64_
 
 // ---- PegasusXGlobalLocalAttention ----
 
-namespace {
-
-// scores + mask, in place when the dtypes agree (neither the product's nor the concatenation's backward reads the
-// scores; one (B, H, ., .) tensor less at the forward's peak); under autocast the float mask promotes the bfloat16
-// scores, as HF's sum does.
-torch::Tensor add_mask(torch::Tensor scores, const torch::Tensor& mask) {
-  return scores.scalar_type() == mask.scalar_type() ? scores.add_(mask) : scores + mask;
-}
-
-}  // namespace
-
 PegasusXGlobalLocalAttentionImpl::PegasusXGlobalLocalAttentionImpl(std::int64_t d_model, std::int64_t heads,
                                                                    std::int64_t block_size, double dropout)
     : heads_(heads), head_dim_(heads > 0 ? d_model / heads : 0), block_size_(block_size), dropout_(dropout) {
@@ -120,18 +109,17 @@ PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hi
   namespace F = torch::nn::functional;
 
   const bool training = is_training();
-  // The products are kernels::matmul's (oneDNN's sgemm where available, on the linear layers' threads, in training
-  // and evaluation), each with operands of the same leading dimensions: a product with the global tokens' keys or
-  // values runs over all P positions at once, (B, H, P, .) x (B, H, ., G), viewed as blocks after.
+  // Each attention from its scores' operands to its context as one node where it applies, the probabilities
+  // recomputed in backward (kernels/attention_dropout.h); elsewhere kernels::matmul's products (oneDNN's sgemm where
+  // available, on the linear layers' threads), each with operands of the same leading dimensions: a product with the
+  // global tokens' keys or values runs over all P positions at once, (B, H, P, .) x (B, H, ., G), viewed as blocks.
   // Global tokens attend to the global tokens and to every position; global keys are never masked.
-  const auto all_k = torch::cat({global_k, local_k}, 2);                              // (B, H, G + P, hd)
-  const auto all_v = torch::cat({global_v, local_v}, 2);                              // (B, H, G + P, hd)
-  const auto global_mask = F::pad(mask, F::PadFuncOptions({global_len, 0}));          // (B, G + P)
-  auto global_scores = kernels::matmul(global_q, all_k.transpose(-1, -2), training);  // (B, H, G, G + P)
-  global_scores = add_mask(global_scores, global_mask.unsqueeze(1).unsqueeze(1));
-  // Dropout and the product with the values as one node where it applies (kernels/attention_dropout.h).
-  const auto global_context = kernels::dropout_matmul(torch::softmax(global_scores, -1), all_v, dropout_, training,
-                                                      byte_mask_dropout_, recomputed_dropout_);  // (B, H, G, hd)
+  const auto all_k = torch::cat({global_k, local_k}, 2);                      // (B, H, G + P, hd)
+  const auto all_v = torch::cat({global_v, local_v}, 2);                      // (B, H, G + P, hd)
+  const auto global_mask = F::pad(mask, F::PadFuncOptions({global_len, 0}));  // (B, G + P)
+  const auto global_context =
+      kernels::attention_context(global_q, all_k.transpose(-1, -2), global_mask.unsqueeze(1).unsqueeze(1), all_v,
+                                 dropout_, training, byte_mask_dropout_, recomputed_dropout_);  // (B, H, G, hd)
 
   // Each position attends to the global tokens and to the positions of its own block.
   const std::vector<std::int64_t> blocked{batch, heads_, blocks, block_size_, head_dim_};
@@ -139,14 +127,9 @@ PegasusXStates PegasusXGlobalLocalAttentionImpl::forward(const torch::Tensor& hi
   const auto block_k = local_k.reshape(blocked);
   const auto block_v = local_v.reshape(blocked);
   const auto block_mask = F::pad(mask.view({batch, blocks, block_size_}), F::PadFuncOptions({global_len, 0}));
-  const auto to_global = kernels::matmul(local_q, global_k.transpose(-1, -2), training)
-                             .view({batch, heads_, blocks, block_size_, global_len});         // (B, H, N, K, G)
-  const auto to_block = kernels::matmul(block_q, block_k.transpose(-1, -2), training);        // (B, H, N, K, K)
-  auto local_scores = torch::cat({to_global, to_block}, -1);                                  // (B, H, N, K, G + K)
-  local_scores = add_mask(local_scores, block_mask.unsqueeze(1).unsqueeze(3));                // (B, 1, N, 1, G + K)
-  const auto local_context =
-      kernels::global_local_context(torch::softmax(local_scores, -1), global_v, block_v, dropout_, training,
-                                    byte_mask_dropout_, recomputed_dropout_);  // (B, H, P, hd)
+  const auto local_context = kernels::global_local_context(
+      local_q, global_k.transpose(-1, -2), block_q, block_k.transpose(-1, -2), block_mask.unsqueeze(1).unsqueeze(3),
+      global_v, block_v, dropout_, training, byte_mask_dropout_, recomputed_dropout_);  // (B, H, P, hd)
 
   auto global_out = project(out_proj, merge_heads(global_context));  // (B, G, D)
   auto local_out = project(out_proj, merge_heads(local_context));    // (B, P, D)

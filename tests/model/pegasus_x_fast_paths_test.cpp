@@ -1,6 +1,6 @@
 // The fast paths of PEGASUS-X's encoder layers (model/pegasus_x_layers.h): the stack's KernelChoices reach them; the
-// recomputed feed-forward (kernels/feed_forward.h) and the attention's recomputed dropout (kernels/attention_dropout.h)
-// give the plain composition's outputs and gradients bit for bit while keeping one float tensor less each until
+// recomputed feed-forward (kernels/feed_forward.h) and the attention's node (kernels/attention_dropout.h: probabilities
+// and dropout recomputed) give the plain composition's outputs and gradients bit for bit while keeping less until
 // backward. The products against transformers themselves: tests/model/pegasus_x_attention_test.cpp's fixtures and
 // tests/hf.
 #include <gtest/gtest.h>
@@ -93,8 +93,8 @@ TEST(PegasusXFastPaths, RecomputedAttentionDropoutEqualsThePlainLayerBitForBit) 
     layer->eval();
     torch::manual_seed(7);
     const auto hidden = torch::randn({2, 12, 32});
-    EXPECT_FALSE(torch::equal(layer->forward(hidden, torch::randn({2, 2, 32}), torch::zeros({2, 12})).hidden,
-                              plain.hidden));
+    EXPECT_FALSE(
+        torch::equal(layer->forward(hidden, torch::randn({2, 2, 32}), torch::zeros({2, 12})).hidden, plain.hidden));
   }
 }
 
@@ -112,8 +112,9 @@ std::int64_t kept_bytes(model::PegasusXEncoderLayer& layer, bool recompute_feed_
 }
 
 // Both feed-forwards (the tokens' and the global tokens') keep u and the byte mask, not fc2's float input; both
-// attentions keep the softmax's output and the byte mask, not the dropped probabilities.
-TEST(PegasusXFastPaths, TheRecomputingNodesKeepOneFloatTensorLessEach) {
+// attentions keep the byte mask and their operands, neither the softmax's output nor the dropped probabilities, but
+// their additive masks (the composition's in-place sum does not keep them).
+TEST(PegasusXFastPaths, TheRecomputingNodesKeepTheirLargestTensorsLess) {
   model::PegasusXEncoderLayer layer(layer_options());  // staggered: 12 positions + 2 x 2 padding, 4 blocks of 4
   layer->train();
   const auto plain = kept_bytes(layer, false, false);
@@ -121,17 +122,26 @@ TEST(PegasusXFastPaths, TheRecomputingNodesKeepOneFloatTensorLessEach) {
   const auto both = kept_bytes(layer, true, true);
   // (2 x 12 token rows + 2 x 2 global rows) x ffn 64 floats.
   EXPECT_EQ(plain - feed_forward, (2 * 12 + 2 * 2) * 64 * 4);
-  // Global: 2 x 4 heads x 2 global rows x (2 + 16) keys; local: 2 x 4 heads x 16 rows x (2 + 4) keys. The node runs
-  // on oneDNN's products; without them (FITSUM_ONEDNN=0) the plain path runs and keeps what it keeps.
-  EXPECT_EQ(feed_forward - both, kernels::onednn_available() ? (2 * 4 * 2 * 18 + 2 * 4 * 16 * 6) * 4 : 0);
+  // Probabilities: global 2 x 4 heads x 2 global rows x (2 + 16) keys, local 2 x 4 heads x 16 rows x (2 + 4) keys,
+  // twice (softmax's output and the dropped copy); masks: 2 x (2 + 16) and 2 x 4 blocks x (2 + 4). The node runs on
+  // oneDNN's products; without them (FITSUM_ONEDNN=0) the plain path runs and keeps what it keeps.
+  const std::int64_t probabilities = 2 * 4 * 2 * 18 + 2 * 4 * 16 * 6, masks = 2 * 18 + 2 * 4 * 6;
+  EXPECT_EQ(feed_forward - both, kernels::onednn_available() ? (2 * probabilities - masks) * 4 : 0);
 }
 
 TEST(PegasusXFastPaths, TheModelsKernelChoicesReachTheEncoderLayers) {
-  const auto config = io::model_config_from_hf(
-      nlohmann::json{{"model_type", "pegasus_x"}, {"d_model", 32}, {"encoder_layers", 2}, {"decoder_layers", 1},
-                     {"encoder_attention_heads", 4}, {"decoder_attention_heads", 4}, {"encoder_ffn_dim", 64},
-                     {"decoder_ffn_dim", 64}, {"vocab_size", 120}, {"block_size", 4}, {"num_global_tokens", 2}},
-      "test config");
+  const auto config = io::model_config_from_hf(nlohmann::json{{"model_type", "pegasus_x"},
+                                                              {"d_model", 32},
+                                                              {"encoder_layers", 2},
+                                                              {"decoder_layers", 1},
+                                                              {"encoder_attention_heads", 4},
+                                                              {"decoder_attention_heads", 4},
+                                                              {"encoder_ffn_dim", 64},
+                                                              {"decoder_ffn_dim", 64},
+                                                              {"vocab_size", 120},
+                                                              {"block_size", 4},
+                                                              {"num_global_tokens", 2}},
+                                               "test config");
   model::Seq2SeqLM lm(config);
   for (const bool on : {false, true}) {
     model::KernelChoices kernels;
@@ -154,11 +164,18 @@ TEST(PegasusXFastPaths, TheModelsKernelChoicesReachTheEncoderLayers) {
 
 // LongT5's encoder blocks take the model's choices too: fitsum's dropout and the fused RMSNorms.
 TEST(LongT5FastPaths, TheModelsKernelChoicesReachTheEncoderBlocks) {
-  const auto config = io::model_config_from_hf(
-      nlohmann::json{{"model_type", "longt5"}, {"d_model", 32}, {"d_kv", 8}, {"d_ff", 48}, {"num_layers", 2},
-                     {"num_decoder_layers", 1}, {"num_heads", 4}, {"vocab_size", 120}, {"local_radius", 3},
-                     {"encoder_attention_type", "transient-global"}, {"feed_forward_proj", "gated-gelu"}},
-      "test config");
+  const auto config = io::model_config_from_hf(nlohmann::json{{"model_type", "longt5"},
+                                                              {"d_model", 32},
+                                                              {"d_kv", 8},
+                                                              {"d_ff", 48},
+                                                              {"num_layers", 2},
+                                                              {"num_decoder_layers", 1},
+                                                              {"num_heads", 4},
+                                                              {"vocab_size", 120},
+                                                              {"local_radius", 3},
+                                                              {"encoder_attention_type", "transient-global"},
+                                                              {"feed_forward_proj", "gated-gelu"}},
+                                               "test config");
   model::Seq2SeqLM lm(config);
   for (const bool on : {false, true}) {
     model::KernelChoices kernels;

@@ -107,7 +107,7 @@ class PegasusXEncoderLayerImpl : public torch::nn::Module {
   PegasusXStates forward(const torch::Tensor& hidden, const torch::Tensor& global, const torch::Tensor& mask);
   const PegasusXLayerOptions& options() const { return options_; }
   // The stack's KernelChoices that reach these layers: the byte-mask dropout, the recomputed feed-forward and the
-  // attention's recomputed dropout.
+  // attention node (probabilities and dropout recomputed).
   void set_kernel_choices(bool byte_mask_dropout, bool recomputed_feed_forward, bool recomputed_attention_dropout);
 
   PegasusXGlobalLocalAttention self_attn{nullptr};

@@ -46,7 +46,7 @@ struct KernelChoices {
   bool byte_mask_dropout = true;            // fitsum's CPU dropout keeping uint8 masks (kernels/dropout.h)
   bool fused_rms_norm = true;               // T5's RMSNorm as one autograd node (model/t5_layers.h)
   bool recomputed_feed_forward = true;      // fc2's input recomputed in backward (kernels/feed_forward.h)
-  bool recomputed_attention_dropout = true;  // PEGASUS-X: dropped probabilities recomputed (kernels/attention_dropout.h)
+  bool recomputed_attention_dropout = true;  // PEGASUS-X: probabilities, dropout recomputed (kernels/attention_dropout.h)
 };
 
 // PEGASUS's and BART's attention (the layers layout: q_proj, k_proj, v_proj, out_proj with biases; queries scaled by
