@@ -9,6 +9,7 @@ packages=(
   libgloo-dev             # Gloo's headers: data-parallel training on c10d's ProcessGroupGloo
   libopenblas0-pthread    # without it Debian's reference BLAS runs matmuls ~35x slower
   libtcmalloc-minimal4    # TCMalloc, the programs' malloc: ~10% less peak resident memory in training than glibc's
+  libgoogle-perftools-dev # gperftools' headers: the MallocExtension interface that sets TCMalloc's release rate
   libdnnl-dev             # oneDNN's sgemm for evaluation's many-row products (the library Debian's LibTorch links)
   libsentencepiece-dev
   libpcre2-dev            # Unicode regular expressions for BART's byte-level BPE pre-tokenizer
