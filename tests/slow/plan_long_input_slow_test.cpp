@@ -12,6 +12,7 @@ TEST(PlanLongInputSlow, PegasusXLargeAt16384TokensTrainsUnder8GiB) {
   LongInputRun run;
   run.budget_mib = 8192;
   const auto chosen = plan_and_train_long_input(dir, run);
+  ASSERT_TRUE(chosen.is_object());
   std::printf("chosen: %s\n", chosen.dump().c_str());
 }
 

@@ -1,7 +1,7 @@
 // `fitsum plan`, then `fitsum train` with the same flags and --max_memory, for pegasus-x-large's config
 // (configs/pegasus-x-large) at 16384 source and 256 summary tokens: the plan is chosen, fits the budget with the
 // planner's margin, and two optimizer steps trained with it peak under the budget and within 10% of the prediction.
-// Shared by the reduced copy (tests/slow/plan_long_input_reduced_test.cpp) and the slow label's full
+// Shared by the reduced copy (tests/integration/plan_long_input_test.cpp) and the slow label's full
 // depth (tests/slow/plan_long_input_slow_test.cpp).
 #pragma once
 

@@ -8,7 +8,7 @@
 // default a long-input step keeps spans it cannot reuse: training PEGASUS-X base (2 + 2 layers) at 4096 source tokens
 // peaks at 2521 MiB resident for 1735 MiB of tensors. At rate 10 the same run peaks at 2264-2269 MiB (three runs) at
 // the same step time, and the small benchmark's peak and step time do not move; rates 5, 30 and 100 gave 2521, 2257
-// and 2511 MiB (bench/results/2026-12-06-pegasus-x-4096-side-by-side.md). Training processes set rate 10 unless
+// and 2511 MiB (bench/results/2026-12-06-pegasus-x-4096-idle.md). Training processes set rate 10 unless
 // TCMALLOC_RELEASE_RATE is set in the environment.
 //
 // Where malloc is glibc's (a build without TCMalloc), its defaults suit programs that free memory for good: blocks
