@@ -269,16 +269,19 @@ bool same_generation(const GenerationOptions& a, const GenerationOptions& b) {
 
 GenerationOptions generation_options_from_hf(const json& config_json, const json& generation_config_json,
                                              const std::string& source) {
+  // `source` is a folder, or (a model built from a config file) that file.
+  const bool is_file = source.size() > 5 && source.compare(source.size() - 5, 5, ".json") == 0;
+  const std::string config_name = is_file ? source : source + "/config.json";
   const bool has_generation_config = generation_config_json.is_object() && !generation_config_json.empty();
   if (!has_generation_config) {
-    return options_from(config_json, source + "/config.json");
+    return options_from(config_json, config_name);
   }
   auto from_file = options_from(generation_config_json, source + "/generation_config.json");
   const auto legacy = generation_config_json.find("_from_model_config");
   if (legacy != generation_config_json.end() && legacy->is_boolean() && legacy->get<bool>()) {
     // generate() re-derives such a file from config.json and, when the two disagree, uses config.json's settings
     // (HF's deprecated "modified the pretrained model configuration" path).
-    auto from_config = options_from(config_json, source + "/config.json");
+    auto from_config = options_from(config_json, config_name);
     if (!same_generation(from_file, from_config)) return from_config;
   }
   return from_file;

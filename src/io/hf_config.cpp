@@ -180,7 +180,19 @@ void apply_config_overrides(json& config_json, const std::string& overrides) {
   }
 }
 
-json generation_config_from_hf(const json& config_json) {
+json with_class_token_ids(const json& config_json) {
+  const json attributes = config_object_attributes(config_json);
+  json out = config_json;
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
+                          "forced_bos_token_id", "forced_eos_token_id"}) {
+    const auto it = attributes.find(key);
+    if (!config_json.contains(key) && it != attributes.end() && !it->is_null()) out[key] = *it;
+  }
+  return out;
+}
+
+json generation_config_from_hf(const json& file_json) {
+  const json config_json = with_class_token_ids(file_json);
   json g = json::object();
   g["_from_model_config"] = true;
   for (const char* key :

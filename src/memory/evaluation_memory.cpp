@@ -70,8 +70,8 @@ Widths widths_of(const model::ModelConfig& c, bool bf16, std::int64_t threads) {
     w.staggered = c.stagger_local_blocks && c.encoder_layers > 1;
   } else if (w.attention != model::EncoderAttention::full) {
     w.block = static_cast<double>(c.local_radius + 1);
-    w.global_block = w.attention == model::EncoderAttention::transient_global ? static_cast<double>(c.global_block_size)
-                                                                              : 0.0;
+    w.global_block =
+        w.attention == model::EncoderAttention::transient_global ? static_cast<double>(c.global_block_size) : 0.0;
   }
   return w;
 }
@@ -139,8 +139,10 @@ double position_bias_mask(const Widths& w, double rows, double length, double ke
 // One PEGASUS-X layer (model/pegasus_x_layers.cpp) over the P positions padded to whole blocks of K, with G global
 // tokens; a staggered layer pads P by another block (P'). Its attention holds the layer's inputs and their norms
 // (float32), the projections of the tokens and the global tokens and the keys and values of both concatenated
-// (products), the global tokens' scores over G + P' keys after the mask (float32), and at its peak the blocks'
-// scores against the global tokens and the block (products), their concatenation with the mask and its softmax
+// (products), the global tokens' attention output (their scores over G + P' keys are gone by then:
+// kernels/attention_dropout.h computes each attention from its scores' operands to its context and returns only
+// the context), and at its peak the blocks' scores against the global tokens and the block (products), their
+// concatenation with the mask and its softmax
 // (float32), and the contiguous copy of the probabilities of the global keys that the product with the global
 // values (broadcast over the blocks) takes; the block's own product reads its probabilities in place. The
 // scores grow with P' (G + K): linear in the source, not its square. The feed-forward block holds the attention's
@@ -151,7 +153,7 @@ double pegasus_x_layer_peak(const Widths& w, double rows, double source) {
   const double p = padded + (w.staggered ? k : 0.0);
   const double held = rows * w.d * w.act * (padded + g + p + g);
   const double products = rows * w.d * w.product * (3.0 * p + 3.0 * g + 2.0 * (g + p));
-  const double global = 4.0 * rows * heads * g * (g + p) + w.act * rows * g * w.d;
+  const double global = w.act * rows * g * w.d;
   const double local = rows * heads * p * ((g + k) * (w.product + 8.0) + 4.0 * g);
   const double attention = held + products + global + local;
   const double feed_forward = w.act * rows * p * w.d + feed_forward_peak(w, rows, padded, w.ffn_encoder, 2.0);
@@ -176,8 +178,8 @@ double long_t5_layer_peak(const Widths& w, double rows, double source) {
   const double products = w.product * window * (1.0 + 3.0 + 3.0) + w.product * rows * side * w.d * 3.0;
   const double attention = bias + held + products + 8.0 * scores + w.product * 4.0 * window;
   // The first block builds the bias: the local part and the side bias with its mask, their sum and its blocked copy.
-  const double first = held + 4.0 * rows * blocks * heads * k * 3.0 * k * 2.0 + 4.0 * rows * heads * source * side * 4.0 +
-                       bias;
+  const double first =
+      held + 4.0 * rows * blocks * heads * k * 3.0 * k * 2.0 + 4.0 * rows * heads * source * side * 4.0 + bias;
   return std::max({attention, first, bias + feed_forward_peak(w, rows, source, w.ffn_encoder, 2.0)});
 }
 
@@ -261,8 +263,7 @@ std::uint64_t bytes(double b) { return static_cast<std::uint64_t>(std::ceil(std:
 std::uint64_t EvaluationMemory::peak() const { return std::max({encoder, loss, generation}); }
 
 EvaluationMemory predict_evaluation(const model::ModelConfig& config, const EvaluationLoad& load) {
-  if (load.batch < 1 || load.source_length < 1 || load.target_length < 1 || load.num_beams < 1 ||
-      load.max_length < 1) {
+  if (load.batch < 1 || load.source_length < 1 || load.target_length < 1 || load.num_beams < 1 || load.max_length < 1) {
     throw std::invalid_argument("evaluation memory: batch, lengths and num_beams must be >= 1");
   }
   const auto w = widths_of(config, load.bf16, load.threads);

@@ -3,14 +3,18 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <stdexcept>
+#include <system_error>
 
 #include <torch/torch.h>
 
 #include "fitsum/eval/rouge_aggregate.h"
 #include "fitsum/generate/generate.h"
+#include "fitsum/io/hf_config.h"
 #include "fitsum/model/seq2seq.h"
 #include "fitsum/tokenizer/tokenizer.h"
+#include "fitsum/util/files.h"
 #include "fitsum/util/torch_compat.h"
 
 namespace fitsum::train {
@@ -225,6 +229,17 @@ std::vector<std::optional<eval::RougeScores>> score_pass(const std::vector<Predi
 }
 
 }  // namespace
+
+generate::GenerationOptions model_generation_defaults(const nlohmann::json& config_json, const std::string& folder,
+                                                      const std::string& config_name) {
+  namespace fs = std::filesystem;
+  const fs::path generation_file = fs::path(folder) / "generation_config.json";
+  std::error_code error;  // a name that is there but no readable file (a link loop) is read, to be named in one line
+  const bool present = !folder.empty() && fs::exists(fs::symlink_status(generation_file, error));
+  return generate::generation_options_from_hf(io::with_class_token_ids(config_json),
+                                              present ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
+                                              folder.empty() ? config_name : folder);
+}
 
 std::vector<std::string> evaluation_metric_keys(bool labelled, bool generated, bool decoded) {
   std::vector<std::string> keys;

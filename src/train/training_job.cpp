@@ -14,8 +14,8 @@
 
 #include "fitsum/families/family.h"
 #include "fitsum/generate/options.h"
-#include "fitsum/io/checkpoint.h"
 #include "fitsum/io/adapter.h"
+#include "fitsum/io/checkpoint.h"
 #include "fitsum/io/checkpoint_folders.h"
 #include "fitsum/io/hub.h"
 #include "fitsum/io/output_folder_lock.h"
@@ -116,8 +116,7 @@ std::vector<data::Example> read_split(const std::string& file, const ModelAndTok
                                       const data::DataOptions& options, std::optional<std::int64_t> max_samples,
                                       bool drop_empty, const char* what, const Report& report) {
   data::ReadStats stats;
-  auto examples =
-      data::read_examples(file, m.tokenizer.get(), m.config.vocab_size, options, max_samples, &stats);
+  auto examples = data::read_examples(file, m.tokenizer.get(), m.config.vocab_size, options, max_samples, &stats);
   say(report, std::string(what) + " " + file + ": " + stats.summary(options));
   if (drop_empty) {
     const auto dropped = data::drop_empty_examples(examples, empty_text_ids(m));
@@ -186,15 +185,8 @@ void check_evaluations(const TrainingJob& job, const TrainerInputs& in, const mo
                               "predict_with_generate)");
 }
 
-// The model folder's decoding defaults (generation_config.json, else config.json), as HF's generate() starts.
 generate::GenerationOptions model_generation_options(const TrainingJob& job, const ModelAndTokenizer& m) {
-  const auto& folder = job.model.model_name_or_path;
-  const fs::path generation_file = fs::path(folder) / "generation_config.json";
-  std::error_code error;  // a name that is there but no readable file (a link loop) is read, to be named in one line
-  const bool present = !folder.empty() && fs::exists(fs::symlink_status(generation_file, error));
-  return generate::generation_options_from_hf(m.loaded.config_json,
-                                              present ? util::read_json_file(generation_file) : nlohmann::json(nullptr),
-                                              folder.empty() ? job.model.config_name : folder);
+  return model_generation_defaults(m.loaded.config_json, job.model.model_name_or_path, job.model.config_name);
 }
 
 // "auto" is the device's free memory; on the CPU the job's processes on this machine share it, so each plans for its
@@ -284,9 +276,9 @@ memory::FitRequest make_fit_request(const TrainingArguments& args, const FixedKn
   if (fixed.micro_batch) request.micro_batch = args.per_device_train_batch_size;
   // optim unset: HF's default, kept unless nothing with it fits; an explicit optim is kept; "auto" is free.
   request.optimizer = args.optim.value_or(optim::OptimizerType::adamw_torch);
-  request.optimizer_policy = !args.optim          ? memory::OptimizerPolicy::free
-                             : fixed.optimizer    ? memory::OptimizerPolicy::fixed
-                                                  : memory::OptimizerPolicy::preferred;
+  request.optimizer_policy = !args.optim       ? memory::OptimizerPolicy::free
+                             : fixed.optimizer ? memory::OptimizerPolicy::fixed
+                                               : memory::OptimizerPolicy::preferred;
   if (fixed.checkpointing) request.checkpointed_layers = args.checkpointed_layers();
   request.bf16 = args.bf16;
   request.freeze_embeds = args.freeze_embeds;
@@ -446,7 +438,8 @@ PreparedTraining prepare_training(TrainingJob job, const util::Runtime& runtime,
   memory::start_tracking(runtime.device);  // before the weights: the budget and logged peaks count all, as on CUDA
   if (!job.max_memory.empty()) {
     p.budget = resolve_budget(job.max_memory, runtime.device, report);
-    if (auto refused = refusal_before_loading(job, p.budget, runtime.device)) throw memory::PlanDoesNotFit(std::move(*refused));
+    if (auto refused = refusal_before_loading(job, p.budget, runtime.device))
+      throw memory::PlanDoesNotFit(std::move(*refused));
   }
   auto m = load_model_and_tokenizer(job, report);
   if (const auto lora = prepare_lora(*m.loaded.model, job.args); !lora.empty()) say(report, lora);  // before planning

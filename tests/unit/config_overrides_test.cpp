@@ -59,9 +59,11 @@ TEST(ConfigOverrides, AFeedForwardProjectionOverrideChangesNoDerivedActivation) 
 
 TEST(ConfigOverrides, WhatUpdateFromStringRefusesIsRefusedWithItsReason) {
   nlohmann::json pegasus = {{"model_type", "pegasus"}, {"d_model", 16}};
-  auto message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "num_decoder_layers=2"); });
+  auto message =
+      test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "num_decoder_layers=2"); });
   EXPECT_NE(message.find("key num_decoder_layers isn't in the original config dict"), std::string::npos) << message;
-  message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "forced_bos_token_id=0"); });  // None in PegasusConfig
+  message = test::error_of<std::invalid_argument>(
+      [&] { apply_config_overrides(pegasus, "forced_bos_token_id=0"); });  // None in PegasusConfig
   EXPECT_NE(message.find("only int, float, bool or string"), std::string::npos) << message;
   message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "d_model=0x10"); });
   EXPECT_NE(message.find("is not a decimal integer"), std::string::npos) << message;
@@ -72,6 +74,35 @@ TEST(ConfigOverrides, WhatUpdateFromStringRefusesIsRefusedWithItsReason) {
   message = test::error_of<std::invalid_argument>([&] { apply_config_overrides(pegasus, "scale_embedding=maybe"); });
   EXPECT_NE(message.find("expected true or false"), std::string::npos) << message;
   EXPECT_EQ(pegasus["d_model"], 16);
+}
+
+}  // namespace
+}  // namespace fitsum::io
+
+namespace fitsum::io {
+namespace {
+
+// generate() reads the config object's token ids, which hold the config class's defaults for what config.json leaves
+// out (transformers 4.47.1: PegasusXConfig().eos_token_id == 1, BartConfig().forced_eos_token_id == 2,
+// T5Config().decoder_start_token_id is None).
+TEST(ClassTokenIds, FillWhatConfigJsonLeavesOutFromTheConfigClass) {
+  const auto pegasus_x = with_class_token_ids({{"model_type", "pegasus_x"}, {"d_model", 16}});
+  EXPECT_EQ(pegasus_x["eos_token_id"], 1);
+  EXPECT_EQ(pegasus_x["forced_eos_token_id"], 1);
+  EXPECT_EQ(pegasus_x["decoder_start_token_id"], 0);
+  EXPECT_EQ(pegasus_x["pad_token_id"], 0);
+  const auto bart = with_class_token_ids({{"model_type", "bart"}, {"eos_token_id", 5}});
+  EXPECT_EQ(bart["eos_token_id"], 5);  // the file's value stands
+  EXPECT_EQ(bart["forced_eos_token_id"], 2);
+  EXPECT_EQ(bart["bos_token_id"], 0);
+  const auto t5 = with_class_token_ids({{"model_type", "t5"}});
+  EXPECT_EQ(t5["eos_token_id"], 1);
+  EXPECT_FALSE(t5.contains("decoder_start_token_id"));  // None in T5Config: left out
+  EXPECT_FALSE(t5.contains("d_model"));                 // only token ids are added
+  const nlohmann::json unknown = {{"model_type", "gpt2"}};
+  EXPECT_EQ(with_class_token_ids(unknown), unknown);
+  // generation_config.json derived from such a config carries them too.
+  EXPECT_EQ(generation_config_from_hf({{"model_type", "pegasus_x"}})["eos_token_id"], 1);
 }
 
 }  // namespace

@@ -232,6 +232,22 @@ TEST(GenerationOptionsFromHf, RefusesWhatWouldChangeTheOutputWithTheFieldsName) 
   }
 }
 
+// A model built from a config file is named by that file, not by a folder of that name.
+TEST(GenerationOptionsFromHf, MessagesNameTheConfigFileItself) {
+  try {
+    generate::generation_options_from_hf(json{{"bos_token_id", 0}}, json(), "configs/x/config.json");
+    FAIL() << "no eos_token_id was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("configs/x/config.json sets no eos_token_id", 0), 0u) << e.what();
+  }
+  try {
+    generate::generation_options_from_hf(json{{"bos_token_id", 0}}, json(), "models/x");
+    FAIL() << "no eos_token_id was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("models/x/config.json sets no eos_token_id", 0), 0u) << e.what();
+  }
+}
+
 TEST(GenerationOptionsFromHf, ReadsTheBundledPegasusFolder) {
   auto o = generate::load_generation_options(source_dir() / "data" / "pegasus");
   EXPECT_EQ(o.num_beams, 8);

@@ -70,7 +70,7 @@ void run_eval(EvalArgs a) {
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = !a.no_loss;
-  options.generation = generate::load_generation_options(a.model_dir);
+  options.generation = train::model_generation_defaults(loaded.config_json, a.model_dir, a.model_dir);
   a.generation.apply(options.generation);
   for (const auto& warning : train::check_generation_for_model(options.generation, model.config())) {
     print_warning(warning);

@@ -57,8 +57,9 @@ class StdinDialogues {
     queue_->capacity = capacity;
     // Detached: the reader ends only at the end of stdin, and a command that stops early (an error) must not wait
     // for it. It owns what it uses (the queue, the tokenizer, the options), so it may outlive this object.
-    std::thread([queue = queue_, tokenizer = std::move(tokenizer), options] { read_all(*queue, *tokenizer, options); })
-        .detach();
+    std::thread([queue = queue_, tokenizer = std::move(tokenizer), options] {
+      read_all(*queue, *tokenizer, options);
+    }).detach();
   }
 
   // Waits for at least one dialogue and takes up to `max` of those that have arrived, without waiting for more;
@@ -161,7 +162,7 @@ void run_summarize(SummarizeArgs a) {
   train::EvaluationOptions options;
   options.batch_size = a.batch_size;
   options.compute_loss = false;
-  options.generation = generate::load_generation_options(a.model_dir);
+  options.generation = train::model_generation_defaults(loaded.config_json, a.model_dir, a.model_dir);
   a.generation.apply(options.generation);
   for (const auto& warning : train::check_generation_for_model(options.generation, model.config())) {
     print_warning(warning);

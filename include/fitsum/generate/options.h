@@ -102,7 +102,8 @@ struct GenerationOptions {
 // for fields neither sets. `generation_config_json` may be null (no such file). As generate() does for legacy files,
 // a generation_config.json marked "_from_model_config" that disagrees with config.json yields to config.json.
 // Settings that would change what greedy or beam search produce but that fitsum does not implement (do_sample,
-// repetition_penalty, num_beam_groups, ...) are refused with the field's name. `source` names the folder in messages.
+// repetition_penalty, num_beam_groups, ...) are refused with the field's name. `source` names the folder in messages
+// (or, for a model built from a config file, that file).
 GenerationOptions generation_options_from_hf(const nlohmann::json& config_json,
                                              const nlohmann::json& generation_config_json,
                                              const std::string& source = "model folder");

@@ -31,7 +31,13 @@ nlohmann::json model_config_to_hf(const model::ModelConfig& config, const nlohma
 // in the plain reference that computed the fixtures; default: HF's padding_idx = pad_token_id).
 void apply_config_overrides(nlohmann::json& config_json, const std::string& overrides);
 
-// generation_config.json as HF's GenerationConfig.from_model_config derives it from config.json.
+// config.json with the token ids generate() reads (bos, eos, pad, decoder start, forced bos and eos) that it leaves
+// out taken from its config class's defaults, as transformers' config object holds them (PegasusConfig's
+// eos_token_id 1, BartConfig's forced_eos_token_id 2, ...); unchanged for a model_type no family reads.
+nlohmann::json with_class_token_ids(const nlohmann::json& config_json);
+
+// generation_config.json as HF's GenerationConfig.from_model_config derives it from config.json (and the config
+// class's token ids, with_class_token_ids).
 nlohmann::json generation_config_from_hf(const nlohmann::json& config_json);
 
 }  // namespace fitsum::io

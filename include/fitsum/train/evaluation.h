@@ -68,6 +68,12 @@ struct EvaluationResult {
 };
 
 // The loss HF's evaluation loop reports. Examples without labels are skipped; nullopt when none has any.
+// The decoding defaults HF's generate() starts from for a loaded model: the folder's generation_config.json when it
+// has one, else config.json with its config class's token ids (io::with_class_token_ids). `folder` is empty for a
+// model built from a config, which `config_name` names in messages then.
+generate::GenerationOptions model_generation_defaults(const nlohmann::json& config_json, const std::string& folder,
+                                                      const std::string& config_name);
+
 std::optional<double> evaluation_loss(model::Seq2SeqLMImpl& model, const std::vector<data::Example>& examples,
                                       const EvaluationOptions& options, const c10::Device& device);
 
