@@ -52,7 +52,7 @@ TEST(PlannerGrid, LongInputEncodersAt2048SourceTokensWithinTenPercent) {
   }
 }
 
-// The long-input encoders at 4096 and 16384 source tokens (bench/results/2026-12-06-planner-long-inputs.md lists
+// The long-input encoders at 4096 and 16384 source tokens (bench/results/2026-12-06-planner-long-inputs-16k.md lists
 // every cell): PEGASUS-X (staggered block-local attention with global tokens) and LongT5 (transient-global), at
 // reduced widths (d_model 128) and four encoder layers, x micro-batch x checkpointing (none, bottom 2 + 1, all) x
 // optimizer.
