@@ -74,11 +74,13 @@ Runtime setup_runtime(const RuntimeOptions& options) {
   // Tensors made for "cuda" without an index, cuBLAS's handles and NCCL's communicator go to this device.
   if (runtime.device.is_cuda()) c10::cuda::set_device(runtime.device.index());
 #endif
-  if (runtime.device.is_cpu()) {
+  // Measured only where the BLAS is not a known optimised one: on a machine busy with other processes OpenBLAS's
+  // threads wait on each other and measure as slow as the reference BLAS, which a warning would wrongly blame.
+  if (const auto blas = blas_description(); runtime.device.is_cpu() && !optimised_blas(blas)) {
     const double gflops = quick_matmul_gflops();
-    if (gflops < 20.0) {
+    if (reference_blas_suspected(blas, gflops)) {
       runtime.warnings.push_back("matrix products run at " + std::to_string(static_cast<int>(gflops)) +
-                                 " GFLOP/s on this CPU (" + blas_description() +
+                                 " GFLOP/s on this CPU (" + blas +
                                  "): LibTorch may be using Debian's reference BLAS; apt-get install "
                                  "libopenblas0-pthread makes them ~35x faster");
     }

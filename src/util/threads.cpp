@@ -162,4 +162,12 @@ double quick_matmul_gflops(std::int64_t n) {
   return 2.0 * nd * nd * nd / std::max(best, 1e-9) / 1e9;
 }
 
+bool optimised_blas(const std::string& description) {
+  return description.rfind("OpenBLAS", 0) == 0 || description.find("Math Kernel Library") != std::string::npos;
+}
+
+bool reference_blas_suspected(const std::string& description, double gflops) {
+  return !optimised_blas(description) && gflops < 20.0;
+}
+
 }  // namespace fitsum::util

@@ -140,5 +140,16 @@ TEST(Threads, TheBlasIsNamedAndItsThreadingKnown) {
   }
 }
 
+TEST(Threads, OnlyAnUnknownSlowBlasIsSuspectedOfBeingTheReferenceOne) {
+  // OpenBLAS measures 2 GFLOP/s on a machine busy with other processes (its threads wait on each other): that is no
+  // reason to blame the BLAS. What LibTorch names only by its build configuration is suspected when slow.
+  EXPECT_FALSE(util::reference_blas_suspected("OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH Cooperlake", 2.0));
+  EXPECT_FALSE(util::reference_blas_suspected("Intel(R) oneAPI Math Kernel Library Version 2024.2", 2.0));
+  EXPECT_TRUE(util::reference_blas_suspected("BLAS_INFO=generic", 5.0));
+  EXPECT_TRUE(util::reference_blas_suspected("unknown BLAS", 19.0));
+  EXPECT_FALSE(util::reference_blas_suspected("BLAS_INFO=generic", 150.0));
+  EXPECT_TRUE(util::optimised_blas(util::blas_description())) << util::blas_description();
+}
+
 }  // namespace
 }  // namespace fitsum::test

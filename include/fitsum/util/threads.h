@@ -67,4 +67,10 @@ std::string blas_description();
 // enough to tell an optimised BLAS (tens to hundreds) from Debian's reference one (about 5).
 double quick_matmul_gflops(std::int64_t n = 256);
 
+// Whether a BLAS so described may be Debian's reference one: not OpenBLAS or MKL (a known optimised BLAS is slow
+// only on a machine busy with other processes, where OpenBLAS's threads wait on each other) and, where `gflops` is
+// given, measured under 20 GFLOP/s.
+bool reference_blas_suspected(const std::string& description, double gflops);
+bool optimised_blas(const std::string& description);
+
 }  // namespace fitsum::util
