@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "fitsum/model/config.h"
-#include "fitsum/util/files.h"
 
 namespace fitsum::generate {
 
@@ -285,13 +284,6 @@ GenerationOptions generation_options_from_hf(const json& config_json, const json
     if (!same_generation(from_file, from_config)) return from_config;
   }
   return from_file;
-}
-
-GenerationOptions load_generation_options(const std::filesystem::path& model_dir) {
-  const auto config = util::read_json_file(model_dir / "config.json");
-  const auto generation_file = model_dir / "generation_config.json";
-  const json generation = std::filesystem::exists(generation_file) ? util::read_json_file(generation_file) : json();
-  return generation_options_from_hf(config, generation, model_dir.string());
 }
 
 json to_json(const GenerationOptions& o) {

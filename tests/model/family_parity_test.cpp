@@ -111,7 +111,7 @@ TEST_P(FamilyParity, GradientsMatchTransformers) {
 
 // Options as the fixture's case passed them to generate(), on top of the checkpoint's own defaults.
 generate::GenerationOptions options_for(const std::filesystem::path& dir, const nlohmann::json& g) {
-  auto options = generate::load_generation_options(dir);
+  auto options = folder_generation_defaults(dir);
   // The BART and T5 fixtures come from transformers 4.35.2, whose beam search divides by the classic length
   // (docs/generate.md); it matters for beams still open at max_length (tiny-t5's beam cases). The PEGASUS-X and
   // LongT5 ones come from 4.47.1, which divides by the generated length, fitsum's default.
@@ -157,7 +157,7 @@ TEST_P(FamilyParity, GenerationMatchesTransformers) {
 TEST_P(FamilyParity, CheckpointDefaultsAreTheFamilysGenerationSettings) {
   const auto c = read_case();
   const auto& expected = c["generate"]["defaults_config"];
-  const auto options = generate::load_generation_options(dir());
+  const auto options = folder_generation_defaults(dir());
   EXPECT_EQ(options.num_beams, expected["num_beams"].get<std::int64_t>());
   EXPECT_EQ(options.no_repeat_ngram_size, expected["no_repeat_ngram_size"].get<std::int64_t>());
   EXPECT_EQ(options.min_length, expected["min_length"].get<std::int64_t>());

@@ -28,7 +28,7 @@ std::filesystem::path fixture_dir(const std::string& name) {
 
 // The options HF's generate() would start from for the fixture folder (its config.json: forced eos 1, ...).
 GenerationOptions folder_options(const std::string& fixture) {
-  return generate::load_generation_options(fixture_dir(fixture));
+  return folder_generation_defaults(fixture_dir(fixture));
 }
 
 // Generation only reads the weights; HF's padding_idx (reference_embedding = false) changes gradients alone.

@@ -10,6 +10,7 @@
 
 #include "fitsum/io/checkpoint.h"
 #include "fitsum/model/seq2seq.h"
+#include "fitsum/train/evaluation.h"
 #include "fitsum/util/files.h"
 
 namespace fitsum::test {
@@ -33,6 +34,11 @@ inline model::Seq2SeqLM load_fixture_model(const std::filesystem::path& dir, boo
   model::Seq2SeqLM model(config);
   io::load_weights(*model, folder);
   return model;
+}
+
+// The decoding defaults fitsum's commands start from for a model folder (train::model_generation_defaults).
+inline generate::GenerationOptions folder_generation_defaults(const std::filesystem::path& dir) {
+  return train::model_generation_defaults(util::read_json_file(dir / "config.json"), dir.string(), "");
 }
 
 // Every sampled entry within `tolerance` absolute.

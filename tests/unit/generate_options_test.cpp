@@ -12,6 +12,7 @@
 #include "fitsum/generate/logits_processors.h"
 #include "fitsum/generate/options.h"
 #include "fitsum/model/config.h"
+#include "fitsum/util/files.h"
 #include "test_support.h"
 
 namespace fitsum::test {
@@ -249,7 +250,8 @@ TEST(GenerationOptionsFromHf, MessagesNameTheConfigFileItself) {
 }
 
 TEST(GenerationOptionsFromHf, ReadsTheBundledPegasusFolder) {
-  auto o = generate::load_generation_options(source_dir() / "data" / "pegasus");
+  auto o = generate::generation_options_from_hf(util::read_json_file(source_dir() / "data" / "pegasus" / "config.json"),
+                                                util::read_json_file(source_dir() / "data" / "pegasus" / "generation_config.json"));
   EXPECT_EQ(o.num_beams, 8);
   EXPECT_EQ(o.length_penalty, 0.8);
   EXPECT_EQ(o.max_length, 128);

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -107,9 +106,6 @@ struct GenerationOptions {
 GenerationOptions generation_options_from_hf(const nlohmann::json& config_json,
                                              const nlohmann::json& generation_config_json,
                                              const std::string& source = "model folder");
-
-// Reads DIR/config.json and, when present, DIR/generation_config.json.
-GenerationOptions load_generation_options(const std::filesystem::path& model_dir);
 
 // The resolved options, field by field, for printing at start-up.
 nlohmann::json to_json(const GenerationOptions& options);
