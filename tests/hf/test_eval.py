@@ -21,6 +21,7 @@ from transformers import (BartForConditionalGeneration, BartTokenizer, PegasusFo
                           PegasusTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments, T5ForConditionalGeneration,
                           T5Tokenizer)
 
+from families import FAMILIES
 from harness import SOURCE, assert_close, fitsum, read_json, read_jsonl, shared_path, write_jsonl
 
 COUNT, BATCH, BEAMS, MAX_LENGTH, MAX_SOURCE, MAX_TARGET = 10, 4, 4, 40, 128, 48
@@ -49,19 +50,36 @@ CHECKPOINTS = {
     "t5": (lambda: os.path.join(SOURCE, "tests", "data", "fixtures", "tiny-t5"), T5ForConditionalGeneration,
            T5Tokenizer, "\u2581"),
 }
-# run_summarization.py's source_prefix for each family (T5 summarizes from its task prefix).
-PREFIX = {"pegasus": "", "bart": "", "t5": "summarize: "}
+# The long-input families start from a random model of the families' tiny shape (tests/hf/families.py) with the
+# vocabulary of the tokenizer they use (PEGASUS-X PEGASUS's, LongT5 T5's), saved with save_pretrained.
+LONG_INPUT = {
+    "pegasus_x": (FAMILIES["pegasus_x"], lambda: shared_path("data", "pegasus-tiny"), PegasusTokenizer),
+    "longt5": (FAMILIES["longt5_tglobal"], CHECKPOINTS["t5"][0], T5Tokenizer),
+}
+# run_summarization.py's source_prefix for each family (T5 and LongT5 summarize from T5's task prefix).
+PREFIX = {"pegasus": "", "bart": "", "t5": "summarize: ", "pegasus_x": "", "longt5": "summarize: "}
 
 
-def t5_trained_on(records, folder, tmp_path):
-    """T5 has no final_logits_bias to raise: tiny-t5 fine-tuned by fitsum on these records instead (60 epochs of
-    Adafactor), so that its predictions share words with the references. transformers loads fitsum's saved folder."""
-    fitsum("train", "--model_name_or_path", CHECKPOINTS["t5"][0](), "--train_file",
-           write_jsonl(tmp_path / "train.jsonl", records), "--output_dir", folder, "--source_prefix", PREFIX["t5"],
+def random_long_input_model(family, folder):
+    """A random model of a long-input family with its tokenizer, saved into `folder` as transformers saves it."""
+    family_class, tokenizer_source, tokenizer_class = LONG_INPUT[family]
+    tokenizer = tokenizer_class.from_pretrained(tokenizer_source())
+    model = family_class.random_model(seed=5, shape="tiny", vocab_size=len(tokenizer))
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def trained_on(records, family, source, folder, tmp_path, tokenizer_class):
+    """Models without a final_logits_bias to raise (T5, PEGASUS-X, LongT5) are fine-tuned by fitsum on these records
+    instead (60 epochs of Adafactor), so that their predictions share words with the references. transformers loads
+    fitsum's saved folder."""
+    fitsum("train", "--model_name_or_path", source, "--train_file",
+           write_jsonl(tmp_path / "train.jsonl", records), "--output_dir", folder, "--source_prefix", PREFIX[family],
            "--max_source_length", MAX_SOURCE, "--max_target_length", MAX_TARGET, "--per_device_train_batch_size", 5,
            "--num_train_epochs", 60, "--optim", "adafactor", "--learning_rate", 1e-2, "--save_strategy", "no",
            "--disable_tqdm")
-    return T5Tokenizer.from_pretrained(folder)
+    return tokenizer_class.from_pretrained(folder)
 
 
 def eos_padding_as_pad(preds, tokenizer):
@@ -86,10 +104,16 @@ def summary_word_model(records, folder, family, tmp_path):
     """A tiny checkpoint (its own outputs score ROUGE 0) with final_logits_bias raised on the tokens that occur most in
     these records' summaries, so that its predictions share words with the references and every ROUGE score is a
     non-zero number to compare. Saved with save_pretrained, tokenizer included."""
-    source, model_class, tokenizer_class, word_start = CHECKPOINTS[family]
-    if family == "t5":
-        tokenizer = t5_trained_on(records, folder, tmp_path)
+    if family in LONG_INPUT:
+        family_class, _, tokenizer_class = LONG_INPUT[family]
+        model_class = family_class.model_class
+        source = random_long_input_model(family, str(tmp_path / "random"))
+        tokenizer = trained_on(records, family, source, folder, tmp_path, tokenizer_class)
+    elif family == "t5":
+        model_class, tokenizer_class = CHECKPOINTS["t5"][1], CHECKPOINTS["t5"][2]
+        tokenizer = trained_on(records, family, CHECKPOINTS["t5"][0](), folder, tmp_path, tokenizer_class)
     else:
+        source, model_class, tokenizer_class, word_start = CHECKPOINTS[family]
         source = source()
         tokenizer = tokenizer_class.from_pretrained(source)
         model = model_class.from_pretrained(source)
@@ -107,7 +131,7 @@ def summary_word_model(records, folder, family, tmp_path):
     generation = read_json(path)
     generation.pop("_from_model_config", None)
     # (T5's tiny vocabulary spells words from several pieces each, so it repeats trigrams only.)
-    generation["no_repeat_ngram_size"] = 3 if family == "t5" else 1
+    generation["no_repeat_ngram_size"] = 3 if family in ("t5", "longt5") else 1
     with open(path, "w") as f:
         json.dump(generation, f, indent=2)
     model = model_class.from_pretrained(folder)
@@ -118,7 +142,7 @@ def summary_word_model(records, folder, family, tmp_path):
     return tokenizer, model
 
 
-@pytest.mark.parametrize("family", ["pegasus", "bart", "t5"])
+@pytest.mark.parametrize("family", ["pegasus", "bart", "t5", "pegasus_x", "longt5"])
 def test_fitsum_eval_equals_seq2seq_trainer_evaluate(tmp_path, family):
     records = read_jsonl(shared_path("data", "samsum", "test.jsonl"))[:COUNT]
     folder = str(tmp_path / "model")
