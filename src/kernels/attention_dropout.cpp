@@ -7,6 +7,9 @@
 // backward (views of the scores' gradient).
 #include "fitsum/kernels/attention_dropout.h"
 
+#include <array>
+#include <vector>
+
 #include <torch/torch.h>
 
 #include "fitsum/kernels/dropout.h"
@@ -23,16 +26,23 @@ using torch::autograd::variable_list;
 
 bool cpu_float(const at::Tensor& t) { return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat; }
 
-bool node_applies(std::initializer_list<const at::Tensor*> operands, double p, bool training, bool byte_mask,
-                  bool recompute) {
-  if (!(recompute && training && byte_mask && at::GradMode::is_enabled() && p > 0.0 && p < 1.0 && onednn_available() &&
-        !util::autocast_enabled(c10::DeviceType::CPU))) {
+// Whether the head-by-head path applies (with autograd's gradient mode on, as the node): training with the byte-mask
+// dropout, float32 on the CPU with oneDNN and no autocast, every operand but the mask (broadcast there) of the
+// queries' batch and heads.
+bool by_heads_applies(std::initializer_list<const at::Tensor*> operands, const at::Tensor& mask, double p,
+                      bool training, bool byte_mask, bool recompute) {
+  if (!(recompute && training && byte_mask && p > 0.0 && p < 1.0 && onednn_available() &&
+        !util::autocast_enabled(c10::DeviceType::CPU) && cpu_float(mask) && mask.dim() >= 2)) {
     return false;
   }
+  const auto& first = **operands.begin();
   for (const auto* t : operands) {
-    if (!cpu_float(*t) || t->numel() == 0) return false;
+    if (!cpu_float(*t) || t->numel() == 0 || t->dim() < 4 || t->size(0) != first.size(0) ||
+        t->size(1) != first.size(1)) {
+      return false;
+    }
   }
-  return true;
+  return (mask.size(0) == 1 || mask.size(0) == first.size(0)) && (mask.size(1) == 1 || mask.size(1) == first.size(1));
 }
 
 // scores + mask, in place when the dtypes agree (neither the product's nor the concatenation's backward reads the
@@ -86,25 +96,98 @@ at::Tensor masked_in_place(at::Tensor grad, const at::Tensor& mask, float scale)
 
 at::Tensor defined_or_none(const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor(); }
 
-// The gradients of one score product a @ b, as DenseMatmulFunction's backward.
-void product_gradients(AutogradContext* ctx, std::size_t a_index, const at::Tensor& a, const at::Tensor& b,
-                       const at::Tensor& grad, variable_list& out) {
-  if (ctx->needs_input_grad(a_index)) out[a_index] = onednn_matmul(grad, b.transpose(-1, -2));
-  if (ctx->needs_input_grad(a_index + 1)) out[a_index + 1] = onednn_matmul(a.transpose(-1, -2), grad);
+// A head's (or, for a batch of more than one, a batch row's head's) slice of an operand: dimensions 0 and 1 are the
+// batch and the heads, where an operand of size 1 there (the masks) is broadcast and taken whole.
+at::Tensor head_slice(const at::Tensor& t, std::int64_t b, std::int64_t h) {
+  if (!t.defined()) return t;
+  const auto row = t.size(0) > 1 ? t.narrow(0, b, 1) : t;
+  return row.size(1) > 1 ? row.narrow(1, h, 1) : row;
 }
 
-// Inputs: q1, k1_t, q2, k2_t, mask, v1, v2 (q2, k2_t and v1 empty for the global attention: d @ v2), p.
+ScoreOperands head_slice(const ScoreOperands& s, std::int64_t b, std::int64_t h) {
+  return {head_slice(s.q1, b, h), head_slice(s.k1_t, b, h), head_slice(s.q2, b, h), head_slice(s.k2_t, b, h),
+          head_slice(s.mask, b, h)};
+}
+
+// The probabilities' sizes: (B, H, T, S), or the local attention's (B, H, N, K, G + K).
+std::vector<std::int64_t> probability_sizes(const ScoreOperands& s) {
+  if (!s.local()) return {s.q1.size(0), s.q1.size(1), s.q1.size(2), s.k1_t.size(-1)};
+  return {s.q2.size(0), s.q2.size(1), s.q2.size(2), s.q2.size(3), s.k1_t.size(-1) + s.k2_t.size(-1)};
+}
+
+// The context, computed head by head: one head's probabilities (its scores, their masked sum, the softmax, the
+// dropped copy) at a time instead of every head's at once. The heads are independent, so every element is the
+// composition's bit for bit, with the byte mask drawn whole beforehand (kernels::draw_byte_mask).
+at::Tensor context_by_heads(const ScoreOperands& s, const at::Tensor& v1, const at::Tensor& v2, const at::Tensor& mask,
+                            float scale) {
+  const auto batch = s.q1.size(0), heads = s.q1.size(1);
+  auto out = at::empty({batch, heads, s.q1.size(2), v2.size(-1)}, v2.options());
+  for (std::int64_t b = 0; b < batch; ++b) {
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const auto d = apply_byte_mask(probabilities(head_slice(s, b, h)), head_slice(mask, b, h), scale);
+      head_slice(out, b, h).copy_(products(d, head_slice(v1, b, h), head_slice(v2, b, h)));
+    }
+  }
+  return out;
+}
+
+// The gradients of one head's operands (q1, k1_t, q2, k2_t, mask, v1, v2) from its context's gradient.
+variable_list head_gradients(const std::array<bool, 7>& needs, const ScoreOperands& s, const at::Tensor& v1,
+                             const at::Tensor& v2, const at::Tensor& mask, float scale, const at::Tensor& grad) {
+  variable_list out(7);
+  auto probs = probabilities(s);  // the forward's, bit for bit
+  // One more tensor of the probabilities' size at a time: the values' gradients from the recomputed d first (freed
+  // after them), then the probabilities' gradient, masked in place, then the scores' gradient over it.
+  at::Tensor grad_d;
+  if (!s.local()) {
+    if (needs[6]) out[6] = onednn_matmul(apply_byte_mask(probs, mask, scale).transpose(-1, -2), grad);
+    grad_d = onednn_matmul(grad, v2.transpose(-1, -2));
+  } else {
+    const auto g = v1.size(-2);
+    // The block products' gradient: the sum's view of them undone, as view's backward (a reshape) does.
+    const auto grad_block = grad.reshape({probs.size(0), probs.size(1), probs.size(2), probs.size(3), v2.size(-1)});
+    if (needs[5] || needs[6]) {
+      const auto d = apply_byte_mask(probs, mask, scale);
+      if (needs[5]) out[5] = onednn_matmul(global_columns(d, g).transpose(-1, -2), grad);
+      if (needs[6]) out[6] = onednn_matmul(block_columns(d, g).transpose(-1, -2), grad_block);
+    }
+    grad_d = at::empty_like(probs, at::MemoryFormat::Contiguous);
+    global_columns(grad_d, g).copy_(onednn_matmul(grad, v1.transpose(-1, -2)));
+    block_columns(grad_d, g).copy_(onednn_matmul(grad_block, v2.transpose(-1, -2)));
+  }
+  auto grad_scores = masked_in_place(grad_d, mask, scale);
+  // softmax's backward kernel, each row's output written after the row's sum over the gradient is read.
+  at::_softmax_backward_data_out(grad_scores, grad_scores, probs, -1, at::kFloat);
+  probs = at::Tensor();
+  const auto product = [&](std::size_t a, const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& g) {
+    if (needs[a]) out[a] = onednn_matmul(g, k_t.transpose(-1, -2));  // DenseMatmulFunction's backward
+    if (needs[a + 1]) out[a + 1] = onednn_matmul(q.transpose(-1, -2), g);
+  };
+  if (!s.local()) {
+    product(0, s.q1, s.k1_t, grad_scores);
+  } else {
+    const auto g = s.k1_t.size(-1);
+    // The concatenation's backward: views of the scores' gradient; the first product's view undone (a reshape).
+    product(0, s.q1, s.k1_t, grad_scores.narrow(-1, 0, g).reshape({s.q1.size(0), s.q1.size(1), s.q1.size(2), g}));
+    product(2, s.q2, s.k2_t, block_columns(grad_scores, g));
+  }
+  return out;
+}
+
+// Inputs: q1, k1_t, q2, k2_t, mask, v1, v2 (q2, k2_t and v1 empty for the global attention: d @ v2), p. Forward and
+// backward run head by head (context_by_heads, head_gradients), each head's gradients written into its slice of
+// the operands' gradients.
 class AttentionContext : public torch::autograd::Function<AttentionContext> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q1, const at::Tensor& k1_t, const at::Tensor& q2,
                             const at::Tensor& k2_t, const at::Tensor& mask, const at::Tensor& v1, const at::Tensor& v2,
                             double p) {
     const ScoreOperands s{q1, k1_t, defined_or_none(q2), defined_or_none(k2_t), mask};
-    auto dropped = byte_mask_dropout(probabilities(s), p);
+    const auto drawn = draw_byte_mask(probability_sizes(s), p);
     ctx->save_for_backward({q1, k1_t, q2, k2_t, mask, v1, v2});
-    ctx->saved_data["mask"] = dropped.mask;
-    ctx->saved_data["scale"] = static_cast<double>(dropped.scale);
-    return products(dropped.output, defined_or_none(v1), v2);
+    ctx->saved_data["mask"] = drawn.mask;
+    ctx->saved_data["scale"] = static_cast<double>(drawn.scale);
+    return context_by_heads(s, defined_or_none(v1), v2, drawn.mask, drawn.scale);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -114,40 +197,20 @@ class AttentionContext : public torch::autograd::Function<AttentionContext> {
     const auto& v2 = saved[6];
     const auto mask = ctx->saved_data["mask"].toTensor();
     const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
-    const auto& grad = grad_outputs[0];
+    std::array<bool, 7> needs{};
     variable_list out(8);
-    auto probs = probabilities(s);  // the forward's, bit for bit
-    // One more tensor of the probabilities' size at a time: the values' gradients from the recomputed d first (freed
-    // after them), then the probabilities' gradient, masked in place, then the scores' gradient over it.
-    at::Tensor grad_d;
-    if (!s.local()) {
-      if (ctx->needs_input_grad(6)) out[6] = onednn_matmul(apply_byte_mask(probs, mask, scale).transpose(-1, -2), grad);
-      grad_d = onednn_matmul(grad, v2.transpose(-1, -2));
-    } else {
-      const auto g = v1.size(-2);
-      // The block products' gradient: the sum's view of them undone, as view's backward (a reshape) does.
-      const auto grad_block = grad.reshape({probs.size(0), probs.size(1), probs.size(2), probs.size(3), v2.size(-1)});
-      if (ctx->needs_input_grad(5) || ctx->needs_input_grad(6)) {
-        const auto d = apply_byte_mask(probs, mask, scale);
-        if (ctx->needs_input_grad(5)) out[5] = onednn_matmul(global_columns(d, g).transpose(-1, -2), grad);
-        if (ctx->needs_input_grad(6)) out[6] = onednn_matmul(block_columns(d, g).transpose(-1, -2), grad_block);
-      }
-      grad_d = at::empty_like(probs, at::MemoryFormat::Contiguous);
-      global_columns(grad_d, g).copy_(onednn_matmul(grad, v1.transpose(-1, -2)));
-      block_columns(grad_d, g).copy_(onednn_matmul(grad_block, v2.transpose(-1, -2)));
+    for (std::size_t i = 0; i < needs.size(); ++i) {
+      needs[i] = i != 4 && ctx->needs_input_grad(i) && saved[i].numel() > 0;  // the additive mask takes none
+      if (needs[i]) out[i] = at::empty(saved[i].sizes(), saved[i].options());
     }
-    auto grad_scores = masked_in_place(grad_d, mask, scale);
-    // softmax's backward kernel, each row's output written after the row's sum over the gradient is read.
-    at::_softmax_backward_data_out(grad_scores, grad_scores, probs, -1, at::kFloat);
-    probs = at::Tensor();
-    if (!s.local()) {
-      product_gradients(ctx, 0, s.q1, s.k1_t, grad_scores, out);
-    } else {
-      const auto g = s.k1_t.size(-1);
-      // The concatenation's backward: views of the scores' gradient; the first product's view undone (a reshape).
-      product_gradients(ctx, 0, s.q1, s.k1_t,
-                        grad_scores.narrow(-1, 0, g).reshape({s.q1.size(0), s.q1.size(1), s.q1.size(2), g}), out);
-      product_gradients(ctx, 2, s.q2, s.k2_t, block_columns(grad_scores, g), out);
+    for (std::int64_t b = 0; b < s.q1.size(0); ++b) {
+      for (std::int64_t h = 0; h < s.q1.size(1); ++h) {
+        const auto head = head_gradients(needs, head_slice(s, b, h), head_slice(v1, b, h), head_slice(v2, b, h),
+                                         head_slice(mask, b, h), scale, head_slice(grad_outputs[0], b, h));
+        for (std::size_t i = 0; i < needs.size(); ++i) {
+          if (needs[i]) head_slice(out[i], b, h).copy_(head[i]);
+        }
+      }
     }
     return out;
   }
@@ -159,18 +222,22 @@ at::Tensor none(const at::Tensor& like) { return at::empty({0}, like.options());
 
 at::Tensor attention_context(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& mask, const at::Tensor& v,
                              double p, bool training, bool byte_mask, bool recompute) {
-  if (!node_applies({&q, &k_t, &mask, &v}, p, training, byte_mask, recompute)) {
+  if (!by_heads_applies({&q, &k_t, &v}, mask, p, training, byte_mask, recompute)) {
     const auto probs = torch::softmax(add_mask(matmul(q, k_t, training), mask), -1);
     return matmul(dropout(probs, p, training, byte_mask), v, training);
   }
-  return AttentionContext::apply(q, k_t, none(q), none(q), mask, none(q), v, p);
+  if (at::GradMode::is_enabled()) return AttentionContext::apply(q, k_t, none(q), none(q), mask, none(q), v, p);
+  // Without gradients (a checkpointed layer's first pass), head by head with the node's mask.
+  const ScoreOperands s{q, k_t, at::Tensor(), at::Tensor(), mask};
+  const auto drawn = draw_byte_mask(probability_sizes(s), p);
+  return context_by_heads(s, at::Tensor(), v, drawn.mask, drawn.scale);
 }
 
 at::Tensor global_local_context(const at::Tensor& local_q, const at::Tensor& global_k_t, const at::Tensor& block_q,
                                 const at::Tensor& block_k_t, const at::Tensor& block_mask, const at::Tensor& global_v,
                                 const at::Tensor& block_v, double p, bool training, bool byte_mask, bool recompute) {
-  if (!node_applies({&local_q, &global_k_t, &block_q, &block_k_t, &block_mask, &global_v, &block_v}, p, training,
-                    byte_mask, recompute)) {
+  if (!by_heads_applies({&local_q, &global_k_t, &block_q, &block_k_t, &global_v, &block_v}, block_mask, p, training,
+                        byte_mask, recompute)) {
     const auto g = global_k_t.size(-1);
     const auto to_global = matmul(local_q, global_k_t, training)
                                .view({block_q.size(0), block_q.size(1), block_q.size(2), block_q.size(3), g});
@@ -181,7 +248,12 @@ at::Tensor global_local_context(const at::Tensor& local_q, const at::Tensor& glo
     const auto from_block = matmul(block_columns(d, g), block_v, training);     // (B, H, N, K, hd)
     return from_global + from_block.view(from_global.sizes());
   }
-  return AttentionContext::apply(local_q, global_k_t, block_q, block_k_t, block_mask, global_v, block_v, p);
+  if (at::GradMode::is_enabled()) {
+    return AttentionContext::apply(local_q, global_k_t, block_q, block_k_t, block_mask, global_v, block_v, p);
+  }
+  const ScoreOperands s{local_q, global_k_t, block_q, block_k_t, block_mask};
+  const auto drawn = draw_byte_mask(probability_sizes(s), p);
+  return context_by_heads(s, global_v, block_v, drawn.mask, drawn.scale);
 }
 
 }  // namespace fitsum::kernels

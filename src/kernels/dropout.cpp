@@ -47,6 +47,10 @@ FITSUM_TEMPLATE_CLONES void dropout_forward_kernel(const T* in, T* out, std::uin
   }
 }
 
+FITSUM_CLONES void dropout_mask_kernel(std::uint8_t* mask, std::int64_t n, MaskKeys keys, std::uint32_t threshold) {
+  for (std::int64_t i = 0; i < n; ++i) mask[i] = uniform32(static_cast<std::uint32_t>(i), keys) >= threshold;
+}
+
 template <typename T>
 FITSUM_TEMPLATE_CLONES void dropout_backward_kernel(const T* grad, T* out, const std::uint8_t* mask, std::int64_t n,
                                                     float scale) {
@@ -98,6 +102,17 @@ ByteMaskDropout byte_mask_dropout(const at::Tensor& input, double p) {
                            d.mask.data_ptr<std::uint8_t>(), x.numel(), keys, threshold, d.scale);
   }
   return d;
+}
+
+ByteMask draw_byte_mask(at::IntArrayRef sizes, double p) {
+  ByteMask m;
+  m.mask = at::empty(sizes, at::TensorOptions().dtype(at::kByte));
+  TORCH_CHECK(m.mask.numel() < (std::int64_t{1} << 32), "dropout: at most 2^32 elements per tensor, got ",
+              m.mask.numel());
+  m.scale = static_cast<float>(1.0 / (1.0 - p));
+  dropout_mask_kernel(m.mask.data_ptr<std::uint8_t>(), m.mask.numel(), draw_keys(),
+                      static_cast<std::uint32_t>(p * 4294967296.0));
+  return m;
 }
 
 at::Tensor apply_byte_mask(const at::Tensor& x, const at::Tensor& mask, float scale) {

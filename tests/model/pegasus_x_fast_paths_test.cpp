@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fitsum/io/hf_config.h"
+#include "fitsum/kernels/attention_dropout.h"
 #include "fitsum/kernels/onednn_linear.h"
 #include "fitsum/memory/tracking_allocator.h"
 #include "fitsum/model/long_t5_layers.h"
@@ -127,6 +128,52 @@ TEST(PegasusXFastPaths, TheRecomputingNodesKeepTheirLargestTensorsLess) {
   // oneDNN's products; without them (FITSUM_ONEDNN=0) the plain path runs and keeps what it keeps.
   const std::int64_t probabilities = 2 * 4 * 2 * 18 + 2 * 4 * 16 * 6, masks = 2 * 18 + 2 * 4 * 6;
   EXPECT_EQ(feed_forward - both, kernels::onednn_available() ? (2 * probabilities - masks) * 4 : 0);
+}
+
+// A checkpointed layer's first pass runs without gradients: the attentions then run head by head with the node's
+// mask, which equals the composition's (one draw each, in the same order), so the pass stores what the recompute
+// reproduces.
+TEST(PegasusXFastPaths, WithoutGradientsTheAttentionsRunHeadByHeadAsTheComposition) {
+  model::PegasusXEncoderLayer layer(layer_options());
+  layer->train();
+  torch::NoGradGuard no_grad;
+  const auto forward = [&](bool recompute_attention) {
+    layer->set_kernel_choices(true, true, recompute_attention);
+    torch::manual_seed(7);
+    const auto hidden = torch::randn({2, 12, 32});
+    const auto global = torch::randn({2, 2, 32});
+    auto mask = torch::zeros({2, 12});
+    mask.index_put_({1, torch::indexing::Slice(9, 12)}, model::padding_mask_value(torch::kFloat));
+    return layer->forward(hidden, global, mask);
+  };
+  const auto plain = forward(false), by_heads = forward(true);
+  EXPECT_TRUE(torch::equal(by_heads.hidden, plain.hidden));
+  EXPECT_TRUE(torch::equal(by_heads.global, plain.global));
+}
+
+// The node's forward and backward hold one head's probabilities at a time, not every head's: with 8 heads of 256 x
+// 256 probabilities (256 KiB a head, 2 MiB in all), the composition's backward holds several times 2 MiB above its
+// inputs, the node's less than 2 MiB: its byte mask (512 KiB), the output and the operands' gradients (512 KiB) and
+// two of one head's probability-sized tensors at a time.
+TEST(PegasusXFastPaths, TheAttentionNodeHoldsOneHeadsProbabilitiesAtATime) {
+  if (!kernels::onednn_available()) GTEST_SKIP() << "the node runs on oneDNN's products";
+  auto& allocator = memory::TrackingCpuAllocator::instance();
+  const auto peak_above_inputs = [&](bool recompute) {
+    torch::manual_seed(3);
+    const auto q = torch::randn({1, 8, 256, 16}).requires_grad_(true);
+    const auto k_t = torch::randn({1, 8, 16, 256}).requires_grad_(true);
+    const auto v = torch::randn({1, 8, 256, 16}).requires_grad_(true);
+    const auto mask = torch::zeros({1, 1, 1, 256});
+    const auto grad = torch::randn({1, 8, 256, 16});
+    allocator.reset_peak();
+    const auto before = allocator.current_bytes();
+    kernels::attention_context(q, k_t, mask, v, 0.1, /*training=*/true, /*byte_mask=*/true, recompute).backward(grad);
+    return allocator.peak_bytes() - before;
+  };
+  const std::int64_t head = 256 * 256 * 4, all_heads = 8 * head;
+  const auto composition = peak_above_inputs(false), node = peak_above_inputs(true);
+  EXPECT_GE(composition, 3 * all_heads) << composition;
+  EXPECT_LT(node, all_heads) << node;
 }
 
 TEST(PegasusXFastPaths, TheModelsKernelChoicesReachTheEncoderLayers) {

@@ -13,6 +13,13 @@
 // composition's bit for bit (tests/model/pegasus_x_fast_paths_test.cpp). The recomputation costs the two score
 // products and one softmax per layer, a few percent of the layer's arithmetic.
 //
+// Forward and backward run head by head (and batch row by batch row): the heads are independent, so one head's
+// probabilities and their gradient are all that exist at a time, a 1/H of the composition's. At 16384 source tokens
+// pegasus-x-large's staggered layer has 16 heads x 16896 rows x 640 keys, 660 MiB of probabilities, of which the
+// composition's backward holds about three copies and the node two of one head's (83 MiB). The byte mask is drawn
+// whole first (kernels::draw_byte_mask: the same bytes as the composition's dropout) and applied head by head.
+// Without gradients (a checkpointed layer's first pass) the same head-by-head forward runs without the node.
+//
 // It applies in training with the byte-mask dropout, 0 < p < 1, float32 on the CPU with oneDNN and no autocast;
 // elsewhere the functions below are the composition itself (kernels::matmul's products, torch::softmax, dropout).
 #pragma once

@@ -18,6 +18,14 @@ struct ByteMaskDropout {
   float scale = 1.0f;
 };
 ByteMaskDropout byte_mask_dropout(const at::Tensor& input, double p);
+// The mask byte_mask_dropout would draw for an input of `sizes` (one draw of LibTorch's generator), without the
+// input: apply_byte_mask(x, mask, scale) is then byte_mask_dropout(x, p)'s output bit for bit, also applied block by
+// block (element i's byte depends on i alone), as the attention's node does, head by head.
+struct ByteMask {
+  at::Tensor mask;  // uint8, 1 where kept
+  float scale = 1.0f;
+};
+ByteMask draw_byte_mask(at::IntArrayRef sizes, double p);
 // x * mask * scale, element by element in float: the backward of byte_mask_dropout for a gradient, and, for the
 // input the mask was drawn for, its output again bit for bit.
 at::Tensor apply_byte_mask(const at::Tensor& x, const at::Tensor& mask, float scale);
