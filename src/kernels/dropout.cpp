@@ -129,12 +129,33 @@ at::Tensor apply_byte_mask(const at::Tensor& x, const at::Tensor& mask, float sc
   return out;
 }
 
+at::Tensor& apply_byte_mask_(at::Tensor& x, const at::Tensor& mask, float scale) {
+  TORCH_CHECK(x.is_contiguous(), "apply_byte_mask_: the tensor must be contiguous");
+  TORCH_CHECK(x.numel() == mask.numel(), "apply_byte_mask_: ", x.numel(), " elements, mask of ", mask.numel());
+  if (x.scalar_type() == at::kFloat) {
+    dropout_backward_kernel(x.data_ptr<float>(), x.data_ptr<float>(), mask.data_ptr<std::uint8_t>(), x.numel(), scale);
+  } else {
+    dropout_backward_kernel(x.data_ptr<at::BFloat16>(), x.data_ptr<at::BFloat16>(), mask.data_ptr<std::uint8_t>(),
+                            x.numel(), scale);
+  }
+  return x;
+}
+
 at::Tensor dropout(const at::Tensor& input, double p, bool training) {
   if (!training || p == 0.0 || input.numel() == 0) return input;
   const bool own_kernel = input.device().is_cpu() && p > 0.0 && p < 1.0 &&
                           (input.scalar_type() == at::kFloat || input.scalar_type() == at::kBFloat16);
   if (!own_kernel) return torch::dropout(input, p, training);
   return DropoutFunction::apply(input, p);
+}
+
+at::Tensor dropout_over(at::Tensor x, double p, bool training, bool byte_mask) {
+  const bool unrecorded = !at::GradMode::is_enabled() || !x.requires_grad();
+  const bool own_kernel = training && byte_mask && p > 0.0 && p < 1.0 && x.numel() > 0 && x.device().is_cpu() &&
+                          (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) && x.is_contiguous();
+  if (!(unrecorded && own_kernel)) return dropout(x, p, training, byte_mask);
+  const auto drawn = draw_byte_mask(x.sizes(), p);
+  return apply_byte_mask_(x, drawn.mask, drawn.scale);
 }
 
 at::Tensor dropout(const at::Tensor& input, double p, bool training, bool byte_mask) {

@@ -33,34 +33,39 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The gradient of activate(u) for its output's gradient `grad`, as LibTorch's autograd formulas compute it.
-at::Tensor activation_backward(const at::Tensor& grad, const at::Tensor& u, const at::Tensor& activated,
-                               Activation activation) {
+// The gradient of activate(u) for its output's gradient `grad`, as LibTorch's autograd formulas compute it, written
+// over `grad` (the elementwise kernels read each element before writing it). relu's formula reads its saved result,
+// relu(u) > 0 exactly where u > 0 (NaN neither).
+void activation_backward_(at::Tensor& grad, const at::Tensor& u, Activation activation) {
   switch (activation) {
     case Activation::relu:
-      return at::threshold_backward(grad, activated, 0);  // relu saves its result
+      at::threshold_backward_out(grad, grad, u, 0);
+      return;
     case Activation::gelu:
-      return at::gelu_backward(grad, u);
+      at::gelu_backward_out(grad, grad, u);
+      return;
     case Activation::gelu_new:
-      return at::gelu_backward(grad, u, "tanh");
+      at::gelu_backward_out(grad, grad, u, "tanh");
+      return;
     case Activation::silu:
-      return at::silu_backward(grad, u);
+      at::silu_backward_out(grad, grad, u);
+      return;
   }
-  return grad;
 }
 
 class ActivationDropoutLinear : public torch::autograd::Function<ActivationDropoutLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& u, const at::Tensor& weight, const at::Tensor& bias,
                             std::int64_t activation, double p) {
-    auto h = activate(u, static_cast<Activation>(activation));
+    // The dropout written over the activation's output (one tensor of u's size less at the forward's peak).
+    auto h = activate(u, static_cast<Activation>(activation)).contiguous();
     at::Tensor mask;
     float scale = 1.0f;
     if (p > 0.0) {
-      auto dropped = byte_mask_dropout(h, p);
-      h = std::move(dropped.output);
-      mask = std::move(dropped.mask);
-      scale = dropped.scale;
+      auto drawn = draw_byte_mask(h.sizes(), p);
+      apply_byte_mask_(h, drawn.mask, drawn.scale);
+      mask = std::move(drawn.mask);
+      scale = drawn.scale;
     }
     ctx->save_for_backward({u, weight});
     ctx->saved_data["mask"] = mask;
@@ -79,17 +84,19 @@ class ActivationDropoutLinear : public torch::autograd::Function<ActivationDropo
     const auto scale = static_cast<float>(ctx->saved_data["scale"].toDouble());
     const auto activation = static_cast<Activation>(ctx->saved_data["activation"].toInt());
     const bool has_bias = ctx->saved_data["bias"].toBool();
-    const auto activated = activate(u, activation);
-    const auto h = mask.defined() ? apply_byte_mask(activated, mask, scale) : activated.contiguous();
+    // One tensor of u's size beside u at a time: fc2's input, recomputed and masked in place, until the weight's
+    // gradient is taken; then the input's gradient, masked and taken through the activation in place.
+    auto h = activate(u, activation).contiguous();
+    if (mask.defined()) apply_byte_mask_(h, mask, scale);
     const auto ffn = h.size(-1);
     const auto rows = h.numel() / ffn;
     const auto grad = grad_outputs[0].reshape({rows, weight.size(0)});
-    const auto h2 = h.reshape({rows, ffn});
-    auto grad_weight = dense_mm(grad.t(), h2);  // mm_mat2_backward of weight.t(), transposed back
+    auto grad_weight = dense_mm(grad.t(), h.reshape({rows, ffn}));  // mm_mat2_backward of weight.t(), transposed back
+    h = at::Tensor();
     auto grad_bias = has_bias ? grad.sum(0) : at::Tensor();
-    auto grad_h = dense_mm(grad, weight).view(u.sizes());  // mm_mat1_backward
-    if (mask.defined()) grad_h = apply_byte_mask(grad_h, mask, scale);
-    auto grad_u = activation_backward(grad_h, u, activated, activation);
+    auto grad_u = dense_mm(grad, weight).view(u.sizes());  // mm_mat1_backward
+    if (mask.defined()) apply_byte_mask_(grad_u, mask, scale);
+    activation_backward_(grad_u, u, activation);
     return {grad_u, grad_weight, grad_bias, at::Tensor(), at::Tensor()};
   }
 };
@@ -105,8 +112,9 @@ at::Tensor activation_dropout_linear(at::Tensor u, Activation activation, double
                      (active_p == 0.0 || byte_mask) && at::GradMode::is_enabled() &&
                      (u.requires_grad() || weight.requires_grad());
   if (!fused) {
-    auto h = kernels::dropout(activate(u, activation), p, training, byte_mask);
+    auto h = activate(u, activation);
     u.reset();  // fc1's output is not kept beside fc2's (unless autograd keeps it)
+    h = kernels::dropout_over(std::move(h), p, training, byte_mask);  // in place without gradients
     return kernels::linear(h, weight, bias, training);
   }
   return ActivationDropoutLinear::apply(u, weight, bias.defined() ? bias : at::empty({0}, weight.options()),

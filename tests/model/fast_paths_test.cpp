@@ -393,5 +393,51 @@ TEST(RecomputedFeedForward, KeepsOneFloatTensorLessUntilBackward) {
   EXPECT_EQ(plain - fused, 4 * 64 * 512 * 4) << "plain " << plain << " bytes, fused " << fused;
 }
 
+// The node's forward writes the dropout over the activation's output and its backward holds one tensor of u's size
+// beside u at a time (fc2's recomputed input until the weight's gradient, then u's gradient, masked and taken
+// through the activation in place): above what exists before each pass, each peak is under 1.5 u (the activation's
+// output, recomputed, and a quarter of u's bytes for the byte mask in forward; before, the backward held the
+// recomputed activation, its masked copy, the input's gradient and its masked copy, 4 u, and the forward 2.25 u).
+TEST(RecomputedFeedForward, EachPassHoldsOneTensorOfUsSizeAtATime) {
+  auto& allocator = memory::TrackingCpuAllocator::instance();
+  const std::int64_t u_bytes = 4 * 64 * 512 * 4;
+  const auto peaks = [&allocator]() {
+    torch::manual_seed(23);
+    auto u = torch::randn({4, 64, 512}).requires_grad_(true);
+    const auto weight = torch::randn({32, 512}).requires_grad_(true);
+    const auto bias = torch::randn({32}).requires_grad_(true);
+    const auto upstream = torch::randn({4, 64, 32});
+    allocator.reset_peak();
+    auto before = allocator.current_bytes();
+    auto y = kernels::activation_dropout_linear(u, model::Activation::gelu, 0.1, true, true, weight, bias, true);
+    const auto forward = allocator.peak_bytes() - before;
+    allocator.reset_peak();
+    before = allocator.current_bytes();
+    y.backward(upstream);
+    return std::make_pair(forward, allocator.peak_bytes() - before);
+  };
+  const auto [forward, backward] = peaks();
+  EXPECT_LT(forward, u_bytes * 3 / 2) << forward;
+  EXPECT_LT(backward, u_bytes * 3 / 2) << backward;
+}
+
+// Without gradients the dropout is written over its input, with the same draw and bits as kernels::dropout.
+TEST(RecomputedFeedForward, DropoutOverItsInputIsTheSameDraw) {
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({5, 7, 33});
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto input = x.to(dtype);
+    torch::manual_seed(5);
+    const auto plain = kernels::dropout(input, 0.3, true, true);
+    torch::manual_seed(5);
+    auto copy = input.clone();
+    const auto* data = copy.data_ptr();
+    const auto over = kernels::dropout_over(std::move(copy), 0.3, true, true);
+    EXPECT_TRUE(torch::equal(over, plain));
+    EXPECT_EQ(over.data_ptr(), data);  // written over the input
+    EXPECT_GT(over.eq(0).sum().item<std::int64_t>(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace fitsum::test

@@ -29,6 +29,13 @@ ByteMask draw_byte_mask(at::IntArrayRef sizes, double p);
 // x * mask * scale, element by element in float: the backward of byte_mask_dropout for a gradient, and, for the
 // input the mask was drawn for, its output again bit for bit.
 at::Tensor apply_byte_mask(const at::Tensor& x, const at::Tensor& mask, float scale);
+// The same, written over `x` (contiguous, float32 or bfloat16): one tensor of x's size less, the same bits.
+at::Tensor& apply_byte_mask_(at::Tensor& x, const at::Tensor& mask, float scale);
+
+// The model's dropout (below), written over `x` where autograd records nothing (gradient mode off, or x needs no
+// gradient) and the byte-mask kernel applies: the same draw and bits, one tensor of x's size less. Elsewhere
+// dropout(x, p, training, byte_mask). The caller keeps no other reference to x's values.
+at::Tensor dropout_over(at::Tensor x, double p, bool training, bool byte_mask);
 
 // Returns `input` itself when not training or p == 0.
 at::Tensor dropout(const at::Tensor& input, double p, bool training);

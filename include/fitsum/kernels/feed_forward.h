@@ -8,6 +8,13 @@
 // same LibTorch and fitsum kernels in the same order as the composition (fc2 as torch::nn::Linear computes it), so
 // outputs and gradients are the same bit for bit (tests/model/fast_paths_test.cpp). Elsewhere (bfloat16, autocast,
 // CUDA, torch's dropout) it is the composition itself.
+//
+// Each pass holds one tensor of u's size beside u at a time: the forward writes the dropout over the activation's
+// output; the backward writes the byte mask over the recomputed activation, frees it once fc2's weight gradient is
+// taken, and writes the mask and the activation's backward over u's gradient (the elementwise kernels' own _out
+// forms, the same bits). Without gradients (a checkpointed layer's first pass) the composition frees u once
+// activated and writes the dropout over the activation (kernels::dropout_over). At 16384 source tokens a
+// pegasus-x-large layer's u is 256 MiB: its backward held four more such tensors, its forward two.
 #pragma once
 
 #include <ATen/core/Tensor.h>
