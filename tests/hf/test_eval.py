@@ -9,6 +9,7 @@ exact mean, unrounded. Sentence splitting for rougeLsum (nltk.sent_tokenize) nee
 not ship: without it both sides score without splitting."""
 import json
 import os
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -61,12 +62,15 @@ PREFIX = {"pegasus": "", "bart": "", "t5": "summarize: ", "pegasus_x": "", "long
 
 
 def random_long_input_model(family, folder):
-    """A random model of a long-input family with its tokenizer, saved into `folder` as transformers saves it."""
+    """A random model of a long-input family saved into `folder` as transformers saves it, beside its tokenizer's
+    files as the tokenizer's folder has them (transformers 5 saves no spiece.model for T5's tokenizer)."""
     family_class, tokenizer_source, tokenizer_class = LONG_INPUT[family]
     tokenizer = tokenizer_class.from_pretrained(tokenizer_source())
     model = family_class.random_model(seed=5, shape="tiny", vocab_size=len(tokenizer))
     model.save_pretrained(folder, safe_serialization=True)
-    tokenizer.save_pretrained(folder)
+    for name in ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json"):
+        if os.path.exists(os.path.join(tokenizer_source(), name)):
+            shutil.copy(os.path.join(tokenizer_source(), name), folder)
     return folder
 
 
