@@ -218,6 +218,17 @@ class AttentionContext : public torch::autograd::Function<AttentionContext> {
 
 at::Tensor none(const at::Tensor& like) { return at::empty({0}, like.options()); }
 
+// The head-by-head path: the node with gradients; without them (a checkpointed layer's first pass) its forward alone,
+// with the mask the node would draw.
+at::Tensor by_heads(const ScoreOperands& s, const at::Tensor& v1, const at::Tensor& v2, double p) {
+  if (at::GradMode::is_enabled()) {
+    const auto or_none = [&](const at::Tensor& t) { return t.defined() ? t : none(v2); };
+    return AttentionContext::apply(s.q1, s.k1_t, or_none(s.q2), or_none(s.k2_t), s.mask, or_none(v1), v2, p);
+  }
+  const auto drawn = draw_byte_mask(probability_sizes(s), p);
+  return context_by_heads(s, v1, v2, drawn.mask, drawn.scale);
+}
+
 }  // namespace
 
 at::Tensor attention_context(const at::Tensor& q, const at::Tensor& k_t, const at::Tensor& mask, const at::Tensor& v,
@@ -226,11 +237,7 @@ at::Tensor attention_context(const at::Tensor& q, const at::Tensor& k_t, const a
     const auto probs = torch::softmax(add_mask(matmul(q, k_t, training), mask), -1);
     return matmul(dropout(probs, p, training, byte_mask), v, training);
   }
-  if (at::GradMode::is_enabled()) return AttentionContext::apply(q, k_t, none(q), none(q), mask, none(q), v, p);
-  // Without gradients (a checkpointed layer's first pass), head by head with the node's mask.
-  const ScoreOperands s{q, k_t, at::Tensor(), at::Tensor(), mask};
-  const auto drawn = draw_byte_mask(probability_sizes(s), p);
-  return context_by_heads(s, at::Tensor(), v, drawn.mask, drawn.scale);
+  return by_heads({q, k_t, at::Tensor(), at::Tensor(), mask}, at::Tensor(), v, p);
 }
 
 at::Tensor global_local_context(const at::Tensor& local_q, const at::Tensor& global_k_t, const at::Tensor& block_q,
@@ -248,12 +255,7 @@ at::Tensor global_local_context(const at::Tensor& local_q, const at::Tensor& glo
     const auto from_block = matmul(block_columns(d, g), block_v, training);     // (B, H, N, K, hd)
     return from_global + from_block.view(from_global.sizes());
   }
-  if (at::GradMode::is_enabled()) {
-    return AttentionContext::apply(local_q, global_k_t, block_q, block_k_t, block_mask, global_v, block_v, p);
-  }
-  const ScoreOperands s{local_q, global_k_t, block_q, block_k_t, block_mask};
-  const auto drawn = draw_byte_mask(probability_sizes(s), p);
-  return context_by_heads(s, global_v, block_v, drawn.mask, drawn.scale);
+  return by_heads({local_q, global_k_t, block_q, block_k_t, block_mask}, global_v, block_v, p);
 }
 
 }  // namespace fitsum::kernels

@@ -66,6 +66,10 @@ MaskKeys draw_keys() {
   return {static_cast<std::uint32_t>(bits), static_cast<std::uint32_t>(bits >> 32)};
 }
 
+// Element i is kept when its uniform is at least this (p * 2^32): kept with probability 1 - p.
+std::uint32_t keep_threshold(double p) { return static_cast<std::uint32_t>(p * 4294967296.0); }
+float keep_scale(double p) { return static_cast<float>(1.0 / (1.0 - p)); }
+
 class DropoutFunction : public torch::autograd::Function<DropoutFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, double p) {
@@ -90,9 +94,8 @@ ByteMaskDropout byte_mask_dropout(const at::Tensor& input, double p) {
   ByteMaskDropout d;
   d.output = at::empty_like(x, at::MemoryFormat::Contiguous);
   d.mask = at::empty(x.sizes(), x.options().dtype(at::kByte));
-  // keep with probability 1 - p: uniform in [0, 2^32) at least p * 2^32
-  const auto threshold = static_cast<std::uint32_t>(p * 4294967296.0);
-  d.scale = static_cast<float>(1.0 / (1.0 - p));
+  const auto threshold = keep_threshold(p);
+  d.scale = keep_scale(p);
   const auto keys = draw_keys();
   if (x.scalar_type() == at::kFloat) {
     dropout_forward_kernel(x.data_ptr<float>(), d.output.data_ptr<float>(), d.mask.data_ptr<std::uint8_t>(), x.numel(),
@@ -109,9 +112,8 @@ ByteMask draw_byte_mask(at::IntArrayRef sizes, double p) {
   m.mask = at::empty(sizes, at::TensorOptions().dtype(at::kByte));
   TORCH_CHECK(m.mask.numel() < (std::int64_t{1} << 32), "dropout: at most 2^32 elements per tensor, got ",
               m.mask.numel());
-  m.scale = static_cast<float>(1.0 / (1.0 - p));
-  dropout_mask_kernel(m.mask.data_ptr<std::uint8_t>(), m.mask.numel(), draw_keys(),
-                      static_cast<std::uint32_t>(p * 4294967296.0));
+  m.scale = keep_scale(p);
+  dropout_mask_kernel(m.mask.data_ptr<std::uint8_t>(), m.mask.numel(), draw_keys(), keep_threshold(p));
   return m;
 }
 

@@ -76,7 +76,8 @@ Runtime setup_runtime(const RuntimeOptions& options) {
 #endif
   // Measured only where the BLAS is not a known optimised one: on a machine busy with other processes OpenBLAS's
   // threads wait on each other and measure as slow as the reference BLAS, which a warning would wrongly blame.
-  if (const auto blas = blas_description(); runtime.device.is_cpu() && !optimised_blas(blas)) {
+  const auto blas = runtime.device.is_cpu() ? blas_description() : std::string();
+  if (runtime.device.is_cpu() && !optimised_blas(blas)) {
     const double gflops = quick_matmul_gflops();
     if (reference_blas_suspected(blas, gflops)) {
       runtime.warnings.push_back("matrix products run at " + std::to_string(static_cast<int>(gflops)) +

@@ -68,8 +68,8 @@ std::string blas_description();
 double quick_matmul_gflops(std::int64_t n = 256);
 
 // Whether a BLAS so described may be Debian's reference one: not OpenBLAS or MKL (a known optimised BLAS is slow
-// only on a machine busy with other processes, where OpenBLAS's threads wait on each other) and, where `gflops` is
-// given, measured under 20 GFLOP/s.
+// only on a machine busy with other processes, where OpenBLAS's threads wait on each other) and measured at
+// `gflops` under 20 GFLOP/s.
 bool reference_blas_suspected(const std::string& description, double gflops);
 bool optimised_blas(const std::string& description);
 
